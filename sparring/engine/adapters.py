@@ -1,0 +1,182 @@
+"""One base model, many named LoRA adapters, through peft.
+
+`AdapterBank` wraps the base model in a `peft.PeftModel` on first use and
+keeps every adapter by name: trainable ones (each with its own optimizer,
+held by the engine) and frozen ones (snapshots of a trainable adapter, or
+adapters loaded from a PEFT directory). Only the LoRA matrices are copied;
+the base weights exist once. `use(name)` activates an adapter (or none, for
+the base model) for the next forward; `merged(name)` folds it into the base
+weights while sampling and restores them afterwards.
+
+Saved adapters are plain PEFT directories (adapter_config.json +
+adapter_model.safetensors), loadable by `peft.PeftModel.from_pretrained` and
+by vLLM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import load_file, save_file
+from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+
+DEFAULT_LORA_ALPHA = 32
+
+
+def linear_layer_groups(model: torch.nn.Module) -> dict[str, set[str]]:
+    """Leaf names of the model's linear layers, grouped as attention, MLP and the LM head ('unembed')."""
+    groups: dict[str, set[str]] = {"attn": set(), "mlp": set(), "unembed": set()}
+    head = model.get_output_embeddings()
+    for path, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            leaf = path.rsplit(".", 1)[-1]
+            group = "unembed" if module is head else "attn" if ("attn" in path or "attention" in path) else "mlp"
+            groups[group].add(leaf)
+    return groups
+
+
+@dataclass
+class AdapterInfo:
+    """What the bank knows about one adapter."""
+
+    name: str
+    """Unique name inside the bank."""
+    rank: int
+    """LoRA rank."""
+    trainable: bool
+    """False for snapshots and loaded sampler weights."""
+
+
+class AdapterBank:
+    """Named LoRA adapters over one shared base model."""
+
+    def __init__(self, base_model: torch.nn.Module, base_model_name: str):
+        self.base_model = base_model
+        self.base_model_name = base_model_name
+        self.linear_groups = linear_layer_groups(base_model)
+        self.peft_model: PeftModel | None = None
+        self.adapters: dict[str, AdapterInfo] = {}
+
+    @property
+    def causal_lm(self) -> torch.nn.Module:
+        """The model to run: the peft-wrapped one once an adapter exists."""
+        return self.peft_model if self.peft_model is not None else self.base_model
+
+    def target_modules(self, train_attn: bool = True, train_mlp: bool = True, train_unembed: bool = False) -> list[str]:
+        chosen = {"attn": train_attn, "mlp": train_mlp, "unembed": train_unembed}
+        names = sorted(set().union(*(self.linear_groups[g] for g, on in chosen.items() if on)))
+        if not names:
+            raise ValueError("no layers to train: enable at least one of train_attn, train_mlp, train_unembed")
+        return names
+
+    def create(self, name: str, rank: int, target_modules: list[str], seed: int | None = None, alpha: float = DEFAULT_LORA_ALPHA) -> AdapterInfo:
+        if not isinstance(rank, int) or rank < 1:
+            raise ValueError(f"LoRA rank must be a positive integer, got {rank!r}")
+        config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=target_modules, bias="none")
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            self._add(name, config)
+        return self._register(name, rank, trainable=True)
+
+    def snapshot(self, source: str, name: str) -> AdapterInfo:
+        """A frozen copy of `source`'s current LoRA weights."""
+        config = self.peft_model.peft_config[source]
+        self._add(name, config)
+        set_peft_model_state_dict(self.peft_model, get_peft_model_state_dict(self.peft_model, adapter_name=source), adapter_name=name)
+        return self._register(name, self.adapters[source].rank, trainable=False)
+
+    def load(self, name: str, path: str | Path, trainable: bool) -> AdapterInfo:
+        path = Path(path)
+        if not (path / "adapter_config.json").exists():
+            raise FileNotFoundError(f"{path} is not a PEFT adapter directory (no adapter_config.json)")
+        if self.peft_model is None:
+            self.peft_model = PeftModel.from_pretrained(self.base_model, str(path), adapter_name=name, is_trainable=trainable)
+        else:
+            self.peft_model.load_adapter(str(path), adapter_name=name, is_trainable=trainable)
+        return self._register(name, self.peft_model.peft_config[name].r, trainable=trainable)
+
+    def save(self, name: str, path: str | Path) -> Path:
+        """Write `name` as a PEFT directory at `path`."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        config = copy.copy(self.peft_model.peft_config[name])
+        config.base_model_name_or_path = self.base_model_name
+        config.save_pretrained(str(path))
+
+        state = {k: v.detach().to("cpu").contiguous() for k, v in get_peft_model_state_dict(self.peft_model, adapter_name=name).items()}
+        save_file(state, str(path / "adapter_model.safetensors"), metadata={"format": "pt"})
+        return path
+
+    def load_weights_into(self, name: str, path: str | Path) -> None:
+        """Overwrite an existing adapter's weights from a PEFT directory of the same shape."""
+        state = load_file(str(Path(path) / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(self.peft_model, state, adapter_name=name)
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"{path} does not match adapter {name!r}: unexpected keys {result.unexpected_keys[:3]}")
+
+    def delete(self, name: str) -> None:
+        if name in self.adapters:
+            self.peft_model.delete_adapter(name)
+            del self.adapters[name]
+
+    def parameters(self, name: str) -> list[torch.nn.Parameter]:
+        marker = f".{name}."
+        return [p for n, p in self.peft_model.named_parameters() if marker in n and "lora_" in n]
+
+    @contextlib.contextmanager
+    def use(self, name: str | None):
+        """Run the next forwards with adapter `name` active, or with no adapter when None."""
+        if name is None:
+            if self.peft_model is None:
+                yield self.base_model
+            else:
+                with self.peft_model.disable_adapter():
+                    yield self.peft_model
+            return
+        self._check(name)
+        self.peft_model.base_model.set_adapter(name, inference_mode=not self.adapters[name].trainable)
+        yield self.peft_model
+
+    @contextlib.contextmanager
+    def merged(self, name: str | None):
+        """Like `use`, with the adapter folded into the base weights for speed (restored on exit)."""
+        with self.use(name) as model:
+            if name is None or self._adapts_tied_head(name):
+                yield model
+                return
+            self.peft_model.base_model.merge_adapter([name])
+            try:
+                yield model
+            finally:
+                self.peft_model.base_model.unmerge_adapter()
+
+    def _adapts_tied_head(self, name: str) -> bool:
+        # Merging into a head tied to the input embeddings would change the embeddings too.
+        head = self.base_model.get_output_embeddings()
+        tied = head.base_layer.weight is self.base_model.get_input_embeddings().weight if hasattr(head, "base_layer") else False
+        return tied and name in getattr(head, "lora_A", {})
+
+    def _add(self, name: str, config: LoraConfig) -> None:
+        if name in self.adapters:
+            raise ValueError(f"an adapter named {name!r} already exists")
+        if self.peft_model is None:
+            self.peft_model = get_peft_model(self.base_model, config, adapter_name=name)
+        else:
+            self.peft_model.add_adapter(name, config)
+
+    def _register(self, name: str, rank: int, trainable: bool) -> AdapterInfo:
+        info = AdapterInfo(name=name, rank=rank, trainable=trainable)
+        self.adapters[name] = info
+        for parameter in self.parameters(name):
+            parameter.requires_grad_(trainable)
+        return info
+
+    def _check(self, name: str) -> None:
+        if name not in self.adapters:
+            raise KeyError(f"unknown adapter {name!r}; known: {sorted(self.adapters)}")

@@ -1,0 +1,218 @@
+"""The local compute engine: one base model, many LoRA adapters, one worker.
+
+`Engine` owns a loaded base model and its `AdapterBank`, and runs every
+operation on a single worker thread in submission order, so calls made by one
+client execute in the order they were made and the model is never touched
+from two threads. Sampling requests are the exception to one-at-a-time: when
+the worker reaches a sampling request it also takes every sampling request
+queued right behind it (and those arriving within a short window) and runs
+them as one batch per adapter. `get_engine` shares one engine per
+(model, device, dtype) in the process, which is how several training clients
+share a base model in memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..models import LoadedModel, load_base_model
+from ..types import SampleResponse, SamplingParams
+from .adapters import AdapterBank
+from .decoder import make_decoder
+from .sampler import SampleJob, generate
+
+
+class EngineConfig(BaseModel):
+    """How the engine places and runs the model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: str = "cpu"
+    """torch device for the model ('cpu', 'cuda', 'cuda:1')."""
+    dtype: str | None = None
+    """Weights dtype; None means float32 on CPU and bfloat16 on CUDA."""
+    learner_token_budget: int = Field(default=4096, ge=1)
+    """Most padded tokens per forward/backward micro-batch."""
+    default_max_tokens: int = Field(default=256, ge=1)
+    """max_tokens for sampling requests that give none."""
+    batch_window_s: float = Field(default=0.005, ge=0.0)
+    """How long the worker waits for more sampling requests to join a batch."""
+    max_batch_rows: int = Field(default=64, ge=1)
+    """Most sequences decoded together in one batch."""
+    merge_lora_for_sampling: bool | None = None
+    """Fold the adapter into the base weights while sampling; None means on for float32."""
+    fast_decoder: bool = True
+    """Use the preallocated-cache decoder for Llama-family models."""
+
+
+@dataclass
+class _SampleRequest:
+    adapter: str | None
+    job: SampleJob
+    future: Future = field(default_factory=Future)
+
+
+@dataclass
+class _Call:
+    fn: Callable[[], Any]
+    future: Future = field(default_factory=Future)
+
+
+class Engine:
+    """A base model, its adapters, and the worker that runs operations on them."""
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig):
+        self.loaded = loaded
+        self.config = config
+        self.bank = AdapterBank(loaded.model, loaded.spec.name)
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.optimizer_steps: collections.Counter[str] = collections.Counter()
+        self._names = itertools.count()
+        self._queue: collections.deque = collections.deque()
+        self._wakeup = threading.Condition()
+        self._seed_source = torch.Generator().manual_seed(0x5EED)
+        self._worker = threading.Thread(target=self._run, name="sparring-engine", daemon=True)
+        self._worker.start()
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.loaded.model.get_input_embeddings().weight.shape[0]
+
+    @property
+    def max_context(self) -> int:
+        return int(getattr(self.loaded.model.config, "max_position_embeddings", 4096))
+
+    def new_name(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._names)}"
+
+    # Submission -----------------------------------------------------------
+
+    def call(self, fn: Callable[[], Any]) -> Future:
+        """Run fn on the worker after everything submitted before it."""
+        return self._put(_Call(fn))
+
+    def sample(self, adapter: str | None, prompt_tokens: list[int], num_samples: int, params: SamplingParams) -> Future:
+        job = self._make_job(prompt_tokens, num_samples, params)
+        return self._put(_SampleRequest(adapter, job))
+
+    def _put(self, item) -> Future:
+        with self._wakeup:
+            self._queue.append(item)
+            self._wakeup.notify()
+        return item.future
+
+    def _make_job(self, prompt_tokens: list[int], num_samples: int, params: SamplingParams) -> SampleJob:
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if not prompt_tokens:
+            raise ValueError("prompt is empty")
+        bad = [t for t in prompt_tokens if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt has token ids out of the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+        room = self.max_context - len(prompt_tokens)
+        if room < 1:
+            raise ValueError(f"prompt has {len(prompt_tokens)} tokens; the model's context is {self.max_context}")
+        max_tokens = min(params.max_tokens or self.config.default_max_tokens, room)
+        stop = params.stop
+        default_stops = frozenset(self.loaded.renderer.stop_token_ids)
+        if stop is None:
+            stop_ids, stop_strings = default_stops, ()
+        elif isinstance(stop, str):
+            stop_ids, stop_strings = default_stops, (stop,)
+        elif all(isinstance(s, str) for s in stop):
+            stop_ids, stop_strings = (default_stops if stop else frozenset()), tuple(stop)
+        else:
+            stop_ids, stop_strings = frozenset(int(s) for s in stop), ()
+        if params.seed is not None:
+            seeds = [params.seed * 1_000_003 + index for index in range(num_samples)]
+        else:
+            seeds = torch.randint(0, 2**62, (num_samples,), generator=self._seed_source).tolist()
+        generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+        return SampleJob(list(prompt_tokens), num_samples, params, stop_ids, stop_strings, max_tokens, generators)
+
+    # Worker ---------------------------------------------------------------
+
+    def _next(self):
+        with self._wakeup:
+            while not self._queue:
+                self._wakeup.wait()
+            return self._queue.popleft()
+
+    def _take_sampling_batch(self, first: _SampleRequest) -> list[_SampleRequest]:
+        batch, rows = [first], first.job.num_samples
+        deadline = time.monotonic() + self.config.batch_window_s
+        with self._wakeup:
+            while rows < self.config.max_batch_rows:
+                if self._queue and isinstance(self._queue[0], _SampleRequest):
+                    request = self._queue.popleft()
+                    batch.append(request)
+                    rows += request.job.num_samples
+                    continue
+                remaining = deadline - time.monotonic()
+                if self._queue or remaining <= 0:
+                    break
+                self._wakeup.wait(remaining)
+        return batch
+
+    def _run(self) -> None:
+        while True:
+            item = self._next()
+            if isinstance(item, _Call):
+                _settle(item.future, item.fn)
+                continue
+            batch = self._take_sampling_batch(item)
+            by_adapter: dict[str | None, list[_SampleRequest]] = {}
+            for request in batch:
+                by_adapter.setdefault(request.adapter, []).append(request)
+            for adapter, requests in by_adapter.items():
+                try:
+                    responses = self._generate(adapter, [r.job for r in requests])
+                except BaseException as error:  # noqa: BLE001 - delivered to every waiting caller
+                    for request in requests:
+                        request.future.set_exception(error)
+                    continue
+                for request, response in zip(requests, responses):
+                    request.future.set_result(response)
+
+    def _generate(self, adapter: str | None, jobs: list[SampleJob]) -> list[SampleResponse]:
+        merge = self.config.merge_lora_for_sampling
+        if merge is None:
+            merge = self.loaded.dtype == torch.float32
+        context = self.bank.merged(adapter) if merge else self.bank.use(adapter)
+        with context:
+            decoder = make_decoder(self.bank.base_model, self.config.fast_decoder)
+            return generate(decoder, jobs, self.tokenizer, self.tokenizer.pad_token_id)
+
+
+def _settle(future: Future, fn: Callable[[], Any]) -> None:
+    try:
+        future.set_result(fn())
+    except BaseException as error:  # noqa: BLE001 - the caller gets the error through its future
+        future.set_exception(error)
+
+
+_ENGINES: dict[tuple, Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def get_engine(base_model: str, config: EngineConfig | None = None) -> Engine:
+    """The process-wide engine for this base model and placement, loading it on first use."""
+    config = config or EngineConfig()
+    key = (base_model, config.device, config.dtype)
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            _ENGINES[key] = Engine(load_base_model(base_model, device=config.device, dtype=config.dtype), config)
+        return _ENGINES[key]

@@ -1,0 +1,157 @@
+"""Batched sampling: many prompts, many samples each, one decode loop.
+
+A `SampleJob` is one prompt with its parameters; `generate` runs any number of
+jobs together. Each prompt is prefilled once and its cache rows are copied
+for its `num_samples` samples; each decode step computes logits for the last
+position only; rows that finish are dropped from the batch so later steps
+cost less. Every row draws from its own `torch.Generator`, so a seeded
+request gives the same tokens whatever else shares its batch, and sampling
+is an inverse-CDF lookup on one uniform per row (cheaper than
+`torch.multinomial`).
+
+Returned logprobs are the model's own (temperature 1, no top-k/top-p), the
+same quantity the learner computes, so importance ratios start at 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..types import SampledSequence, SampleResponse, SamplingParams
+from .decoder import FastDecoder, HFDecoder
+
+# Drop finished rows once this share of the batch has finished (copying the cache has a cost).
+_COMPACT_FRACTION = 0.125
+
+
+@dataclass
+class SampleJob:
+    """One prompt to sample `num_samples` completions from."""
+
+    prompt_tokens: list[int]
+    """The prompt, as token ids."""
+    num_samples: int
+    """How many independent completions to draw."""
+    params: SamplingParams
+    """Temperature, top-k/p, max_tokens, stops and seed."""
+    stop_token_ids: frozenset[int]
+    """Token ids that end a completion (kept as its last token)."""
+    stop_strings: tuple[str, ...]
+    """Strings that end a completion once its decoded text contains them."""
+    max_tokens: int
+    """Resolved max new tokens (params.max_tokens or the engine default, within the context)."""
+    generators: list[torch.Generator] = field(default_factory=list)
+    """One random stream per sample."""
+
+
+@dataclass
+class _Row:
+    job: int
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    stop_reason: str | None = None
+
+
+def _filter_top_k_top_p(logits_R_V: torch.Tensor, top_k_R: torch.Tensor, top_p_R: torch.Tensor) -> torch.Tensor:
+    vocab = logits_R_V.shape[-1]
+    sorted_logits, order = logits_R_V.sort(dim=-1, descending=True)
+    rank_V = torch.arange(vocab, device=logits_R_V.device)
+    k_R = torch.where(top_k_R > 0, top_k_R, torch.full_like(top_k_R, vocab))
+    drop = rank_V[None, :] >= k_R[:, None]
+    probs = sorted_logits.softmax(-1)
+    # Keep the smallest prefix whose mass reaches top_p (the token crossing the threshold stays).
+    drop |= (probs.cumsum(-1) - probs) >= top_p_R[:, None]
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits_R_V).scatter_(-1, order, sorted_logits)
+
+
+def _draw(logits_R_V: torch.Tensor, rows: list[_Row], jobs: list[SampleJob], row_generators: list[torch.Generator]) -> torch.Tensor:
+    params = [jobs[row.job].params for row in rows]
+    temperature_R = torch.tensor([p.temperature for p in params], device=logits_R_V.device)
+    greedy_R = temperature_R == 0
+    scaled = logits_R_V / torch.where(greedy_R, torch.ones_like(temperature_R), temperature_R)[:, None]
+    if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
+        top_k_R = torch.tensor([p.top_k for p in params], device=logits_R_V.device)
+        top_p_R = torch.tensor([p.top_p for p in params], device=logits_R_V.device)
+        scaled = _filter_top_k_top_p(scaled, top_k_R, top_p_R)
+    probs = (scaled - scaled.max(-1, keepdim=True).values).exp()
+    cdf = probs.cumsum(-1)
+    uniform_R = torch.cat([torch.rand(1, generator=g) for g in row_generators]).to(cdf.device)
+    sampled = torch.searchsorted(cdf, (uniform_R * cdf[:, -1])[:, None]).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
+    return torch.where(greedy_R, logits_R_V.argmax(-1), sampled)
+
+
+def _stopped(row: _Row, job: SampleJob, tokenizer) -> str | None:
+    if row.tokens[-1] in job.stop_token_ids:
+        return "stop"
+    if job.stop_strings:
+        longest = max(len(s) for s in job.stop_strings)
+        tail = tokenizer.decode(row.tokens[-(longest + 8) :], skip_special_tokens=False)
+        if any(s in tail for s in job.stop_strings):
+            return "stop"
+    if len(row.tokens) >= job.max_tokens:
+        return "length"
+    return None
+
+
+@torch.no_grad()
+def generate(decoder: FastDecoder | HFDecoder, jobs: list[SampleJob], tokenizer, pad_token_id: int) -> list[SampleResponse]:
+    """Sample every job's completions in one batched decode loop."""
+    device = next(decoder.causal_lm.parameters()).device
+    prompt_len = max(len(job.prompt_tokens) for job in jobs)
+    max_new = max(job.max_tokens for job in jobs)
+    tokens_J_P = torch.full((len(jobs), prompt_len), pad_token_id, dtype=torch.long)
+    valid_J_P = torch.zeros((len(jobs), prompt_len), dtype=torch.bool)
+    for index, job in enumerate(jobs):
+        tokens_J_P[index, prompt_len - len(job.prompt_tokens) :] = torch.tensor(job.prompt_tokens)
+        valid_J_P[index, prompt_len - len(job.prompt_tokens) :] = True
+    positions_J_P = (valid_J_P.long().cumsum(-1) - 1).clamp(min=0)
+    cache = decoder.allocate(len(jobs), prompt_len + max_new)
+    logits_J_V = decoder.forward(tokens_J_P.to(device), positions_J_P.to(device), valid_J_P.to(device), cache)
+
+    rows = [_Row(job=j) for j, job in enumerate(jobs) for _ in range(job.num_samples)]
+    row_generators = [g for job in jobs for g in job.generators]
+    job_of_row = torch.tensor([row.job for row in rows], device=device)
+    cache.keep_rows(job_of_row)
+    logits_R_V = logits_J_V.index_select(0, job_of_row)
+    next_position_R = positions_J_P[:, -1].to(device).index_select(0, job_of_row) + 1
+    live = list(range(len(rows)))  # row index of each cache row
+    finished_since_compaction = 0
+    for _ in range(max_new):
+        tokens_R = _draw(logits_R_V, [rows[i] for i in live], jobs, [row_generators[i] for i in live])
+        logprobs_R = logits_R_V.log_softmax(-1).gather(-1, tokens_R[:, None]).squeeze(-1)
+        keep = []
+        for slot, (row_index, token, logprob) in enumerate(zip(live, tokens_R.tolist(), logprobs_R.tolist())):
+            row = rows[row_index]
+            if row.stop_reason is not None:
+                continue
+            row.tokens.append(token)
+            row.logprobs.append(logprob)
+            row.stop_reason = _stopped(row, jobs[row.job], tokenizer)
+            if row.stop_reason is None:
+                keep.append(slot)
+            else:
+                finished_since_compaction += 1
+        if not keep:
+            break
+        if finished_since_compaction >= max(1, int(_COMPACT_FRACTION * len(live))):
+            keep_slots = torch.tensor(keep, device=device)
+            cache.keep_rows(keep_slots)
+            tokens_R, next_position_R = tokens_R[keep_slots], next_position_R[keep_slots]
+            live = [live[slot] for slot in keep]
+            finished_since_compaction = 0
+        valid_R_1 = torch.ones((len(live), 1), dtype=torch.bool, device=device)
+        logits_R_V = decoder.forward(tokens_R[:, None], next_position_R[:, None], valid_R_1, cache)
+        next_position_R = next_position_R + 1
+
+    responses, cursor = [], 0
+    for job in jobs:
+        sequences = [
+            SampledSequence(stop_reason=row.stop_reason or "length", tokens=row.tokens, logprobs=row.logprobs)
+            for row in rows[cursor : cursor + job.num_samples]
+        ]
+        cursor += job.num_samples
+        responses.append(SampleResponse(sequences=sequences))
+    return responses
