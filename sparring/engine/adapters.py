@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,7 +123,9 @@ class AdapterBank:
 
     def delete(self, name: str) -> None:
         if name in self.adapters:
-            self.peft_model.delete_adapter(name)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*was active which is now deleted.*")
+                self.peft_model.delete_adapter(name)
             del self.adapters[name]
 
     def parameters(self, name: str) -> list[torch.nn.Parameter]:

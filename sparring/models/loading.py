@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
@@ -94,6 +94,29 @@ def converted_cache_dir(spec: ModelSpec) -> Path:
     return sparring_home() / "models" / key
 
 
+def publish_directory_atomically(target: Path, write: Callable[[Path], None]) -> bool:
+    """Fill a fresh temporary directory with ``write`` and rename it to ``target``.
+
+    Readers only ever see a complete ``target``.  If another writer renamed its
+    copy into place first, that copy is kept and this one discarded.  Returns
+    True if this call's copy was published.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        write(staging)
+        try:
+            os.rename(staging, target)
+            return True
+        except OSError:
+            if not target.is_dir():
+                raise
+            return False
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
 def _convert_gguf(spec: ModelSpec, target: Path) -> None:
     """Dequantise the GGUF file and save a plain float32 HF model + tokenizer at ``target``, atomically."""
     started = time.perf_counter()
@@ -109,23 +132,14 @@ def _convert_gguf(spec: ModelSpec, target: Path) -> None:
     plain_model.generation_config = gguf_model.generation_config
     del gguf_model
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    def write(staging: Path) -> None:
         plain_model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         record = {"source": str(spec.path), "source_bytes": spec.path.stat().st_size, "converted_at": time.time()}
         (staging / SOURCE_RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
-        try:
-            os.rename(staging, target)
-        except OSError:
-            if not (target / CONVERTED_WEIGHTS_FILE).is_file():
-                raise
-            # Another process finished the same conversion first; keep its copy.
-            logger.info("another process already converted %s; using its copy", spec.path)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+
+    if not publish_directory_atomically(target, write):
+        logger.info("another process converted %s first; using its copy", spec.path)
     logger.info("converted %s in %.1f s", spec.path.name, time.perf_counter() - started)
 
 

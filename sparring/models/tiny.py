@@ -56,7 +56,7 @@ Step 1: read the task. Step 2: think about it. Step 3: answer clearly and briefl
 """
 
 
-def _train_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+def _train_tokenizer(vocab_size: int, model_max_length: int) -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -70,7 +70,8 @@ def _train_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     )
     backend.train_from_iterator(TRAINING_CORPUS.splitlines(keepends=True), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, eos_token=IM_END, pad_token=ENDOFTEXT, bos_token=None, unk_token=None
+        tokenizer_object=backend, eos_token=IM_END, pad_token=ENDOFTEXT, bos_token=None, unk_token=None,
+        model_max_length=model_max_length,
     )
     tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
     return tokenizer
@@ -91,7 +92,7 @@ def build_tiny_model(
     """Build and save a tiny random Llama chat model (+ tokenizer) at ``path``; deterministic per seed."""
     started = time.perf_counter()
     path = Path(path)
-    tokenizer = _train_tokenizer(vocab_size)
+    tokenizer = _train_tokenizer(vocab_size, max_position_embeddings)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,

@@ -1,0 +1,76 @@
+"""Helpers shared by the benchmarks: the matmul ceiling, model size, prompts, tables.
+
+The matmul ceiling is the FLOP rate of one large fp32 `torch.matmul` with the
+threads torch uses, measured in the same process as the benchmark (the
+machine is shared, so a ceiling from another run would not be comparable).
+Achieved model FLOP rates are reported as a fraction of it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+SHORT_USER_PROMPTS = [
+    "Tell me a fun fact about octopuses.",
+    "What is the capital of France?",
+    "Write a haiku about autumn.",
+    "Explain photosynthesis in one sentence.",
+    "Give me three names for a pet cat.",
+    "How do I boil an egg?",
+    "What is 17 times 23?",
+    "Suggest a title for a mystery novel.",
+    "Why is the sky blue?",
+    "Describe a sunset to someone who cannot see.",
+    "What should I pack for a beach trip?",
+    "Summarise the plot of Cinderella.",
+    "Name a famous physicist and what they discovered.",
+    "How do plants drink water?",
+    "Write a limerick about a cat.",
+    "What is the tallest mountain on Earth?",
+]
+
+
+def matmul_ceiling_gflops(size: int = 2048, repeats: int = 5) -> float:
+    """Best fp32 GFLOP/s of a size x size x size matmul over `repeats` runs."""
+    left_N_N = torch.randn(size, size)
+    right_N_N = torch.randn(size, size)
+    torch.matmul(left_N_N, right_N_N)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.matmul(left_N_N, right_N_N)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def matmul_parameter_count(model: torch.nn.Module) -> int:
+    """Parameters that take part in a matmul per token: all of them, the LM head counted once even when tied to the embeddings."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def chat_prompts(renderer, count: int) -> list[list[int]]:
+    """`count` chat-rendered short user prompts (cycling through SHORT_USER_PROMPTS)."""
+    return [renderer.render([{"role": "user", "content": SHORT_USER_PROMPTS[i % len(SHORT_USER_PROMPTS)]}]) for i in range(count)]
+
+
+def resolve_model_name(name: str, quick: bool) -> str:
+    """The model to benchmark: a tiny random model built in a temporary directory when quick."""
+    if not quick:
+        return name
+    from sparring.models import build_tiny_model
+
+    return str(build_tiny_model(Path(tempfile.mkdtemp(prefix="sparring-bench-")) / "tiny", seed=0))
+
+
+def print_table(headers: list[str], rows: list[list]) -> None:
+    """A plain-text table with right-aligned columns."""
+    cells = [headers] + [[f"{c:.3g}" if isinstance(c, float) and abs(c) < 10 else f"{c:.0f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for index, row in enumerate(cells):
+        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+        if index == 0:
+            print("  ".join("-" * width for width in widths))
