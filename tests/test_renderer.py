@@ -108,6 +108,9 @@ def test_prefill_appends_exactly_its_text(loaded):
     assert prefilled[: len(prompt)] == prompt
     assert renderer.decode(prefilled[len(prompt) :]) == "Sure! The answer is"
     assert renderer.decode(prompt).endswith("<|im_start|>assistant\n")
+    completion = renderer.encode_text(" 4.") + [renderer.im_end_id]
+    reply = renderer.parse_response(completion, prefill="Sure! The answer is")
+    assert reply == {"role": "assistant", "content": "Sure! The answer is 4."}
 
 
 def test_prefill_without_generation_prompt_is_an_error(loaded):

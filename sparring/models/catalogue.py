@@ -88,9 +88,7 @@ def resolve_model(name_or_path: str) -> ModelSpec:
     or an existing ``.gguf`` file.  Anything else raises ``UnknownModelError``.
     """
     if not isinstance(name_or_path, (str, os.PathLike)):
-        raise UnknownModelError(
-            f"model must be a name or a path string, got {type(name_or_path).__name__}"
-        )
+        raise UnknownModelError(f"model must be a name or a path string, got {type(name_or_path).__name__}")
     name_or_path = os.fspath(name_or_path)
     catalogue_entry = KNOWN_MODELS.get(name_or_path.strip().lower())
     if catalogue_entry is not None:

@@ -104,6 +104,7 @@ def publish_directory_atomically(target: Path, write: Callable[[Path], None]) ->
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
+        staging.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary directory
         write(staging)
         try:
             os.rename(staging, target)
@@ -114,6 +115,20 @@ def publish_directory_atomically(target: Path, write: Callable[[Path], None]) ->
             return False
     finally:
         if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_stale_staging_dirs(target: Path, older_than_s: float = 3600.0) -> None:
+    """Delete temporary directories left by conversions that were killed midway (~0.5 GB each)."""
+    if not target.parent.is_dir():
+        return
+    for staging in target.parent.glob(f".{target.name}.tmp-*"):
+        try:
+            age_s = time.time() - staging.stat().st_mtime
+        except FileNotFoundError:  # another process published or removed it meanwhile
+            continue
+        if age_s > older_than_s:
+            logger.info("removing stale partial conversion %s", staging)
             shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -149,6 +164,7 @@ def _hf_model_dir(spec: ModelSpec) -> Path:
         return spec.path
     cache_dir = converted_cache_dir(spec)
     if not cache_dir.exists():
+        _remove_stale_staging_dirs(cache_dir)
         _convert_gguf(spec, cache_dir)
     elif not (cache_dir / CONVERTED_WEIGHTS_FILE).is_file() or not (cache_dir / "config.json").is_file():
         raise RuntimeError(
@@ -186,7 +202,11 @@ def load_base_model(
     if generation_config.eos_token_id is None:
         generation_config.eos_token_id = tokenizer.eos_token_id
     logger.info(
-        "loaded %s (%s, %s) on %s in %.1f s", spec.name, model_dir, torch_dtype, torch_device,
+        "loaded %s (%s, %s) on %s in %.1f s",
+        spec.name,
+        model_dir,
+        torch_dtype,
+        torch_device,
         time.perf_counter() - started,
     )
     return LoadedModel(

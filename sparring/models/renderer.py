@@ -173,12 +173,15 @@ class ChatRenderer(abc.ABC):
         """Text of token ids, special tokens included."""
         return self.tokenizer.decode(list(tokens), skip_special_tokens=False)
 
-    def parse_response(self, completion_tokens: list[int]) -> dict:
-        """The assistant message for sampled completion tokens (end-of-turn stripped, tool calls parsed)."""
+    def parse_response(self, completion_tokens: list[int], *, prefill: str = "") -> dict:
+        """The assistant message for sampled completion tokens (end-of-turn stripped, tool calls parsed).
+
+        Pass the ``prefill`` the prompt was rendered with: it is part of the reply but not of the completion.
+        """
         tokens = list(completion_tokens)
         while tokens and tokens[-1] in self.stop_token_ids:
             tokens.pop()
-        content, tool_calls = parse_tool_calls(self.decode(tokens))
+        content, tool_calls = parse_tool_calls(prefill + self.decode(tokens))
         message: dict = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
@@ -259,7 +262,14 @@ class ChatMLRenderer(ChatRenderer):
         # prompt stays a prefix of the prefilled one.
         return [self.im_start_id, *self.encode_text("assistant\n"), *self.encode_text(prefill or "")]
 
-    def render(self, messages, *, tools=None, add_generation_prompt=True, prefill=None) -> list[int]:
+    def render(
+        self,
+        messages: list[dict],
+        *,
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        prefill: str | None = None,
+    ) -> list[int]:
         self._check_prefill(add_generation_prompt, prefill)
         messages = list(messages)
         for message in messages:
@@ -280,7 +290,14 @@ class ChatMLRenderer(ChatRenderer):
             tokens += self._generation_prompt(prefill)
         return tokens
 
-    def extend(self, prefix_tokens, new_messages, *, add_generation_prompt=True, prefill=None) -> list[int]:
+    def extend(
+        self,
+        prefix_tokens: list[int],
+        new_messages: list[dict],
+        *,
+        add_generation_prompt: bool = True,
+        prefill: str | None = None,
+    ) -> list[int]:
         self._check_prefill(add_generation_prompt, prefill)
         prefix = list(prefix_tokens)
         if not prefix:
@@ -352,10 +369,20 @@ class TemplateRenderer(ChatRenderer):
 
     def _template_text(self, messages: list[dict], tools, add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
-            _template_messages(messages), tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+            _template_messages(messages),
+            tools=tools or None,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
         )
 
-    def render(self, messages, *, tools=None, add_generation_prompt=True, prefill=None) -> list[int]:
+    def render(
+        self,
+        messages: list[dict],
+        *,
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        prefill: str | None = None,
+    ) -> list[int]:
         self._check_prefill(add_generation_prompt, prefill)
         text = self._template_text(list(messages), tools, add_generation_prompt)
         return self.encode_text(text) + self.encode_text(prefill or "")
@@ -374,7 +401,14 @@ class TemplateRenderer(ChatRenderer):
                 return closer[len(last_text) :]
         return closer
 
-    def extend(self, prefix_tokens, new_messages, *, add_generation_prompt=True, prefill=None) -> list[int]:
+    def extend(
+        self,
+        prefix_tokens: list[int],
+        new_messages: list[dict],
+        *,
+        add_generation_prompt: bool = True,
+        prefill: str | None = None,
+    ) -> list[int]:
         self._check_prefill(add_generation_prompt, prefill)
         prefix = list(prefix_tokens)
         if not prefix:

@@ -70,7 +70,11 @@ def _train_tokenizer(vocab_size: int, model_max_length: int) -> PreTrainedTokeni
     )
     backend.train_from_iterator(TRAINING_CORPUS.splitlines(keepends=True), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, eos_token=IM_END, pad_token=ENDOFTEXT, bos_token=None, unk_token=None,
+        tokenizer_object=backend,
+        eos_token=IM_END,
+        pad_token=ENDOFTEXT,
+        bos_token=None,
+        unk_token=None,
         model_max_length=model_max_length,
     )
     tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
@@ -116,9 +120,7 @@ def build_tiny_model(
         # these embeddings give ~3 nats of entropy and no echoing.
         with torch.no_grad():
             model.get_input_embeddings().weight.normal_(0.0, 3.0 / hidden_size**0.5)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
-    )
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
