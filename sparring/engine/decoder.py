@@ -7,7 +7,9 @@ logits, and `cache.keep_rows` to drop finished rows):
   `KVCache`, buffers sized once per generation so a step writes one slot
   instead of concatenating, and the LM head applied to the last position
   only. The layer modules are the model's own, so LoRA layers that peft
-  injected are used as they are.
+  injected are used as they are (or their base layer, when the adapter is
+  merged into it). A decode step builds its mask from the new slot only,
+  rotates queries and keys together and runs RMSNorm as one fused op.
 - `HFDecoder` falls back to the model's own forward and `DynamicCache` for any
   other causal LM: slower, but general.
 
@@ -21,8 +23,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import DynamicCache
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+from transformers.models.llama.modeling_llama import rotate_half
 
 FAST_ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}
 
@@ -74,11 +77,12 @@ class FastDecoder:
     def __init__(self, causal_lm: torch.nn.Module):
         self.causal_lm = causal_lm
         self.backbone = causal_lm.get_decoder()
-        self.lm_head = causal_lm.get_output_embeddings()
+        self.lm_head = _unwrapped(causal_lm.get_output_embeddings())
         config = causal_lm.config
         self.num_layers = config.num_hidden_layers
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.layers = [_LayerParts.of(layer) for layer in self.backbone.layers]
 
     @staticmethod
     def supports(causal_lm: torch.nn.Module) -> bool:
@@ -97,38 +101,104 @@ class FastDecoder:
         """Write tokens_B_T into the next T slots; return float32 logits of the last position [B, V]."""
         batch, steps = tokens_B_T.shape
         start, end = _mark_valid(cache, valid_B_T)
-        device = tokens_B_T.device
         hidden = self.backbone.embed_tokens(tokens_B_T)
-        cos, sin = self.backbone.rotary_emb(hidden, positions_B_T)
-        query_slot_T = start + torch.arange(steps, device=device)
-        slots_S = torch.arange(end, device=device)
-        causal_T_S = slots_S[None, :] <= query_slot_T[:, None]
-        # A padding query attends to itself only, so no softmax row is empty (an empty row gives NaN).
-        self_T_S = slots_S[None, :] == query_slot_T[:, None]
-        mask_B_1_T_S = ((cache.key_valid_B_S[:, None, :end] & causal_T_S) | self_T_S)[:, None]
-        for index, layer in enumerate(self.backbone.layers):
-            attn = layer.self_attn
-            normed = layer.input_layernorm(hidden)
-            q = attn.q_proj(normed).view(batch, steps, -1, self.head_dim)
-            k = attn.k_proj(normed).view(batch, steps, -1, self.head_dim)
-            v = attn.v_proj(normed).view(batch, steps, -1, self.head_dim)
-            if hasattr(attn, "q_norm"):
-                q, k = attn.q_norm(q), attn.k_norm(k)
-            q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
-            cache.keys[index][:, :, start:end] = k
-            cache.values[index][:, :, start:end] = v.transpose(1, 2)
+        cos_B_T_1_D, sin_B_T_1_D = (t.unsqueeze(2) for t in self.backbone.rotary_emb(hidden, positions_B_T))
+        mask_B_1_T_S = _attention_mask(cache.key_valid_B_S, start, end)
+        for parts, keys, values in zip(self.layers, cache.keys, cache.values):
+            normed = _rms_norm(parts.input_norm, hidden)
+            q = parts.q_proj(normed).view(batch, steps, -1, self.head_dim)
+            k = parts.k_proj(normed).view(batch, steps, -1, self.head_dim)
+            v = parts.v_proj(normed).view(batch, steps, -1, self.head_dim)
+            if parts.q_norm is not None:
+                q, k = _rms_norm(parts.q_norm, q), _rms_norm(parts.k_norm, k)
+            # Rotate queries and keys in one go: [B, T, H + H_kv, D].
+            query_heads = q.shape[2]
+            q_and_k = torch.cat((q, k), dim=2)
+            q_and_k = q_and_k * cos_B_T_1_D + rotate_half(q_and_k) * sin_B_T_1_D
+            keys[:, :, start:end] = q_and_k[:, :, query_heads:].transpose(1, 2)
+            values[:, :, start:end] = v.transpose(1, 2)
             out = F.scaled_dot_product_attention(
-                q,
-                cache.keys[index][:, :, :end],
-                cache.values[index][:, :, :end],
+                q_and_k[:, :, :query_heads].transpose(1, 2),
+                keys[:, :, :end],
+                values[:, :, :end],
                 attn_mask=mask_B_1_T_S,
-                scale=attn.scaling,
+                scale=parts.scaling,
                 enable_gqa=True,
             )
-            hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(batch, steps, -1))
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+            hidden = hidden + parts.o_proj(out.transpose(1, 2).reshape(batch, steps, -1))
+            normed = _rms_norm(parts.post_attention_norm, hidden)
+            hidden = hidden + parts.down_proj(parts.act_fn(parts.gate_proj(normed)) * parts.up_proj(normed))
         cache.length = end
-        return self.lm_head(self.backbone.norm(hidden[:, -1])).float()
+        return self.lm_head(_rms_norm(self.backbone.norm, hidden[:, -1])).float()
+
+
+@dataclass
+class _LayerParts:
+    """The modules one decoder layer runs, looked up once per generation (merged LoRA layers unwrapped)."""
+
+    input_norm: torch.nn.Module
+    q_proj: torch.nn.Module
+    k_proj: torch.nn.Module
+    v_proj: torch.nn.Module
+    o_proj: torch.nn.Module
+    q_norm: torch.nn.Module | None
+    k_norm: torch.nn.Module | None
+    scaling: float
+    post_attention_norm: torch.nn.Module
+    gate_proj: torch.nn.Module
+    up_proj: torch.nn.Module
+    down_proj: torch.nn.Module
+    act_fn: torch.nn.Module
+
+    @classmethod
+    def of(cls, layer: torch.nn.Module) -> _LayerParts:
+        attn, mlp = layer.self_attn, layer.mlp
+        return cls(
+            input_norm=layer.input_layernorm,
+            q_proj=_unwrapped(attn.q_proj),
+            k_proj=_unwrapped(attn.k_proj),
+            v_proj=_unwrapped(attn.v_proj),
+            o_proj=_unwrapped(attn.o_proj),
+            q_norm=getattr(attn, "q_norm", None),
+            k_norm=getattr(attn, "k_norm", None),
+            scaling=attn.scaling,
+            post_attention_norm=layer.post_attention_layernorm,
+            gate_proj=_unwrapped(mlp.gate_proj),
+            up_proj=_unwrapped(mlp.up_proj),
+            down_proj=_unwrapped(mlp.down_proj),
+            act_fn=mlp.act_fn,
+        )
+
+
+def _unwrapped(linear: torch.nn.Module) -> torch.nn.Module:
+    """The plain layer under a peft LoRA layer whose forward would only call it (adapters merged, or disabled), else the layer."""
+    if isinstance(linear, BaseTunerLayer) and linear.merged != linear.disable_adapters:
+        return linear.get_base_layer()
+    return linear
+
+
+def _rms_norm(norm: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """The model's RMSNorm as one fused op in float32 (bit-identical there); the module itself otherwise."""
+    if hidden.dtype != torch.float32:
+        return norm(hidden)
+    return F.rms_norm(hidden, norm.weight.shape, norm.weight, norm.variance_epsilon)
+
+
+def _attention_mask(key_valid_B_S: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """[B, 1, T, S] mask for queries in slots start..end-1: real earlier keys, plus the query's own slot.
+
+    A padding query attends to itself only, so no softmax row is empty (an empty row gives NaN).
+    """
+    if end - start == 1:  # one decode step: every earlier slot is causal, so only the own slot is special
+        mask_B_S = key_valid_B_S[:, :end].clone()
+        mask_B_S[:, start] = True
+        return mask_B_S[:, None, None, :]
+    device = key_valid_B_S.device
+    query_slot_T = torch.arange(start, end, device=device)
+    slots_S = torch.arange(end, device=device)
+    causal_T_S = slots_S[None, :] <= query_slot_T[:, None]
+    self_T_S = slots_S[None, :] == query_slot_T[:, None]
+    return ((key_valid_B_S[:, None, :end] & causal_T_S) | self_T_S)[:, None]
 
 
 class HFDecoder:

@@ -13,6 +13,7 @@ share a base model in memory.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import itertools
 import threading
@@ -25,9 +26,10 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..models import LoadedModel, load_base_model
-from ..types import SampleResponse, SamplingParams
+from ..types import Datum, ModelInput, SampleResponse, SamplingParams
 from .adapters import AdapterBank
 from .decoder import make_decoder
+from .learner import prepare_data, run_forward
 from .sampler import SampleJob, generate
 
 
@@ -58,6 +60,13 @@ class EngineConfig(BaseModel):
 class _SampleRequest:
     adapter: str | None
     job: SampleJob
+    future: Future = field(default_factory=Future)
+
+
+@dataclass
+class _ScoreRequest:
+    adapter: str | None
+    tokens: list[int]
     future: Future = field(default_factory=Future)
 
 
@@ -108,6 +117,13 @@ class Engine:
         job = self._make_job(prompt_tokens, num_samples, params)
         return self._put(_SampleRequest(adapter, job))
 
+    def score(self, adapter: str | None, tokens: list[int]) -> Future:
+        """log p(token_i | tokens_<i) for each token (None for the first); batched with other score requests."""
+        bad = [t for t in tokens if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt has token ids out of the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+        return self._put(_ScoreRequest(adapter, list(tokens)))
+
     def _put(self, item) -> Future:
         with self._wakeup:
             self._queue.append(item)
@@ -151,15 +167,17 @@ class Engine:
                 self._wakeup.wait()
             return self._queue.popleft()
 
-    def _take_sampling_batch(self, first: _SampleRequest) -> list[_SampleRequest]:
-        batch, rows = [first], first.job.num_samples
+    def _take_batch(self, first):
+        """`first` plus the requests of its kind queued right behind it (or arriving within the window)."""
+        kind, batch = type(first), [first]
+        rows = _rows(first)
         deadline = time.monotonic() + self.config.batch_window_s
         with self._wakeup:
             while rows < self.config.max_batch_rows:
-                if self._queue and isinstance(self._queue[0], _SampleRequest):
+                if self._queue and isinstance(self._queue[0], kind):
                     request = self._queue.popleft()
                     batch.append(request)
-                    rows += request.job.num_samples
+                    rows += _rows(request)
                     continue
                 remaining = deadline - time.monotonic()
                 if self._queue or remaining <= 0:
@@ -170,24 +188,48 @@ class Engine:
     def _run(self) -> None:
         while True:
             item = self._next()
+            if item is None:
+                return
             if isinstance(item, _Call):
                 _settle(item.future, item.fn)
                 continue
-            batch = self._take_sampling_batch(item)
-            by_adapter: dict[str | None, list[_SampleRequest]] = {}
-            for request in batch:
+            by_adapter: dict[str | None, list] = {}
+            for request in self._take_batch(item):
                 by_adapter.setdefault(request.adapter, []).append(request)
+            run = self._generate if isinstance(item, _SampleRequest) else self._score
             for adapter, requests in by_adapter.items():
                 try:
-                    responses = self._generate(adapter, [r.job for r in requests])
+                    results = run(adapter, requests)
                 except BaseException as error:  # noqa: BLE001 - delivered to every waiting caller
                     for request in requests:
                         request.future.set_exception(error)
                     continue
-                for request, response in zip(requests, responses):
-                    request.future.set_result(response)
+                for request, result in zip(requests, results):
+                    request.future.set_result(result)
 
-    def _generate(self, adapter: str | None, jobs: list[SampleJob]) -> list[SampleResponse]:
+    def close(self) -> None:
+        """Stop the worker once its current operation ends; queued work is cancelled."""
+        with self._wakeup:
+            for item in self._queue:
+                if item is not None:
+                    item.future.cancel()
+            self._queue.clear()
+            self._queue.append(None)
+            self._wakeup.notify()
+        self._worker.join()
+
+    def _score(self, adapter: str | None, requests: list[_ScoreRequest]) -> list[list[float | None]]:
+        scored = [r for r in requests if len(r.tokens) >= 2]
+        logprobs = {}
+        if scored:
+            data = [_scoring_datum(r.tokens) for r in scored]
+            with self.bank.use(adapter):
+                output = run_forward(self.bank.base_model, prepare_data(data, "cross_entropy", self.vocab_size), "cross_entropy", {}, backward=False, token_budget=self.config.learner_token_budget)
+            logprobs = {id(r): out["logprobs"].tolist() for r, out in zip(scored, output.loss_fn_outputs)}
+        return [[None, *logprobs.get(id(r), [])][: len(r.tokens)] for r in requests]
+
+    def _generate(self, adapter: str | None, requests: list[_SampleRequest]) -> list[SampleResponse]:
+        jobs = [request.job for request in requests]
         merge = self.config.merge_lora_for_sampling
         if merge is None:
             merge = self.loaded.dtype == torch.float32
@@ -195,6 +237,14 @@ class Engine:
         with context:
             decoder = make_decoder(self.bank.base_model, self.config.fast_decoder)
             return generate(decoder, jobs, self.tokenizer, self.tokenizer.pad_token_id)
+
+
+def _rows(request) -> int:
+    return request.job.num_samples if isinstance(request, _SampleRequest) else 1
+
+
+def _scoring_datum(tokens: list[int]) -> Datum:
+    return Datum(model_input=ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0]})
 
 
 def _settle(future: Future, fn: Callable[[], Any]) -> None:
@@ -216,3 +266,10 @@ def get_engine(base_model: str, config: EngineConfig | None = None) -> Engine:
         if key not in _ENGINES:
             _ENGINES[key] = Engine(load_base_model(base_model, device=config.device, dtype=config.dtype), config)
         return _ENGINES[key]
+
+
+@atexit.register
+def _close_engines() -> None:
+    # Stop workers before the interpreter tears down torch under a running thread.
+    for engine in _ENGINES.values():
+        engine.close()

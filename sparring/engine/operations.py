@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ..types import AdamParams, Datum, ForwardBackwardOutput, ModelInput, OptimStepResponse
+from ..types import AdamParams, Datum, ForwardBackwardOutput, OptimStepResponse
 from .engine import Engine
 from .learner import prepare_data, run_forward
 from .losses import check_loss_config
@@ -55,17 +55,6 @@ def optim_step(engine: Engine, adapter: str, params: AdamParams) -> OptimStepRes
     optimizer.zero_grad(set_to_none=True)
     engine.optimizer_steps[adapter] += 1
     return OptimStepResponse(metrics={"grad_norm": grad_norm, "step": float(engine.optimizer_steps[adapter])})
-
-
-def compute_logprobs(engine: Engine, adapter: str | None, tokens: list[int]) -> list[float | None]:
-    """log p(token_i | tokens_<i) for every prompt token (None for the first)."""
-    if len(tokens) < 2:
-        return [None] * len(tokens)
-    datum = Datum(model_input=ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0]})
-    prepared = prepare_data([datum], "cross_entropy", engine.vocab_size)
-    with engine.bank.use(adapter):
-        output = run_forward(engine.bank.base_model, prepared, "cross_entropy", {}, backward=False, token_budget=engine.config.learner_token_budget)
-    return [None, *output.loss_fn_outputs[0]["logprobs"].tolist()]
 
 
 def save_for_sampler(engine: Engine, adapter: str, path: Path) -> Path:

@@ -18,12 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 from ..types import SampledSequence, SampleResponse, SamplingParams
 from .decoder import FastDecoder, HFDecoder
 
 # Drop finished rows once this share of the batch has finished (copying the cache has a cost).
 _COMPACT_FRACTION = 0.125
+# Vocabulary entries per block of the two-level CDF inversion.
+_CDF_BLOCK = 256
 
 
 @dataclass
@@ -67,20 +70,76 @@ def _filter_top_k_top_p(logits_R_V: torch.Tensor, top_k_R: torch.Tensor, top_p_R
     return torch.empty_like(logits_R_V).scatter_(-1, order, sorted_logits)
 
 
-def _draw(logits_R_V: torch.Tensor, rows: list[_Row], jobs: list[SampleJob], row_generators: list[torch.Generator]) -> torch.Tensor:
-    params = [jobs[row.job].params for row in rows]
-    temperature_R = torch.tensor([p.temperature for p in params], device=logits_R_V.device)
-    greedy_R = temperature_R == 0
-    scaled = logits_R_V / torch.where(greedy_R, torch.ones_like(temperature_R), temperature_R)[:, None]
-    if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
-        top_k_R = torch.tensor([p.top_k for p in params], device=logits_R_V.device)
-        top_p_R = torch.tensor([p.top_p for p in params], device=logits_R_V.device)
-        scaled = _filter_top_k_top_p(scaled, top_k_R, top_p_R)
-    probs = (scaled - scaled.max(-1, keepdim=True).values).exp()
-    cdf = probs.cumsum(-1)
-    uniform_R = torch.cat([torch.rand(1, generator=g) for g in row_generators]).to(cdf.device)
-    sampled = torch.searchsorted(cdf, (uniform_R * cdf[:, -1])[:, None]).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
-    return torch.where(greedy_R, logits_R_V.argmax(-1), sampled)
+@dataclass
+class _RowSettings:
+    """Each live row's sampling parameters as tensors; None where no row needs that step."""
+
+    temperature_R: torch.Tensor | None
+    """Temperatures (greedy rows count as 1); None when every row samples at temperature 1."""
+    greedy_R: torch.Tensor | None
+    """True for temperature-0 rows; None when there are none."""
+    top_k_R: torch.Tensor | None
+    """top_k per row (-1 for none); None, with top_p_R, when no row filters."""
+    top_p_R: torch.Tensor | None
+    """top_p per row."""
+
+    @classmethod
+    def of(cls, params: list[SamplingParams], device: torch.device) -> _RowSettings:
+        temperatures = [p.temperature or 1.0 for p in params]
+        greedy = [p.temperature == 0 for p in params]
+        filters = any(p.top_k > 0 or p.top_p < 1.0 for p in params)
+        return cls(
+            temperature_R=torch.tensor(temperatures, device=device) if any(t != 1.0 for t in temperatures) else None,
+            greedy_R=torch.tensor(greedy, device=device) if any(greedy) else None,
+            top_k_R=torch.tensor([p.top_k for p in params], device=device) if filters else None,
+            top_p_R=torch.tensor([p.top_p for p in params], device=device) if filters else None,
+        )
+
+
+def _draw(logits_R_V: torch.Tensor, settings: _RowSettings, uniform_R: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row, and its logprob under the model's own distribution (temperature 1, unfiltered)."""
+    scaled_R_V = logits_R_V
+    if settings.temperature_R is not None:
+        scaled_R_V = scaled_R_V / settings.temperature_R[:, None]
+    if settings.top_k_R is not None:
+        scaled_R_V = _filter_top_k_top_p(scaled_R_V, settings.top_k_R, settings.top_p_R)
+    max_R_1 = scaled_R_V.amax(-1, keepdim=True)
+    tokens_R, mass_R = _invert_cdf((scaled_R_V - max_R_1).exp_(), uniform_R)
+    if settings.greedy_R is not None:
+        tokens_R = torch.where(settings.greedy_R, logits_R_V.argmax(-1), tokens_R)
+    if scaled_R_V is logits_R_V:  # sampled from the model's own distribution: its normaliser is known
+        log_normaliser_R = max_R_1.squeeze(-1) + mass_R.log()
+    else:
+        log_normaliser_R = logits_R_V.logsumexp(-1)
+    return tokens_R, logits_R_V.gather(-1, tokens_R[:, None]).squeeze(-1) - log_normaliser_R
+
+
+def _invert_cdf(weights_R_V: torch.Tensor, uniform_R: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw index i with probability weights[i] / sum(weights), and return the sums too.
+
+    Two levels instead of one cumsum over the vocabulary: the CDF of block sums picks a
+    block, the cumsum inside that block picks the token. Only entries with non-zero
+    weight are ever picked.
+    """
+    rows, vocab = weights_R_V.shape
+    blocks = -(-vocab // _CDF_BLOCK)
+    if blocks * _CDF_BLOCK != vocab:
+        weights_R_V = F.pad(weights_R_V, (0, blocks * _CDF_BLOCK - vocab))
+    weights_R_N_K = weights_R_V.view(rows, blocks, _CDF_BLOCK)
+    block_cdf_R_N = weights_R_N_K.sum(-1).cumsum(-1)
+    target_R_1 = uniform_R[:, None] * block_cdf_R_N[:, -1:]
+    block_R_1 = _first_above(block_cdf_R_N, target_R_1)
+    before_R_1 = torch.where(block_R_1 > 0, block_cdf_R_N.gather(-1, (block_R_1 - 1).clamp(min=0)), 0.0)
+    inner_cdf_R_K = weights_R_N_K.gather(1, block_R_1[:, :, None].expand(-1, -1, _CDF_BLOCK)).squeeze(1).cumsum(-1)
+    offset_R_1 = _first_above(inner_cdf_R_K, target_R_1 - before_R_1)
+    return (block_R_1 * _CDF_BLOCK + offset_R_1).squeeze(-1), block_cdf_R_N[:, -1]
+
+
+def _first_above(cdf_R_N: torch.Tensor, target_R_1: torch.Tensor) -> torch.Tensor:
+    """Per row, the first index whose (non-decreasing) CDF exceeds target; where rounding puts target
+    past the end, the first index that reaches the total. Either index adds non-zero weight."""
+    above_R_1 = torch.searchsorted(cdf_R_N, target_R_1, right=True)
+    return torch.minimum(above_R_1, torch.searchsorted(cdf_R_N, cdf_R_N[:, -1:]))
 
 
 def _stopped(row: _Row, job: SampleJob, tokenizer) -> str | None:
@@ -118,15 +177,14 @@ def generate(decoder: FastDecoder | HFDecoder, jobs: list[SampleJob], tokenizer,
     logits_R_V = logits_J_V.index_select(0, job_of_row)
     next_position_R = positions_J_P[:, -1].to(device).index_select(0, job_of_row) + 1
     live = list(range(len(rows)))  # row index of each cache row
+    settings = _RowSettings.of([jobs[row.job].params for row in rows], device)
     finished_since_compaction = 0
     for _ in range(max_new):
-        tokens_R = _draw(logits_R_V, [rows[i] for i in live], jobs, [row_generators[i] for i in live])
-        logprobs_R = logits_R_V.log_softmax(-1).gather(-1, tokens_R[:, None]).squeeze(-1)
+        uniform_R = torch.cat([torch.rand(1, generator=row_generators[i]) for i in live]).to(device)
+        tokens_R, logprobs_R = _draw(logits_R_V, settings, uniform_R)
         keep = []
         for slot, (row_index, token, logprob) in enumerate(zip(live, tokens_R.tolist(), logprobs_R.tolist())):
             row = rows[row_index]
-            if row.stop_reason is not None:
-                continue
             row.tokens.append(token)
             row.logprobs.append(logprob)
             row.stop_reason = _stopped(row, jobs[row.job], tokenizer)
@@ -141,6 +199,7 @@ def generate(decoder: FastDecoder | HFDecoder, jobs: list[SampleJob], tokenizer,
             cache.keep_rows(keep_slots)
             tokens_R, next_position_R = tokens_R[keep_slots], next_position_R[keep_slots]
             live = [live[slot] for slot in keep]
+            settings = _RowSettings.of([jobs[rows[i].job].params for i in live], device)
             finished_since_compaction = 0
         valid_R_1 = torch.ones((len(live), 1), dtype=torch.bool, device=device)
         logits_R_V = decoder.forward(tokens_R[:, None], next_position_R[:, None], valid_R_1, cache)

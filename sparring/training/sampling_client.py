@@ -11,7 +11,6 @@ from __future__ import annotations
 import weakref
 
 from ..engine import Engine
-from ..engine.operations import compute_logprobs
 from ..types import ModelInput, SampleResponse, SamplingParams
 from .futures import APIFuture, ReadyClient, Submitted
 
@@ -46,7 +45,7 @@ class SamplingClient(ReadyClient):
 
     def compute_logprobs(self, prompt: ModelInput) -> APIFuture[list[float | None]]:
         tokens = _tokens(prompt)
-        return APIFuture(self.engine.call(lambda: compute_logprobs(self.engine, self.adapter, tokens)))
+        return APIFuture(self.engine.score(self.adapter, tokens))
 
     def compute_logprobs_async(self, prompt: ModelInput) -> Submitted[list[float | None]]:
         return Submitted(self.compute_logprobs(prompt))
