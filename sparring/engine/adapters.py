@@ -5,8 +5,8 @@ keeps every adapter by name: trainable ones (each with its own optimizer,
 held by the engine) and frozen ones (snapshots of a trainable adapter, or
 adapters loaded from a PEFT directory). Only the LoRA matrices are copied;
 the base weights exist once. `use(name)` activates an adapter (or none, for
-the base model) for the next forward; `merged(name)` folds it into the base
-weights while sampling and restores them afterwards.
+the base model) for the next forward; `inference(name, merge=True)` folds it
+into the base weights for sampling, until `unmerge()` restores them.
 
 Saved adapters are plain PEFT directories (adapter_config.json +
 adapter_model.safetensors), loadable by `peft.PeftModel.from_pretrained` and
@@ -62,6 +62,7 @@ class AdapterBank:
         self.linear_groups = linear_layer_groups(base_model)
         self.peft_model: PeftModel | None = None
         self.adapters: dict[str, AdapterInfo] = {}
+        self.merged_adapter: str | None = None
 
     @property
     def causal_lm(self) -> torch.nn.Module:
@@ -147,17 +148,25 @@ class AdapterBank:
         yield self.peft_model
 
     @contextlib.contextmanager
-    def merged(self, name: str | None):
-        """Like `use`, with the adapter folded into the base weights for speed (restored on exit)."""
+    def inference(self, name: str | None, merge: bool):
+        """Like `use`, for forwards without gradient; with merge, the adapter is folded into the base weights.
+
+        A merge stays in place after the block (consecutive sampling batches for one adapter pay for it once);
+        `unmerge` must run before anything reads gradients of, or changes, LoRA weights.
+        """
+        merge = merge and name is not None and not self._adapts_tied_head(name)
+        if self.merged_adapter not in (None, name if merge else None):
+            self.unmerge()
         with self.use(name) as model:
-            if name is None or self._adapts_tied_head(name):
-                yield model
-                return
-            self.peft_model.base_model.merge_adapter([name])
-            try:
-                yield model
-            finally:
-                self.peft_model.base_model.unmerge_adapter()
+            if merge and self.merged_adapter is None:
+                self.peft_model.base_model.merge_adapter([name])
+                self.merged_adapter = name
+            yield model
+
+    def unmerge(self) -> None:
+        if self.merged_adapter is not None:
+            self.peft_model.base_model.unmerge_adapter()
+            self.merged_adapter = None
 
     def _adapts_tied_head(self, name: str) -> bool:
         # Merging into a head tied to the input embeddings would change the embeddings too.

@@ -104,6 +104,11 @@ class Engine:
     def max_context(self) -> int:
         return int(getattr(self.loaded.model.config, "max_position_embeddings", 4096))
 
+    @property
+    def _merge(self) -> bool:
+        merge = self.config.merge_lora_for_sampling
+        return self.loaded.dtype == torch.float32 if merge is None else merge
+
     def new_name(self, prefix: str) -> str:
         return f"{prefix}-{next(self._names)}"
 
@@ -191,6 +196,8 @@ class Engine:
             if item is None:
                 return
             if isinstance(item, _Call):
+                # Every operation that is not inference may touch LoRA weights: never run it merged.
+                self.bank.unmerge()
                 _settle(item.future, item.fn)
                 continue
             by_adapter: dict[str | None, list] = {}
@@ -223,18 +230,14 @@ class Engine:
         logprobs = {}
         if scored:
             data = [_scoring_datum(r.tokens) for r in scored]
-            with self.bank.use(adapter):
+            with self.bank.inference(adapter, self._merge):
                 output = run_forward(self.bank.base_model, prepare_data(data, "cross_entropy", self.vocab_size), "cross_entropy", {}, backward=False, token_budget=self.config.learner_token_budget)
             logprobs = {id(r): out["logprobs"].tolist() for r, out in zip(scored, output.loss_fn_outputs)}
         return [[None, *logprobs.get(id(r), [])][: len(r.tokens)] for r in requests]
 
     def _generate(self, adapter: str | None, requests: list[_SampleRequest]) -> list[SampleResponse]:
         jobs = [request.job for request in requests]
-        merge = self.config.merge_lora_for_sampling
-        if merge is None:
-            merge = self.loaded.dtype == torch.float32
-        context = self.bank.merged(adapter) if merge else self.bank.use(adapter)
-        with context:
+        with self.bank.inference(adapter, self._merge):
             decoder = make_decoder(self.bank.base_model, self.config.fast_decoder)
             return generate(decoder, jobs, self.tokenizer, self.tokenizer.pad_token_id)
 
