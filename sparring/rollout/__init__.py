@@ -1,0 +1,33 @@
+"""Episodes: chat models, the recorder, timelines and their merging, workflows, the runner."""
+
+from .chat_model import ChatModel, ChatResponse, FrozenChatModel, OpenAIChatModel, PolicyChatModel
+from .recorder import EpisodeRecorder, current_recorder, recording
+from .runner import RunnerSettings, run_episode, run_episodes
+from .timelines import merge_calls, merge_metrics
+from .types import Episode, JudgeOutput, ModelCall, Timeline, WorkflowOutput
+from .workflow import TunerHandle, Workflow, WorkflowSignatureError, as_episode_fn
+
+__all__ = [
+    "ChatModel",
+    "ChatResponse",
+    "Episode",
+    "EpisodeRecorder",
+    "FrozenChatModel",
+    "JudgeOutput",
+    "ModelCall",
+    "OpenAIChatModel",
+    "PolicyChatModel",
+    "RunnerSettings",
+    "Timeline",
+    "TunerHandle",
+    "Workflow",
+    "WorkflowOutput",
+    "WorkflowSignatureError",
+    "as_episode_fn",
+    "current_recorder",
+    "merge_calls",
+    "merge_metrics",
+    "recording",
+    "run_episode",
+    "run_episodes",
+]

@@ -1,0 +1,85 @@
+"""The episode recorder: what every model call of one episode leaves behind.
+
+An `EpisodeRecorder` is installed in a context variable for the duration of
+one episode, so chat models find it without being passed it, and episodes
+running concurrently in one event loop never see each other's calls. It keeps
+trainable calls (`ModelCall`, exact tokens and sampler logprobs), readable
+transcripts of every call (trainable or frozen), and each agent's open
+conversations — the messages it has seen and the exact tokens they were
+rendered and sampled as — so that a later call that continues a conversation
+extends those tokens instead of rendering them again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+
+from .types import ModelCall
+
+_CURRENT: contextvars.ContextVar[EpisodeRecorder | None] = contextvars.ContextVar("sparring_episode_recorder", default=None)
+
+
+@dataclass
+class Conversation:
+    """An agent's conversation so far, as messages and as the exact tokens behind them."""
+
+    messages: list[dict]
+    """Messages including the last assistant reply, normalised for comparison."""
+    tokens: list[int]
+    """Prompt plus sampled completion of the last call."""
+    tools_key: str
+    """The tools the prompt was rendered with (a conversation only continues under the same tools)."""
+
+
+@dataclass
+class EpisodeRecorder:
+    """Everything the model calls of one episode recorded."""
+
+    calls: list[ModelCall] = field(default_factory=list)
+    """Trainable calls in the order they finished."""
+    transcripts: dict[str, list[dict]] = field(default_factory=dict)
+    """Per agent: messages, reply, whether it was trainable, token counts."""
+    roles: dict[str, str] = field(default_factory=dict)
+    """Agent name -> role (target tag), for per-role advantage groups."""
+    conversations: dict[tuple[str, str], list[Conversation]] = field(default_factory=dict)
+    """Per (agent, model): the conversations a new call may continue."""
+
+    def record_call(self, call: ModelCall, conversation: Conversation) -> None:
+        self.calls.append(call)
+        open_ones = self.conversations.setdefault((call.agent, call.model), [])
+        # The continued conversation is replaced by its extension; others stay open.
+        open_ones[:] = [c for c in open_ones if not _is_prefix(c.tokens, call.prompt_tokens)]
+        open_ones.append(conversation)
+
+    def continuation(self, agent: str, model: str, messages: list[dict], tools_key: str) -> tuple[Conversation, list[dict]] | None:
+        """The longest open conversation that `messages` continue, and the messages that are new."""
+        best = None
+        for conversation in self.conversations.get((agent, model), []):
+            seen = conversation.messages
+            if conversation.tools_key == tools_key and len(messages) > len(seen) and messages[: len(seen)] == seen:
+                if best is None or len(seen) > len(best.messages):
+                    best = conversation
+        return None if best is None else (best, messages[len(best.messages) :])
+
+    def add_transcript(self, agent: str, entry: dict) -> None:
+        self.transcripts.setdefault(agent, []).append(entry)
+
+
+def _is_prefix(prefix: list[int], tokens: list[int]) -> bool:
+    return len(prefix) <= len(tokens) and tokens[: len(prefix)] == prefix
+
+
+def current_recorder() -> EpisodeRecorder | None:
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def recording(recorder: EpisodeRecorder):
+    """Install `recorder` for the code (and tasks it creates) inside the block."""
+    token = _CURRENT.set(recorder)
+    try:
+        yield recorder
+    finally:
+        _CURRENT.reset(token)

@@ -1,0 +1,109 @@
+"""The runner: tasks in, finished episodes out.
+
+`run_episodes` starts `group_size` episodes per task, all concurrently under
+a concurrency bound, each with its own recorder and a timeout; because every
+episode's model calls reach the engine at about the same time, they are
+sampled in shared batches. An episode that raises or times out becomes data,
+not a dead run: it gets the penalty reward and an error, and the run goes on.
+Rewards come from the workflow's output (one for all trainable agents, or one
+per agent) or, when it gives none, from the judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from .recorder import EpisodeRecorder, recording
+from .timelines import merge_calls, merge_metrics
+from .types import Episode, JudgeOutput, WorkflowOutput
+from .workflow import EpisodeFn, TunerHandle
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunnerSettings:
+    """How episodes are run."""
+
+    group_size: int = 8
+    """Episodes per task; they share an advantage baseline."""
+    max_concurrency: int = 64
+    """Most episodes running at once."""
+    episode_timeout_s: float = 300.0
+    """An episode running longer is stopped and counted as an error."""
+    error_reward: float = -0.1
+    """Reward given to the agents of an episode that raised or timed out."""
+
+
+async def run_episodes(
+    episode_fn: EpisodeFn,
+    tasks: list[dict],
+    make_tuner: Callable[[], TunerHandle],
+    settings: RunnerSettings,
+    judge: Callable | None = None,
+) -> list[Episode]:
+    """Run every task `group_size` times; episodes come back grouped by task, in task order."""
+    slots = asyncio.Semaphore(settings.max_concurrency)
+
+    async def bounded(task: dict, group: int) -> Episode:
+        async with slots:
+            return await run_episode(episode_fn, task, group, make_tuner(), settings, judge)
+
+    return list(await asyncio.gather(*(bounded(task, group) for group, task in enumerate(tasks) for _ in range(settings.group_size))))
+
+
+async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: TunerHandle, settings: RunnerSettings, judge: Callable | None) -> Episode:
+    recorder = EpisodeRecorder()
+    error, output, rewards, metrics = None, None, {}, {}
+    with recording(recorder):
+        try:
+            output = await asyncio.wait_for(episode_fn(task, tuner), settings.episode_timeout_s)
+            rewards, metrics = await _rewards(output, task, tuner, judge, _trained_agents(recorder))
+        except asyncio.TimeoutError:
+            error = f"timed out after {settings.episode_timeout_s:g}s"
+        except Exception as exc:  # noqa: BLE001 - an episode's failure is data (penalty reward + error metric)
+            error = f"{type(exc).__name__}: {exc}"
+    if error is not None:
+        log.warning("episode of task %s failed: %s", task.get("task_id"), error)
+        rewards = {agent: settings.error_reward for agent in _trained_agents(recorder)}
+    timelines = merge_calls(recorder.calls)
+    return Episode(
+        task=task,
+        group=group,
+        timelines=timelines,
+        rewards=rewards,
+        metrics={**metrics, **merge_metrics(recorder.calls, timelines), "error": float(error is not None)},
+        roles=dict(recorder.roles),
+        error=error,
+        transcripts=recorder.transcripts,
+        num_calls=len(recorder.calls),
+    )
+
+
+def _trained_agents(recorder: EpisodeRecorder) -> list[str]:
+    return sorted({call.agent for call in recorder.calls})
+
+
+async def _rewards(output, task: dict, tuner: TunerHandle, judge: Callable | None, agents: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+    if not isinstance(output, WorkflowOutput):
+        raise TypeError(f"the workflow returned {type(output).__name__}; it must return WorkflowOutput(reward=..., metrics=...)")
+    reward, metrics = output.reward, dict(output.metrics)
+    if reward is None:
+        if judge is None:
+            raise ValueError("the workflow returned reward=None and no judge_func is configured")
+        judged = judge(task, output.response, tuner.auxiliary_models)
+        judged = await judged if inspect.isawaitable(judged) else judged
+        if not isinstance(judged, JudgeOutput):
+            raise TypeError(f"the judge returned {type(judged).__name__}; it must return JudgeOutput(reward=..., metrics=...)")
+        reward = judged.reward
+        metrics.update({f"judge/{k}": v for k, v in judged.metrics.items()})
+    if isinstance(reward, dict):
+        missing = [agent for agent in agents if agent not in reward]
+        if missing:
+            raise ValueError(f"the reward dict {sorted(reward)} has no entry for trainable agents {missing}")
+        return {agent: float(reward[agent]) for agent in agents}, metrics
+    return {agent: float(reward) for agent in agents}, metrics

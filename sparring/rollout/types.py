@@ -1,0 +1,94 @@
+"""The nouns of an episode: what a workflow returns, what a model call records,
+and what an episode leaves for training.
+
+A workflow returns `WorkflowOutput` (or a judge returns `JudgeOutput`); every
+trainable model call inside it becomes a `ModelCall` on the episode's
+recorder; calls are merged into `Timeline`s (one token sequence per agent
+conversation, completions loss-masked in); an `Episode` bundles an agent's
+timelines with the rewards, metrics and error of one run of the workflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class WorkflowOutput:
+    """What one episode of a workflow returns."""
+
+    reward: float | dict[str, float] | None = None
+    """One reward for every trainable agent, a reward per agent name, or None to ask the judge."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Scalars to log (averaged over episodes as `workflow/<name>`)."""
+    response: Any = None
+    """The episode's final answer, handed to the judge."""
+
+
+@dataclass
+class JudgeOutput:
+    """What a judge returns for an episode whose workflow gave no reward."""
+
+    reward: float | dict[str, float]
+    """One reward for every trainable agent, or a reward per agent name."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Scalars to log (as `judge/<name>`)."""
+
+
+@dataclass
+class ModelCall:
+    """One call of a trainable model, as sampled: the exact tokens and the sampler's logprobs."""
+
+    agent: str
+    """Name of the agent that made the call."""
+    model: str
+    """Key of the trainable model (adapter) that sampled it."""
+    prompt_tokens: list[int]
+    """The rendered prompt."""
+    completion_tokens: list[int]
+    """The sampled tokens, as sampled (never re-tokenised)."""
+    logprobs: list[float]
+    """Sampler log-probability of each completion token."""
+
+
+@dataclass
+class Timeline:
+    """One training sequence: merged calls of one agent, completions marked for loss."""
+
+    agent: str
+    """Name of the agent."""
+    model: str
+    """Key of the trainable model that produced the completions."""
+    tokens: list[int]
+    """The full token sequence (prompt, completion, next prompt part, completion, ...)."""
+    loss_mask: list[int]
+    """1 where the token was sampled by the policy (trained on), 0 elsewhere; len == len(tokens)."""
+    logprobs: list[float]
+    """Sampler logprob where loss_mask is 1, 0.0 elsewhere; len == len(tokens)."""
+    num_calls: int = 1
+    """How many model calls were merged into this sequence."""
+
+
+@dataclass
+class Episode:
+    """One finished run of a workflow on a task, ready for advantage estimation."""
+
+    task: dict
+    """The task the workflow ran on (workflow_args merged in)."""
+    group: int
+    """Index of the task within the step: episodes of one group share a baseline."""
+    timelines: list[Timeline]
+    """Every trainable agent's merged sequences."""
+    rewards: dict[str, float]
+    """Reward per trainable agent name (a scalar reward is given to every agent that made calls)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Workflow and judge metrics."""
+    roles: dict[str, str] = field(default_factory=dict)
+    """Agent name -> role (its target_tag); agents of one role share an advantage group."""
+    error: str | None = None
+    """Why the episode failed (exception or timeout); its agents then get the penalty reward."""
+    transcripts: dict[str, list[dict]] = field(default_factory=dict)
+    """Per agent, the messages and replies of every call (trainable and frozen), for logs and debug mode."""
+    num_calls: int = 0
+    """Trainable model calls made (before merging)."""

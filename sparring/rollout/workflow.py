@@ -1,0 +1,133 @@
+"""Workflows and the tuner handle that gives their agents models.
+
+Two ways to write an episode, one runtime:
+
+- function style: `async def workflow(task, model, auxiliary_models) ->
+  WorkflowOutput` (optionally also `logger`); `model` is the trainable
+  policy, `auxiliary_models` the frozen ones by name;
+- class style: `class W(Workflow)` with `trainable_targets` and `async def
+  execute(self, task, tuner)`, where `tuner.chat_model(agent_name,
+  target_tag, debug_model)` routes each agent: a trainable model when its tag
+  is in `trainable_targets` (every tag when that is None), else the
+  `debug_model` — never silently the policy.
+
+`as_episode_fn` turns either into `episode(task, tuner) -> WorkflowOutput`
+and checks its signature before any model loads.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .chat_model import ChatModel, PolicyChatModel
+from .types import WorkflowOutput
+
+FUNCTION_SIGNATURE = "async def workflow(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput"
+CLASS_SIGNATURE = "class MyWorkflow(Workflow): async def execute(self, task: dict, tuner: TunerHandle) -> WorkflowOutput"
+
+
+class WorkflowSignatureError(TypeError):
+    """A workflow does not have a signature sparring can call; the message shows the expected one."""
+
+
+class Workflow:
+    """Base class of class-style workflows."""
+
+    trainable_targets: list[str] | None = None
+    """Tags of the agents that learn; None trains every agent."""
+
+    async def execute(self, task: dict, tuner: TunerHandle) -> WorkflowOutput:
+        raise NotImplementedError("subclasses implement execute(task, tuner)")
+
+
+@dataclass
+class TunerHandle:
+    """What a workflow gets to build its agents: trainable models and frozen auxiliary ones."""
+
+    policies: dict[str, PolicyChatModel]
+    """Trainable models by key ('policy' when one model is trained)."""
+    auxiliary_models: dict[str, ChatModel] = field(default_factory=dict)
+    """Frozen models by the names given in config."""
+    trainable_targets: list[str] | None = None
+    """Tags routed to a trainable model; None means every tag."""
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("sparring.workflow"))
+    """For the workflow's own messages."""
+
+    @property
+    def policy(self) -> PolicyChatModel:
+        return next(iter(self.policies.values()))
+
+    def is_trainable(self, target_tag: str) -> bool:
+        return self.trainable_targets is None or target_tag in self.trainable_targets
+
+    def chat_model(self, agent_name: str, target_tag: str | None = None, debug_model: ChatModel | str | None = None, model: str | None = None) -> ChatModel:
+        """The model for one agent: trainable if its tag is a trainable target, else `debug_model`.
+
+        `model` picks one of several trainable models by key; `debug_model` may be a ChatModel or the name of
+        an auxiliary model.
+        """
+        tag = target_tag or agent_name
+        if self.is_trainable(tag):
+            if model is not None and model not in self.policies:
+                raise KeyError(f"no trainable model {model!r}; trainable models are {sorted(self.policies)}")
+            return (self.policies[model] if model else self.policy).as_agent(agent_name, tag)
+        if debug_model is None:
+            raise ValueError(f"agent {agent_name!r} (tag {tag!r}) is not a trainable target {self.trainable_targets} and has no debug_model to run it")
+        frozen = self.auxiliary_models[debug_model] if isinstance(debug_model, str) else debug_model
+        return frozen.as_agent(agent_name, tag)
+
+    def as_agentscope_model(self, agent_name: str, target_tag: str | None = None, debug_model: ChatModel | str | None = None):
+        """An AgentScope chat model for this agent, routed like `chat_model`."""
+        routed = self.chat_model(agent_name, target_tag, debug_model)
+        try:
+            from ..integrations.agentscope import agentscope_model
+        except ImportError as error:
+            raise ImportError("the AgentScope adapter is not available in this install; use tuner.chat_model(...) or tuner.as_openai_client(...)") from error
+        return agentscope_model(routed)
+
+    def as_openai_client(self, agent_name: str, target_tag: str | None = None, debug_model: ChatModel | str | None = None):
+        """An in-process client with the `openai` SDK's `chat.completions.create` shape, routed like `chat_model`."""
+        from .openai_client import InProcessOpenAI
+
+        return InProcessOpenAI(self.chat_model(agent_name, target_tag, debug_model))
+
+
+EpisodeFn = Callable[[dict, TunerHandle], Any]
+
+
+def as_episode_fn(workflow: Callable | type | Workflow) -> EpisodeFn:
+    """Check a function- or class-style workflow and return `episode(task, tuner)`."""
+    if isinstance(workflow, type) and issubclass(workflow, Workflow):
+        instance = workflow()
+    elif isinstance(workflow, Workflow):
+        instance = workflow
+    else:
+        instance = None
+    if instance is not None:
+        if instance.trainable_targets is not None and len(instance.trainable_targets) == 0:
+            raise WorkflowSignatureError(f"{type(instance).__name__}.trainable_targets is []: nothing would train; use None to train every agent")
+        if not inspect.iscoroutinefunction(instance.execute):
+            raise WorkflowSignatureError(f"{type(instance).__name__}.execute must be async; expected {CLASS_SIGNATURE}")
+
+        async def run_class(task: dict, tuner: TunerHandle):
+            tuner.trainable_targets = instance.trainable_targets
+            return await instance.execute(task, tuner)
+
+        return run_class
+    if not callable(workflow) or not inspect.iscoroutinefunction(workflow):
+        raise WorkflowSignatureError(f"{workflow!r} is not an async function or Workflow subclass; expected {FUNCTION_SIGNATURE}")
+    parameters = inspect.signature(workflow).parameters
+    positional = [p for p in parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    extra_required = [p.name for p in list(parameters.values())[3:] if p.default is p.empty and p.name != "logger"]
+    if len(positional) < 3 or extra_required:
+        raise WorkflowSignatureError(f"{workflow.__name__}{inspect.signature(workflow)} does not match; expected {FUNCTION_SIGNATURE} (optionally with a `logger` parameter)")
+    wants_logger = "logger" in parameters
+
+    async def run_function(task: dict, tuner: TunerHandle):
+        extra = {"logger": tuner.logger} if wants_logger else {}
+        return await workflow(task, tuner.policy, tuner.auxiliary_models, **extra)
+
+    return run_function
