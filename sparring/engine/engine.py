@@ -18,7 +18,7 @@ import collections
 import itertools
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -108,6 +108,10 @@ class Engine:
     def _merge(self) -> bool:
         merge = self.config.merge_lora_for_sampling
         return self.loaded.dtype == torch.float32 if merge is None else merge
+
+    def reseed(self, seed: int) -> None:
+        """Restart the stream that seeds requests without a seed (a resumed run then samples as the original did)."""
+        self._seed_source.manual_seed(seed)
 
     def new_name(self, prefix: str) -> str:
         return f"{prefix}-{next(self._names)}"
@@ -209,10 +213,10 @@ class Engine:
                     results = run(adapter, requests)
                 except BaseException as error:  # noqa: BLE001 - delivered to every waiting caller
                     for request in requests:
-                        request.future.set_exception(error)
+                        _deliver(request.future, error=error)
                     continue
                 for request, result in zip(requests, results):
-                    request.future.set_result(result)
+                    _deliver(request.future, result)
 
     def close(self) -> None:
         """Stop the worker once its current operation ends; queued work is cancelled."""
@@ -252,9 +256,21 @@ def _scoring_datum(tokens: list[int]) -> Datum:
 
 def _settle(future: Future, fn: Callable[[], Any]) -> None:
     try:
-        future.set_result(fn())
+        result = fn()
     except BaseException as error:  # noqa: BLE001 - the caller gets the error through its future
-        future.set_exception(error)
+        _deliver(future, error=error)
+    else:
+        _deliver(future, result)
+
+
+def _deliver(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+    # A caller that gave up (timeout, cancelled task) cancelled its future: drop the result, keep the worker alive.
+    if future.cancelled():
+        return
+    try:
+        future.set_exception(error) if error is not None else future.set_result(result)
+    except InvalidStateError:
+        pass
 
 
 _ENGINES: dict[tuple, Engine] = {}

@@ -7,10 +7,14 @@ position only; rows that finish are dropped from the batch so later steps
 cost less. Every row draws from its own `torch.Generator`, so a seeded
 request gives the same tokens whatever else shares its batch, and sampling
 is an inverse-CDF lookup on one uniform per row (cheaper than
-`torch.multinomial`).
+`torch.multinomial`), in two levels (the CDF of block sums, then a cumsum
+inside one block) so no step runs a cumsum over the whole vocabulary.
 
 Returned logprobs are the model's own (temperature 1, no top-k/top-p), the
-same quantity the learner computes, so importance ratios start at 1.
+same quantity the learner computes, so importance ratios start at 1; at
+temperature 1 they reuse the normaliser the draw already computed instead of
+a log_softmax over the vocabulary. Per-row parameters become tensors once,
+and again only when rows are dropped.
 """
 
 from __future__ import annotations
@@ -139,7 +143,7 @@ def _first_above(cdf_R_N: torch.Tensor, target_R_1: torch.Tensor) -> torch.Tenso
     """Per row, the first index whose (non-decreasing) CDF exceeds target; where rounding puts target
     past the end, the first index that reaches the total. Either index adds non-zero weight."""
     above_R_1 = torch.searchsorted(cdf_R_N, target_R_1, right=True)
-    return torch.minimum(above_R_1, torch.searchsorted(cdf_R_N, cdf_R_N[:, -1:]))
+    return torch.minimum(above_R_1, torch.searchsorted(cdf_R_N, cdf_R_N[:, -1:].contiguous()))
 
 
 def _stopped(row: _Row, job: SampleJob, tokenizer) -> str | None:
@@ -185,6 +189,8 @@ def generate(decoder: FastDecoder | HFDecoder, jobs: list[SampleJob], tokenizer,
         keep = []
         for slot, (row_index, token, logprob) in enumerate(zip(live, tokens_R.tolist(), logprobs_R.tolist())):
             row = rows[row_index]
+            if row.stop_reason is not None:  # finished, but its cache row is not dropped yet
+                continue
             row.tokens.append(token)
             row.logprobs.append(logprob)
             row.stop_reason = _stopped(row, jobs[row.job], tokenizer)

@@ -1,0 +1,148 @@
+"""Advantage estimation: one number per (episode, agent), from the rewards of its group.
+
+An *estimator* is a pure function from the rewards of one group,
+`rewards_G`, to their advantages, `advantages_G`; `ADVANTAGE_ESTIMATORS`
+names them so a config can pick one by string. `compute_advantages` decides
+who shares a baseline: the episodes of one task (`Episode.group`), split by
+role when agents of different roles (a werewolf and a villager) should not
+be compared with each other. Keeping the estimators tiny and the grouping in
+one place makes each easy to read and to test against hand-computed numbers.
+
+The advantage is one scalar per (episode, agent); `assembly.build_datums`
+puts it on every sampled token of every timeline of that agent.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..rollout.types import Episode
+
+Estimator = Callable[..., torch.Tensor]
+"""`estimator(rewards_G, *, normalize_by_std) -> advantages_G`."""
+
+STD_EPSILON = 1e-6
+
+
+def grpo(rewards_G: torch.Tensor, *, normalize_by_std: bool = True) -> torch.Tensor:
+    """Group-relative: (r - mean) / (std + eps), or r - mean without std normalization.
+
+    The std is the population std (no Bessel correction), so a group of one
+    gives 0, not NaN. Meant for single-call agents: one completion, one reward.
+    """
+    centered_G = rewards_G - rewards_G.mean()
+    if not normalize_by_std:
+        return centered_G
+    return centered_G / (rewards_G.std(correction=0) + STD_EPSILON)
+
+
+def multi_step_grpo(rewards_G: torch.Tensor, *, normalize_by_std: bool = True) -> torch.Tensor:
+    """GRPO for multi-turn agents: the same group statistics, one value per episode.
+
+    The numbers are those of `grpo`; the difference is what they mean. The
+    episode's advantage is credited to every call the agent made (every
+    timeline, merged or not): an agent with several timelines in one episode
+    gets the same value on all of them. Naming it separately keeps configs
+    honest about multi-turn credit assignment.
+    """
+    return grpo(rewards_G, normalize_by_std=normalize_by_std)
+
+
+def rloo(rewards_G: torch.Tensor, *, normalize_by_std: bool = True) -> torch.Tensor:
+    """Leave-one-out: r_i minus the mean of the other rewards; a group of one gives 0.
+
+    The baseline excludes the sample itself, so it stays unbiased without
+    std normalization; `normalize_by_std` is accepted for a uniform signature
+    and ignored.
+    """
+    size = rewards_G.numel()
+    if size < 2:
+        return torch.zeros_like(rewards_G)
+    return (rewards_G * size - rewards_G.sum()) / (size - 1)
+
+
+def reinforce(rewards_G: torch.Tensor, *, normalize_by_std: bool = True) -> torch.Tensor:
+    """No baseline: the advantage is the reward (`normalize_by_std` is ignored)."""
+    return rewards_G.clone()
+
+
+ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
+    "grpo": grpo,
+    "multi_step_grpo": multi_step_grpo,
+    "rloo": rloo,
+    "reinforce": reinforce,
+}
+
+
+def get_estimator(name: str) -> Estimator:
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)}")
+    return ADVANTAGE_ESTIMATORS[name]
+
+
+@dataclass
+class AdvantageResult:
+    """The advantages of one training step and what to log about them."""
+
+    advantages: dict[tuple[int, str], float] = field(default_factory=dict)
+    """(episode index, agent name) -> advantage; agents of dropped groups are absent."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """advantage/mean, advantage/std (over kept entries), advantage/groups, advantage/dropped_groups,
+    advantage/zero_variance_fraction."""
+
+
+def compute_advantages(
+    episodes: list[Episode],
+    algorithm: str,
+    *,
+    normalize_by_std: bool = True,
+    per_role: bool = True,
+    drop_zero_variance: bool = True,
+) -> AdvantageResult:
+    """Advantages for every (episode, agent) that has a timeline, baselined within its group.
+
+    A group is the episodes sharing `Episode.group`; with `per_role` it is
+    split by the agent's role (`episode.roles.get(agent, agent)`), so two
+    players of one role in a self-play game share a group while werewolves
+    and villagers do not. Errored episodes take part with the penalty reward
+    the runner gave them. A group whose rewards are all equal carries no
+    learning signal; with `drop_zero_variance` its entries are left out.
+    """
+    estimator = get_estimator(algorithm)
+    groups: dict[tuple, list[tuple[int, str, float]]] = defaultdict(list)
+    for episode_index, episode in enumerate(episodes):
+        for agent in dict.fromkeys(timeline.agent for timeline in episode.timelines):
+            if agent not in episode.rewards:
+                raise ValueError(
+                    f"episode {episode_index} (group {episode.group}): agent {agent!r} has timelines but no reward; "
+                    f"rewards are given for {sorted(episode.rewards)}"
+                )
+            role = episode.roles.get(agent, agent) if per_role else None
+            groups[(episode.group, role)].append((episode_index, agent, float(episode.rewards[agent])))
+
+    advantages: dict[tuple[int, str], float] = {}
+    zero_variance_groups = dropped_groups = 0
+    for members in groups.values():
+        rewards_G = torch.tensor([reward for _, _, reward in members], dtype=torch.float64)
+        zero_variance = bool((rewards_G == rewards_G[0]).all())
+        zero_variance_groups += zero_variance
+        if zero_variance and drop_zero_variance:
+            dropped_groups += 1
+            continue
+        advantages_G = estimator(rewards_G, normalize_by_std=normalize_by_std)
+        for (episode_index, agent, _), advantage in zip(members, advantages_G.tolist()):
+            advantages[(episode_index, agent)] = advantage
+
+    kept_K = torch.tensor(list(advantages.values()), dtype=torch.float64)
+    metrics = {
+        "advantage/mean": kept_K.mean().item() if kept_K.numel() else 0.0,
+        "advantage/std": kept_K.std(correction=0).item() if kept_K.numel() else 0.0,
+        "advantage/groups": float(len(groups)),
+        "advantage/dropped_groups": float(dropped_groups),
+        "advantage/zero_variance_fraction": zero_variance_groups / len(groups) if groups else 0.0,
+    }
+    return AdvantageResult(advantages=advantages, metrics=metrics)

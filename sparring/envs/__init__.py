@@ -1,0 +1,1 @@
+"""Games and scenarios written as plain workflows on the public API."""

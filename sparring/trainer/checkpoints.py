@@ -1,0 +1,62 @@
+"""Run checkpoints: everything needed to continue a run as if it never stopped.
+
+A checkpoint is `run_dir/checkpoints/step_<N>/`: one training-state
+directory per trainable model (adapter + optimizer, via `save_state`) and
+`trainer_state.json` (step, data position, Python/NumPy/torch RNG), written
+last. `latest.json` points at the newest complete checkpoint and is replaced
+atomically, so a run killed mid-save resumes from the previous one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .dataset import TaskStream
+
+
+def save_checkpoint(run_dir: Path, step: int, models, stream: TaskStream) -> Path:
+    directory = run_dir / "checkpoints" / f"step_{step:06d}"
+    directory.mkdir(parents=True, exist_ok=True)
+    futures = {key: client.save_state(f"run-step-{step:06d}") for key, client in models.clients.items()}
+    model_paths = {key: future.result().path for key, future in futures.items()}
+    torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}, directory / "rng.pt")
+    state = {"step": step, "models": model_paths, "data": stream.state_dict()}
+    _write_atomically(directory / "trainer_state.json", json.dumps(state, indent=2))
+    _write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
+    return directory
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    pointer = Path(run_dir) / "checkpoints" / "latest.json"
+    if not pointer.exists():
+        if not (Path(run_dir) / "config.yaml").exists():
+            raise FileNotFoundError(f"{run_dir} is not a sparring run directory (no config.yaml)")
+        return None
+    return Path(json.loads(pointer.read_text())["path"])
+
+
+def restore_checkpoint(directory: Path, models, stream: TaskStream) -> int:
+    state = json.loads((directory / "trainer_state.json").read_text())
+    unknown = set(state["models"]) ^ set(models.clients)
+    if unknown:
+        raise ValueError(f"checkpoint {directory} holds models {sorted(state['models'])}, the config trains {sorted(models.clients)}")
+    for future in [models.clients[key].load_state(path) for key, path in state["models"].items()]:
+        future.result()
+    stream.load_state_dict(state["data"])
+    rng = torch.load(directory / "rng.pt", weights_only=False)
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    return int(state["step"])
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)

@@ -1,0 +1,458 @@
+"""The configuration of a training job, as validated objects and as YAML.
+
+One `TuneConfig` describes a whole run -- the workflow to execute, the models
+(trainable, several trainable, frozen auxiliaries), the RL algorithm, the
+datasets, logging -- and is exactly what a job YAML file holds, so `tune(...)`,
+the `Job` object and `sparring train config.yaml` all meet here. Its parts
+(`DatasetConfig`, `TunerModelConfig`, `AlgorithmConfig`) take their names
+from the AgentScope tuner so code written for it reads the same.
+
+Every config validates on construction. A bad value raises `ConfigError`
+whose message names the dotted field path (and the file, when loading one),
+e.g. ``job.yaml: algorithm.group_size: Input should be greater than or equal
+to 1 (got 0)``. `apply_overrides` implements ``--set section.field=value``
+against the schema, so a typo is reported with the keys that would have
+worked. `import_object` resolves the ``module:attr`` strings that name a
+workflow or judge in YAML.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import os
+import re
+import sys
+import types
+from pathlib import Path
+from typing import Annotated, Any, Literal, Sequence, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from ..engine.losses import check_loss_config
+from ..types import AdamParams
+
+DEFAULT_MODEL_NAME = "policy"
+_MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NUMBER_PATTERN = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+class ConfigError(ValueError):
+    """A configuration value, file or override is invalid; the message names the field path."""
+
+
+class _RaisesConfigError(type(BaseModel)):
+    """Turns a failed `SomeConfig(...)` call into ConfigError naming the field path.
+
+    Wrapping the call (not `__init__`) leaves nested validation untouched:
+    pydantic validates nested configs without calling the class, so their
+    errors keep their full location.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except ValidationError as err:
+            raise ConfigError(describe_validation_error(err, cls)) from None
+
+
+class _Config(BaseModel, metaclass=_RaisesConfigError):
+    """Base of all configs: unknown keys are errors and validation errors name the field path."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), use_attribute_docstrings=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str | None = None):
+        """Validate a plain dict (from YAML or JSON); `source` (a file name) prefixes every error."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise ConfigError(describe_validation_error(err, cls, source)) from None
+
+
+class DatasetConfig(_Config):
+    """Where tasks come from and how they are iterated."""
+
+    path: str | None = None
+    """A .jsonl/.json/.csv/.parquet file, a directory saved by `datasets.save_to_disk`, or a directory of such files."""
+    name: str | None = None
+    """Subset (config) name: selects the subdirectory of that name inside a dataset directory, as on the HF hub."""
+    split: str = "train"
+    """Which split to read: a DatasetDict split, a JSON top-level key, or the files whose names contain it."""
+    tasks: list[dict[str, Any]] | None = None
+    """The tasks as an in-memory list, instead of `path`; exactly one of the two is given."""
+    total_epochs: int = Field(default=1, ge=1)
+    """Passes over the tasks when `total_steps` is not set."""
+    total_steps: int | None = Field(default=None, ge=1)
+    """Exact number of training steps; when set it replaces `total_epochs` (epochs repeat as needed)."""
+    shuffle: bool = True
+    """Shuffle the task order every epoch (deterministically, from `seed` and the epoch number)."""
+    seed: int = 0
+    """Seed of the per-epoch shuffle and of the eval hold-out split."""
+    eval_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Fraction of the tasks held out for evaluation when no eval dataset is configured."""
+    workflow_args: dict[str, Any] = Field(default_factory=dict)
+    """Extra arguments for the workflow, merged into every task's `workflow_args` (task values win)."""
+    limit: int | None = Field(default=None, ge=1)
+    """Use only the first `limit` tasks (before shuffling): quick experiments on a large file."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetConfig:
+        if (self.path is None) == (self.tasks is None):
+            raise ValueError("give exactly one of `path` (a file or directory) or `tasks` (a list of dicts)")
+        return self
+
+
+class TunerModelConfig(_Config):
+    """One model: a local base model (+ LoRA adapter) or a frozen OpenAI-compatible endpoint."""
+
+    model_path: str = "smollm2-135m-instruct"
+    """Catalogue name, HF model directory or .gguf file; for a remote endpoint, the model name it serves."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    """Longest prompt + completion in tokens; None means the model's own context length."""
+    temperature: float = Field(default=1.0, ge=0.0)
+    """Sampling temperature used by the agents; 0 means greedy."""
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    """Nucleus sampling mass."""
+    top_k: int = Field(default=-1, ge=-1)
+    """Keep only the k most likely tokens; -1 for no limit."""
+    max_tokens: int = Field(default=128, ge=1)
+    """Most new tokens per model call."""
+    lora_rank: int = Field(default=16, ge=1)
+    """Rank of the LoRA adapter that is trained."""
+    device: str = "cpu"
+    """torch device that runs the model ('cpu', 'cuda', 'cuda:1')."""
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """Weights dtype; None means float32 on CPU and bfloat16 on CUDA."""
+    base_url: str | None = None
+    """URL of a frozen OpenAI-compatible endpoint; when set the model is remote and never trained."""
+    api_key: str | None = None
+    """API key for `base_url`."""
+    trainable: bool = True
+    """Whether this model learns; lets `models` mix trainable and frozen entries (auxiliary models are always frozen)."""
+    adapter_path: str | None = None
+    """A saved PEFT adapter to start training from (or to serve, when frozen)."""
+
+    @property
+    def is_remote(self) -> bool:
+        return self.base_url is not None
+
+    def sampling_params(self) -> dict[str, Any]:
+        """The sampling settings, as keyword arguments for `sparring.types.SamplingParams`."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "max_tokens": self.max_tokens}
+
+
+class AlgorithmConfig(_Config):
+    """The RL algorithm: advantage estimation, loss, optimizer and rollout budget."""
+
+    algorithm_type: Literal["grpo", "multi_step_grpo", "rloo", "reinforce"] = "multi_step_grpo"
+    """Advantage estimator; multi_step_grpo credits every turn of an episode with its group-relative advantage."""
+    learning_rate: float = Field(default=1e-4, ge=0.0)
+    """AdamW step size for the LoRA weights."""
+    group_size: int = Field(default=8, ge=1)
+    """Episodes run per task; advantages compare episodes within a group."""
+    batch_size: int = Field(default=4, ge=1)
+    """Tasks per training step."""
+    loss_fn: Literal["ppo", "importance_sampling", "cispo"] = "ppo"
+    """Policy-gradient loss, as the Tinker API names it."""
+    loss_fn_config: dict[str, float] = Field(default_factory=dict)
+    """Loss settings, e.g. clip_low_threshold / clip_high_threshold for ppo and cispo."""
+    kl_coef: float = Field(default=0.0, ge=0.0)
+    """Weight of a KL penalty towards the base model; 0 disables it (and its extra forward pass)."""
+    adam_beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
+    """AdamW first-moment decay."""
+    adam_beta2: float = Field(default=0.95, ge=0.0, lt=1.0)
+    """AdamW second-moment decay."""
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    """AdamW decoupled weight decay."""
+    grad_clip_norm: float = Field(default=1.0, ge=0.0)
+    """Clip the global gradient norm to this value; 0 disables clipping."""
+    normalize_advantages_by_std: bool = True
+    """Divide group-relative advantages by the group's reward std (GRPO); off gives Dr. GRPO-style advantages."""
+    drop_zero_variance_groups: bool = True
+    """Skip groups whose episodes all got the same reward: they carry no learning signal."""
+    per_role_advantages: bool = True
+    """Compute advantages separately per agent role when agents receive different rewards."""
+    save_interval_steps: int = Field(default=0, ge=0)
+    """Write a checkpoint every N steps; 0 writes one only at the end."""
+    eval_interval_steps: int = Field(default=0, ge=0)
+    """Evaluate on held-out tasks every N steps; 0 disables periodic evaluation."""
+    eval_tasks: int | None = Field(default=None, ge=1)
+    """Evaluate on at most this many held-out tasks; None uses them all."""
+    max_concurrency: int = Field(default=64, ge=1)
+    """Most episodes running at once."""
+    episode_timeout_s: float = Field(default=300.0, gt=0.0)
+    """Seconds before an episode is cancelled and scored as an error."""
+    error_reward: float = -0.1
+    """Reward given to an episode that crashed or timed out, so a bad output is discouraged but the run goes on."""
+    seed: int = 0
+    """Seed for sampling and any other randomness of the run."""
+
+    @field_validator("loss_fn_config")
+    @classmethod
+    def _known_loss_settings(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        if "loss_fn" in info.data:  # absent when loss_fn itself failed validation
+            check_loss_config(info.data["loss_fn"], value)
+        return value
+
+    def adam_params(self) -> AdamParams:
+        """The optimizer settings as the `optim_step` argument."""
+        return AdamParams(
+            learning_rate=self.learning_rate,
+            beta1=self.adam_beta1,
+            beta2=self.adam_beta2,
+            weight_decay=self.weight_decay,
+            grad_clip_norm=self.grad_clip_norm,
+        )
+
+
+class LoggingConfig(_Config):
+    """Where metrics and rollouts go."""
+
+    tensorboard: bool = True
+    """Write TensorBoard event files under the run directory."""
+    wandb_project: str | None = None
+    """Log to this Weights & Biases project; None disables wandb."""
+    console: bool = True
+    """Print a progress line per step."""
+    save_rollouts: bool = True
+    """Dump every episode's tokens, masks, logprobs and advantages for inspection."""
+
+
+class TuneConfig(_Config):
+    """A whole training job; what a job YAML file holds."""
+
+    workflow: str | None = None
+    """Import path ('package.module:attr' or 'path/to/file.py:attr') of the workflow function or Workflow class."""
+    judge: str | None = None
+    """Import path of the judge function that scores episodes; None when the workflow returns rewards."""
+    model: TunerModelConfig = Field(default_factory=TunerModelConfig)
+    """The trainable model, when only one model learns."""
+    models: dict[str, TunerModelConfig] | None = None
+    """Several models keyed by name (e.g. two debaters); when given it replaces `model`."""
+    auxiliary_models: dict[str, TunerModelConfig] = Field(default_factory=dict)
+    """Frozen models by name, handed to the workflow for the agents that do not learn."""
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    """The RL algorithm and its hyperparameters."""
+    train_dataset: DatasetConfig | None = None
+    """The training tasks."""
+    eval_dataset: DatasetConfig | None = None
+    """Held-out tasks for evaluation; None holds out `train_dataset.eval_fraction` instead."""
+    run_dir: str | None = None
+    """Directory for checkpoints, metrics and rollouts; None means runs/<timestamp>."""
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    """Metric and rollout logging."""
+
+    @model_validator(mode="after")
+    def _consistent_parts(self) -> TuneConfig:
+        if self.eval_dataset is not None and self.train_dataset is not None and self.train_dataset.eval_fraction > 0:
+            raise ValueError("train_dataset.eval_fraction: an eval_dataset is given, so no training tasks are held out; set it to 0")
+        if self.models is not None:
+            if not self.models:
+                raise ValueError("models: give at least one model, or leave `models` out and use `model`")
+            if not any(config.trainable for config in self.models.values()):
+                raise ValueError("models: no model has trainable=true; nothing would be trained")
+            shared = sorted(set(self.models) & set(self.auxiliary_models))
+            if shared:
+                raise ValueError(f"models and auxiliary_models share the names {shared}; each model needs one name")
+        prefix = "models" if self.models is not None else None
+        for name, config in self.trainable_models().items():
+            path = f"{prefix}.{name}" if prefix else "model"
+            if prefix and not _MODEL_NAME_PATTERN.match(name):
+                raise ValueError(f"{path}: a model name may use letters, digits, '_', '-' and '.' only")
+            if config.is_remote:
+                raise ValueError(f"{path}.base_url: a remote endpoint cannot be trained; list it in auxiliary_models")
+        return self
+
+    def trainable_models(self) -> dict[str, TunerModelConfig]:
+        """The models that learn, by name; a lone `model` is named DEFAULT_MODEL_NAME."""
+        if self.models is None:
+            return {DEFAULT_MODEL_NAME: self.model}
+        return {name: config for name, config in self.models.items() if config.trainable}
+
+
+def describe_validation_error(err: ValidationError, root: type[BaseModel], source: str | None = None) -> str:
+    """One line per problem, each starting with the dotted field path (and `source`, a file name)."""
+    lines = []
+    for error in err.errors():
+        location = ".".join(str(part) for part in error["loc"])
+        message = error["msg"]
+        if error["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
+        elif error["type"] == "extra_forbidden":
+            message = f"unknown field; valid fields here: {_valid_keys_at(root, error['loc'][:-1])}"
+        elif error["type"] != "missing":
+            message = f"{message} (got {_short_repr(error['input'])})"
+        line = f"{location}: {message}" if location else message
+        lines.append(f"{source}: {line}" if source else line)
+    return "\n".join(lines)
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap_optional(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        members = [member for member in get_args(annotation) if member is not type(None)]
+        return _unwrap_optional(members[0]) if len(members) == 1 else annotation
+    return annotation
+
+
+def _is_config_class(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _child_annotation(annotation: Any, key: str, path: Sequence[str]) -> Any:
+    """The declared type of `key` inside a value of type `annotation`, or ConfigError naming `path`."""
+    annotation = _unwrap_optional(annotation)
+    dotted = ".".join(path)
+    if _is_config_class(annotation):
+        if key not in annotation.model_fields:
+            parent = ".".join(path[:-1]) or "the top level"
+            raise ConfigError(f"{dotted}: unknown field; valid fields at {parent}: {', '.join(annotation.model_fields)}")
+        return annotation.model_fields[key].annotation
+    if annotation is dict or annotation is Any:
+        return Any
+    if get_origin(annotation) is dict:
+        return get_args(annotation)[1]
+    raise ConfigError(f"{dotted}: {'.'.join(path[:-1])} holds a single value, not fields")
+
+
+def _valid_keys_at(root: type[BaseModel], location: Sequence[Any]) -> str:
+    annotation: Any = root
+    for depth, key in enumerate(location):
+        annotation = _child_annotation(annotation, str(key), [str(part) for part in location[: depth + 1]])
+    annotation = _unwrap_optional(annotation)
+    return ", ".join(annotation.model_fields) if _is_config_class(annotation) else "any"
+
+
+def _parse_override_value(text: str) -> Any:
+    value = yaml.safe_load(text) if text.strip() else None
+    # YAML 1.1 reads "3e-5" (no dot) as a string; a command line means the number.
+    if isinstance(value, str) and _NUMBER_PATTERN.match(value):
+        return float(value)
+    return value
+
+
+def apply_overrides(config_dict: dict[str, Any], overrides: Sequence[str], root: type[BaseModel] = TuneConfig) -> dict[str, Any]:
+    """Apply ``dotted.path=value`` overrides to a copy of a config dict, checking each path against `root`.
+
+    Values are parsed as YAML (numbers, booleans, lists, ``null``). Missing
+    intermediate sections are created, so ``algorithm.learning_rate=3e-5``
+    works on a file that has no ``algorithm`` section.
+    """
+    result = copy.deepcopy(config_dict)
+    for override in overrides:
+        dotted, separator, raw_value = override.partition("=")
+        keys = [key.strip() for key in dotted.split(".")]
+        if not separator or not all(keys):
+            raise ConfigError(f"override {override!r} must look like section.field=value")
+        annotation: Any = root
+        node = result
+        for depth, key in enumerate(keys):
+            path = keys[: depth + 1]
+            annotation = _child_annotation(annotation, key, path)
+            if depth == len(keys) - 1:
+                node[key] = _parse_override_value(raw_value)
+                break
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"{'.'.join(path)}: holds {_short_repr(child)}, not a section with fields")
+            node = child
+    return result
+
+
+def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> TuneConfig:
+    """Read a job YAML file, apply ``--set`` style overrides and validate it; errors name the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {err}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of config sections, not {type(data).__name__}")
+    try:
+        data = apply_overrides(data, overrides)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    return TuneConfig.from_dict(data, source=str(path))
+
+
+def dump_config(config: TuneConfig, path: str | os.PathLike[str]) -> Path:
+    """Write `config` as YAML (every field, defaults included, for manual editing); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def import_object(import_path: str) -> Any:
+    """Resolve 'package.module:attr', 'package.module.attr' or 'path/to/file.py:attr' to the object.
+
+    `attr` may be dotted (a class attribute). The current directory is tried
+    as a last resort for modules, as `python -m` would find them.
+    """
+    module_part, separator, attr_part = import_path.rpartition(":")
+    if not separator:
+        module_part, _, attr_part = import_path.rpartition(".")
+    if not module_part or not attr_part:
+        raise ConfigError(f"cannot import {import_path!r}: write it as 'package.module:name' or 'path/to/file.py:name'")
+    module = _import_file(module_part) if module_part.endswith(".py") else _import_module(module_part, import_path)
+    target: Any = module
+    for depth, name in enumerate(attr_part.split(".")):
+        try:
+            target = getattr(target, name)
+        except AttributeError:
+            owner = ".".join([module_part, *attr_part.split(".")[:depth]])
+            raise ConfigError(f"cannot import {import_path!r}: {owner} has no attribute {name!r}") from None
+    return target
+
+
+def _import_module(module_name: str, import_path: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing_is_target = err.name is not None and (module_name == err.name or module_name.startswith(err.name + "."))
+        if not missing_is_target:
+            raise ConfigError(f"cannot import {import_path!r}: importing {module_name} failed: {err}") from err
+        if os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
+            return _import_module(module_name, import_path)
+        raise ConfigError(f"cannot import {import_path!r}: no module named {err.name!r} (searched sys.path and the current directory)") from None
+    except Exception as err:
+        raise ConfigError(f"cannot import {import_path!r}: importing {module_name} failed: {type(err).__name__}: {err}") from err
+
+
+def _import_file(file_name: str) -> types.ModuleType:
+    path = Path(file_name).resolve()
+    if not path.is_file():
+        raise ConfigError(f"cannot import from {file_name!r}: no such file")
+    module_name = f"_sparring_user_{re.sub(r'[^0-9A-Za-z_]', '_', str(path))}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[module_name]
+        raise ConfigError(f"cannot import from {file_name!r}: running the file failed: {type(err).__name__}: {err}") from err
+    return module

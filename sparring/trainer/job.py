@@ -1,0 +1,156 @@
+"""The job object: a training run assembled in Python, saved as YAML, and run.
+
+Shaped after AgentJet's job (``Job(model=..., algorithm=...)``,
+``.set_workflow(...)``, ``.set_data(...)``, YAML dump/load, ``.tune()``),
+a `Job` is a `TuneConfig` plus the in-process workflow and judge objects.
+The YAML that `dump_yaml` writes is the file ``sparring train`` reads, so a
+job sketched in a notebook can be edited by hand and launched from the
+command line, and the other way round.
+
+YAML names a workflow by import path, so only importable workflows
+(functions or classes at the top level of a module or script) can be saved.
+A lambda or a function defined inside another function still trains through
+`tune()` in the same process; `dump_yaml` refuses it with an explanation.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .config import (
+    AlgorithmConfig,
+    ConfigError,
+    DatasetConfig,
+    LoggingConfig,
+    TuneConfig,
+    TunerModelConfig,
+    dump_config,
+    import_object,
+    load_config_file,
+)
+
+DatasetSpec = DatasetConfig | dict[str, Any] | list[dict[str, Any]] | str | os.PathLike[str]
+"""A dataset as `set_data` takes it: a config, its fields, the tasks themselves, or a path."""
+
+
+def importable_path(obj: Any) -> str | None:
+    """'module:qualname' (or 'script.py:qualname' for a script's own objects) when importing it gives back `obj`."""
+    module_name = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module_name or not qualname or "<" in qualname:  # <lambda>, <locals>
+        return None
+    module = sys.modules.get(module_name)
+    target: Any = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    if target is not obj:
+        return None
+    if module_name != "__main__":
+        return f"{module_name}:{qualname}"
+    script = getattr(module, "__file__", None)  # None in an interactive session
+    return f"{Path(script).resolve()}:{qualname}" if script else None
+
+
+def _dataset_config(spec: DatasetSpec | None) -> DatasetConfig | dict[str, Any] | None:
+    if spec is None or isinstance(spec, (DatasetConfig, dict)):
+        return spec
+    if isinstance(spec, list):
+        return {"tasks": spec}
+    if isinstance(spec, (str, os.PathLike)):
+        return {"path": os.fspath(spec)}
+    raise ConfigError(f"a dataset must be a DatasetConfig, a dict of its fields, a list of tasks or a path, not {type(spec).__name__}")
+
+
+class Job:
+    """A training job: its `config` (a TuneConfig) and the workflow and judge it runs."""
+
+    def __init__(
+        self,
+        *,
+        model: TunerModelConfig | dict[str, Any] | str | None = None,
+        models: dict[str, TunerModelConfig | dict[str, Any]] | None = None,
+        auxiliary_models: dict[str, TunerModelConfig | dict[str, Any]] | None = None,
+        algorithm: AlgorithmConfig | dict[str, Any] | str | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
+        logging: LoggingConfig | dict[str, Any] | None = None,
+    ) -> None:
+        """Build the config; a string `model` is a model path and a string `algorithm` an algorithm type."""
+        fields: dict[str, Any] = {
+            "model": {"model_path": model} if isinstance(model, str) else model,
+            "models": models,
+            "auxiliary_models": auxiliary_models,
+            "algorithm": {"algorithm_type": algorithm} if isinstance(algorithm, str) else algorithm,
+            "run_dir": os.fspath(run_dir) if run_dir is not None else None,
+            "logging": logging,
+        }
+        self.config = TuneConfig(**{name: value for name, value in fields.items() if value is not None})
+        self._workflow: Callable[..., Any] | type | None = None
+        self._judge: Callable[..., Any] | None = None
+
+    @classmethod
+    def from_config(cls, config: TuneConfig) -> Job:
+        job = cls()
+        job.config = config
+        return job
+
+    @classmethod
+    def load_yaml(cls, path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Job:
+        """A job from a YAML file (with optional ``section.field=value`` overrides); the workflow is imported when it runs."""
+        return cls.from_config(load_config_file(path, overrides))
+
+    @property
+    def workflow(self) -> Callable[..., Any] | type | None:
+        """The workflow object given to `set_workflow`; None for a loaded job (the config names it)."""
+        return self._workflow
+
+    @property
+    def judge(self) -> Callable[..., Any] | None:
+        return self._judge
+
+    def _replace(self, **fields: Any) -> None:
+        self.config = TuneConfig(**{**dict(self.config), **fields})
+
+    def set_workflow(self, workflow: Callable[..., Any] | type | str, judge: Callable[..., Any] | str | None = None) -> Job:
+        """Set the workflow (function, Workflow class or import path) and the judge (or None)."""
+        workflow_object, workflow_path = self._resolve(workflow)
+        judge_object, judge_path = self._resolve(judge) if judge is not None else (None, None)
+        self._replace(workflow=workflow_path, judge=judge_path)
+        self._workflow, self._judge = workflow_object, judge_object
+        return self
+
+    @staticmethod
+    def _resolve(target: Callable[..., Any] | type | str) -> tuple[Any, str | None]:
+        if isinstance(target, str):
+            return import_object(target), target
+        if not callable(target):
+            raise ConfigError(f"expected a function, a class or an import path, got {type(target).__name__}")
+        return target, importable_path(target)
+
+    def set_data(self, train: DatasetSpec | None = None, eval: DatasetSpec | None = None) -> Job:
+        """Set the training and eval datasets; with no `eval`, `train.eval_fraction` of the tasks is held out."""
+        self._replace(train_dataset=_dataset_config(train), eval_dataset=_dataset_config(eval))
+        return self
+
+    def dump_yaml(self, path: str | os.PathLike[str]) -> Job:
+        """Write the job as YAML for `load_yaml` or ``sparring train``; the workflow and judge must be importable."""
+        for role, obj, import_path in (("workflow", self._workflow, self.config.workflow), ("judge", self._judge, self.config.judge)):
+            if obj is not None and import_path is None:
+                name = getattr(obj, "__qualname__", repr(obj))
+                raise ConfigError(
+                    f"cannot save the job: the {role} {name!r} is not importable (a lambda, a function defined inside "
+                    "another function, or one typed into an interactive session); define it at the top level of a "
+                    "module or script to save the job as YAML, or call tune() in this process"
+                )
+        dump_config(self.config, path)
+        return self
+
+    def tune(self, resume: str | None = None) -> Any:
+        """Run the training loop in this process and return its RunResult; `resume` is a checkpoint to continue from."""
+        if self._workflow is None and self.config.workflow is None:
+            raise ConfigError("no workflow to train: call set_workflow(...) first")
+        from .loop import run_training
+
+        return run_training(self.config, workflow=self._workflow, judge=self._judge, resume=resume)

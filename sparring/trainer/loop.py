@@ -1,0 +1,174 @@
+"""The RL loop behind `tune()`: tasks -> episodes -> advantages -> LoRA updates.
+
+`run_training` checks the workflow before any model loads, builds the
+trainable models (one LoRA adapter each on a shared base model) and the
+frozen auxiliary ones, then repeats: take a batch of tasks, run `group_size`
+episodes per task concurrently (every call batched on the engine), turn
+rewards into advantages per group and role, assemble datums per trainable
+model, `forward_backward` + `optim_step` each, log metrics and rollouts.
+Episodes sample from the live adapters, so each step sees the weights of the
+step before. Every `eval_interval_steps` the held-out tasks are evaluated;
+every `save_interval_steps`, at the end and on Ctrl-C, a checkpoint is
+written (see `checkpoints.py`) from which `resume` continues exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, compute_advantages
+from ..logging import MetricsLogger, RolloutWriter, TrainingProgress, mean_metrics
+from ..rollout import Episode, RunnerSettings, as_episode_fn, run_episodes
+from ..types import ModelInput
+from .checkpoints import latest_checkpoint, restore_checkpoint, save_checkpoint
+from .config import TuneConfig, dump_config, import_object
+from .dataset import TaskStream, load_tasks, split_eval
+from .models import TrainingModels, build_models
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    """What a finished (or interrupted) run leaves."""
+
+    run_dir: Path
+    """Where config, metrics, rollouts and checkpoints were written."""
+    steps: int
+    """Optimizer steps taken in total."""
+    history: list[dict] = field(default_factory=list)
+    """Metrics of every step of this process's run."""
+    evaluations: list[dict] = field(default_factory=list)
+    """Evaluation metrics, with their 'step'."""
+    sampler_paths: dict[str, str] = field(default_factory=dict)
+    """Final PEFT adapter directory per trainable model."""
+    interrupted: bool = False
+    """True when Ctrl-C stopped the run (a checkpoint was saved)."""
+
+
+def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
+    """Train; blocks until done. From async code, `await run_training_async(...)`."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_training_async(config, workflow, judge, resume))
+    raise RuntimeError("run_training was called inside a running event loop; use `await run_training_async(...)`")
+
+
+async def run_training_async(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
+    workflow = workflow if workflow is not None else _required_import(config.workflow, "workflow")
+    judge = judge if judge is not None else (import_object(config.judge) if config.judge else None)
+    episode_fn = as_episode_fn(workflow)  # a bad signature fails here, before any model loads
+    run_dir = Path(resume) if resume else Path(config.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        dump_config(config, run_dir / "config.yaml")
+    train_tasks, eval_tasks = _datasets(config)
+    algorithm = config.algorithm
+    stream = TaskStream(train_tasks, batch_size=algorithm.batch_size, total_epochs=config.train_dataset.total_epochs, total_steps=config.train_dataset.total_steps, shuffle=config.train_dataset.shuffle, seed=config.train_dataset.seed)
+    models = build_models(config, run_dir)
+    start_step = 0
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        start_step = restore_checkpoint(checkpoint, models, stream)
+        log.info("resumed %s at step %d", run_dir, start_step)
+    settings = RunnerSettings(algorithm.group_size, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward)
+    result = RunResult(run_dir=run_dir, steps=start_step)
+    total_steps = stream.num_steps
+    with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
+        rollouts = RolloutWriter(run_dir) if config.logging.save_rollouts else None
+        step = start_step
+        try:
+            for step in range(start_step, total_steps):
+                if algorithm.eval_interval_steps and step % algorithm.eval_interval_steps == 0 and eval_tasks:
+                    result.evaluations.append({"step": step, **await evaluate(episode_fn, eval_tasks, models, settings, judge, algorithm.eval_tasks)})
+                    logger.log(step, result.evaluations[-1])
+                models.reseed(config.algorithm.seed, step)
+                metrics = await train_step(episode_fn, stream.next_batch(), models, settings, judge, config, rollouts, step)
+                result.history.append(metrics)
+                logger.log(step + 1, metrics)
+                progress.update(step + 1, metrics)
+                result.steps = step + 1
+                if algorithm.save_interval_steps and (step + 1) % algorithm.save_interval_steps == 0:
+                    save_checkpoint(run_dir, step + 1, models, stream)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            result.interrupted = True
+            log.warning("interrupted: saving a checkpoint at step %d", result.steps)
+        if eval_tasks and algorithm.eval_interval_steps and not result.interrupted:
+            result.evaluations.append({"step": result.steps, **await evaluate(episode_fn, eval_tasks, models, settings, judge, algorithm.eval_tasks)})
+            logger.log(result.steps, result.evaluations[-1])
+    save_checkpoint(run_dir, result.steps, models, stream)
+    result.sampler_paths = models.save_for_sampler("final")
+    return result
+
+
+async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int) -> dict[str, float]:
+    algorithm = config.algorithm
+    started = time.perf_counter()
+    episodes = await run_episodes(episode_fn, tasks, models.make_tuner, settings, judge)
+    rollout_time = time.perf_counter() - started
+    advantages = compute_advantages(
+        episodes,
+        algorithm.algorithm_type,
+        normalize_by_std=algorithm.normalize_advantages_by_std,
+        per_role=algorithm.per_role_advantages,
+        drop_zero_variance=algorithm.drop_zero_variance_groups,
+    )
+    datums = build_datums(episodes, advantages.advantages)
+    metrics = {**episode_metrics(episodes), **advantages.metrics, **assembly_metrics(episodes, datums)}
+    if algorithm.kl_coef > 0:
+        sampled_masks = build_sampled_masks(episodes, advantages.advantages)
+        for name, data in datums.items():
+            base = await asyncio.gather(*(models.base_sampler.compute_logprobs(ModelInput.from_ints(d.model_input.to_ints() + d.loss_fn_inputs["target_tokens"].tolist()[-1:])) for d in data))
+            datums[name], kl_metrics = apply_kl_penalty(data, [scores[1:] for scores in base], sampled_masks[name], algorithm.kl_coef)
+            metrics.update({f"{k}/{name}" if len(datums) > 1 else k: v for k, v in kl_metrics.items()})
+    train_started = time.perf_counter()
+    metrics.update(await models.update(datums, algorithm))
+    metrics["time/rollout"] = rollout_time
+    metrics["time/train"] = time.perf_counter() - train_started
+    metrics["time/step"] = time.perf_counter() - started
+    if rollouts is not None:
+        rollouts.write(step, episodes, advantages.advantages, models.tokenizer)
+    return metrics
+
+
+async def evaluate(episode_fn, tasks: list[dict], models: TrainingModels, settings: RunnerSettings, judge, limit: int | None = None) -> dict[str, float]:
+    """One episode per held-out task, no training: mean reward, error rate and workflow metrics under eval/."""
+    chosen = tasks[:limit] if limit else tasks
+    eval_settings = RunnerSettings(1, settings.max_concurrency, settings.episode_timeout_s, settings.error_reward)
+    episodes = await run_episodes(episode_fn, chosen, models.make_tuner, eval_settings, judge)
+    return {f"eval/{key}": value for key, value in episode_metrics(episodes).items()}
+
+
+def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Reward (overall, per agent, per role), errors and the workflows' own metrics, averaged over episodes."""
+    rewards = [r for e in episodes for r in e.rewards.values()]
+    metrics = {"reward/mean": sum(rewards) / len(rewards) if rewards else 0.0, "episodes": float(len(episodes))}
+    if rewards:
+        mean = metrics["reward/mean"]
+        metrics["reward/std"] = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    per_agent = [{f"agent/{agent}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
+    per_role = [{f"role/{e.roles.get(agent, agent)}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
+    merged = mean_metrics([{("" if "/" in k else "workflow/") + k: v for k, v in e.metrics.items()} for e in episodes])
+    return {**metrics, **mean_metrics(per_agent), **mean_metrics(per_role), **merged}
+
+
+def _datasets(config: TuneConfig) -> tuple[list[dict], list[dict]]:
+    if config.train_dataset is None:
+        raise ValueError("train_dataset is not set: give DatasetConfig(path=...) or a list of tasks")
+    train = load_tasks(config.train_dataset)
+    if config.eval_dataset is not None:
+        return train, load_tasks(config.eval_dataset)
+    if config.train_dataset.eval_fraction > 0:
+        return split_eval(train, config.train_dataset.eval_fraction, config.train_dataset.seed)
+    return train, []
+
+
+def _required_import(path: str | None, what: str):
+    if not path:
+        raise ValueError(f"no {what} given: pass it to tune() or set `{what}: module:attr` in the config")
+    return import_object(path)
