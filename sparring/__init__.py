@@ -3,10 +3,17 @@
 from . import types
 from .engine import EngineConfig
 from .rollout import ChatModel, ChatResponse, JudgeOutput, TunerHandle, Workflow, WorkflowOutput
+from .trainer import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, TunerModelConfig, tune
 from .training import APIFuture, SamplingClient, ServiceClient, TrainingClient
 
 __all__ = [
     "APIFuture",
+    "AlgorithmConfig",
+    "DatasetConfig",
+    "Job",
+    "LoggingConfig",
+    "TunerModelConfig",
+    "tune",
     "ChatModel",
     "ChatResponse",
     "EngineConfig",

@@ -5,6 +5,7 @@ import asyncio
 import pytest
 
 from sparring import ServiceClient
+from sparring.algorithms import assembly_metrics, build_datums
 from sparring.rollout import (
     FrozenChatModel,
     PolicyChatModel,
@@ -57,8 +58,9 @@ def test_a_four_turn_agent_is_one_timeline_with_four_completions(models):
     policy_turns = [t for t in episode.transcripts["policy"] if t["trainable"]]
     assert sum(t["completion_tokens"] for t in policy_turns) == sum(timeline.loss_mask)
     assert [t["trainable"] for t in episode.transcripts["helper"]] == [False] * 4  # frozen: transcribed only
-    assert episode.metrics["timeline/merge_rate"] == pytest.approx(0.75)
-    assert episode.metrics["tokens/saved_by_merging"] > 0
+    merged = assembly_metrics([episode], build_datums([episode], {(0, "policy"): 1.0}))
+    assert merged["timeline/merge_rate"] == pytest.approx(0.75)
+    assert merged["tokens/saved_by_merging"] > 0
     assert episode.rewards == {"policy": 1.0}
 
 

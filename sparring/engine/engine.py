@@ -46,8 +46,10 @@ class EngineConfig(BaseModel):
     """Most padded tokens per forward/backward micro-batch."""
     default_max_tokens: int = Field(default=256, ge=1)
     """max_tokens for sampling requests that give none."""
-    batch_window_s: float = Field(default=0.005, ge=0.0)
-    """How long the worker waits for more sampling requests to join a batch."""
+    batch_window_s: float = Field(default=0.01, ge=0.0)
+    """How long the worker waits for one more request to join a batch (restarted on each arrival)."""
+    max_batch_wait_s: float = Field(default=0.1, ge=0.0)
+    """Longest a batch waits for requests to join it."""
     max_batch_rows: int = Field(default=64, ge=1)
     """Most sequences decoded together in one batch."""
     merge_lora_for_sampling: bool | None = None
@@ -177,16 +179,22 @@ class Engine:
             return self._queue.popleft()
 
     def _take_batch(self, first):
-        """`first` plus the requests of its kind queued right behind it (or arriving within the window)."""
+        """`first` plus the requests of its kind queued behind it, waiting while more keep arriving.
+
+        Concurrent episodes submit their next calls a few milliseconds apart (each renders its prompt first), so
+        the wait restarts on every arrival (`batch_window_s`), up to `max_batch_wait_s` in all.
+        """
         kind, batch = type(first), [first]
         rows = _rows(first)
-        deadline = time.monotonic() + self.config.batch_window_s
+        started = time.monotonic()
+        deadline = started + self.config.batch_window_s
         with self._wakeup:
             while rows < self.config.max_batch_rows:
                 if self._queue and isinstance(self._queue[0], kind):
                     request = self._queue.popleft()
                     batch.append(request)
                     rows += _rows(request)
+                    deadline = min(time.monotonic() + self.config.batch_window_s, started + self.config.max_batch_wait_s)
                     continue
                 remaining = deadline - time.monotonic()
                 if self._queue or remaining <= 0:

@@ -3,7 +3,7 @@
 from .chat_model import ChatModel, ChatResponse, FrozenChatModel, OpenAIChatModel, PolicyChatModel
 from .recorder import EpisodeRecorder, current_recorder, recording
 from .runner import RunnerSettings, run_episode, run_episodes
-from .timelines import merge_calls, merge_metrics
+from .timelines import merge_calls
 from .types import Episode, JudgeOutput, ModelCall, Timeline, WorkflowOutput
 from .workflow import TunerHandle, Workflow, WorkflowSignatureError, as_episode_fn
 
@@ -26,7 +26,6 @@ __all__ = [
     "as_episode_fn",
     "current_recorder",
     "merge_calls",
-    "merge_metrics",
     "recording",
     "run_episode",
     "run_episodes",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .recorder import EpisodeRecorder, recording
-from .timelines import merge_calls, merge_metrics
+from .timelines import merge_calls
 from .types import Episode, JudgeOutput, WorkflowOutput
 from .workflow import EpisodeFn, TunerHandle
 
@@ -76,7 +76,7 @@ async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: Tune
         group=group,
         timelines=timelines,
         rewards=rewards,
-        metrics={**metrics, **merge_metrics(recorder.calls, timelines), "error": float(error is not None)},
+        metrics={**metrics, "error": float(error is not None)},
         roles=dict(recorder.roles),
         error=error,
         transcripts=recorder.transcripts,

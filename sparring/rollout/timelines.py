@@ -47,17 +47,3 @@ def _longest_continued(timelines: list[Timeline], call: ModelCall) -> Timeline |
             if best is None or length > len(best.tokens):
                 best = timeline
     return best
-
-
-def merge_metrics(calls: list[ModelCall], timelines: list[Timeline]) -> dict[str, float]:
-    """How much merging saved: calls vs sequences, and tokens a one-sequence-per-call assembly would process."""
-    per_call_tokens = sum(len(c.prompt_tokens) + len(c.completion_tokens) for c in calls)
-    merged_tokens = sum(len(t.tokens) for t in timelines)
-    return {
-        "timeline/calls": float(len(calls)),
-        "timeline/sequences": float(len(timelines)),
-        "timeline/merge_rate": 1.0 - len(timelines) / len(calls) if calls else 0.0,
-        "tokens/per_call_equivalent": float(per_call_tokens),
-        "tokens/merged": float(merged_tokens),
-        "tokens/saved_by_merging": float(per_call_tokens - merged_tokens),
-    }

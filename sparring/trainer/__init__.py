@@ -14,6 +14,8 @@ from .config import (
 )
 from .dataset import DatasetError, TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
 from .job import Job
+from .loop import RunResult, run_training, run_training_async
+from .tune import tune
 
 __all__ = [
     "AlgorithmConfig",
@@ -21,6 +23,7 @@ __all__ = [
     "DatasetConfig",
     "DatasetError",
     "Job",
+    "RunResult",
     "LoggingConfig",
     "TaskStream",
     "TuneConfig",
@@ -31,5 +34,8 @@ __all__ = [
     "load_config_file",
     "load_tasks",
     "load_train_and_eval_tasks",
+    "run_training",
+    "run_training_async",
     "split_eval",
+    "tune",
 ]

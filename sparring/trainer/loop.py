@@ -26,7 +26,7 @@ from ..rollout import Episode, RunnerSettings, as_episode_fn, run_episodes
 from ..types import ModelInput
 from .checkpoints import latest_checkpoint, restore_checkpoint, save_checkpoint
 from .config import TuneConfig, dump_config, import_object
-from .dataset import TaskStream, load_tasks, split_eval
+from .dataset import TaskStream, load_train_and_eval_tasks
 from .models import TrainingModels, build_models
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,11 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         dump_config(config, run_dir / "config.yaml")
-    train_tasks, eval_tasks = _datasets(config)
+    if config.train_dataset is None:
+        raise ValueError("train_dataset is not set: give DatasetConfig(path=...) or a list of tasks")
+    train_tasks, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     algorithm = config.algorithm
-    stream = TaskStream(train_tasks, batch_size=algorithm.batch_size, total_epochs=config.train_dataset.total_epochs, total_steps=config.train_dataset.total_steps, shuffle=config.train_dataset.shuffle, seed=config.train_dataset.seed)
+    stream = TaskStream.from_config(config.train_dataset, algorithm.batch_size, tasks=train_tasks)
     models = build_models(config, run_dir)
     start_step = 0
     checkpoint = latest_checkpoint(run_dir) if resume else None
@@ -88,7 +90,7 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
                     result.evaluations.append({"step": step, **await evaluate(episode_fn, eval_tasks, models, settings, judge, algorithm.eval_tasks)})
                     logger.log(step, result.evaluations[-1])
                 models.reseed(config.algorithm.seed, step)
-                metrics = await train_step(episode_fn, stream.next_batch(), models, settings, judge, config, rollouts, step)
+                metrics = await train_step(episode_fn, next(stream), models, settings, judge, config, rollouts, step)
                 result.history.append(metrics)
                 logger.log(step + 1, metrics)
                 progress.update(step + 1, metrics)
@@ -155,17 +157,6 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     per_role = [{f"role/{e.roles.get(agent, agent)}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
     merged = mean_metrics([{("" if "/" in k else "workflow/") + k: v for k, v in e.metrics.items()} for e in episodes])
     return {**metrics, **mean_metrics(per_agent), **mean_metrics(per_role), **merged}
-
-
-def _datasets(config: TuneConfig) -> tuple[list[dict], list[dict]]:
-    if config.train_dataset is None:
-        raise ValueError("train_dataset is not set: give DatasetConfig(path=...) or a list of tasks")
-    train = load_tasks(config.train_dataset)
-    if config.eval_dataset is not None:
-        return train, load_tasks(config.eval_dataset)
-    if config.train_dataset.eval_fraction > 0:
-        return split_eval(train, config.train_dataset.eval_fraction, config.train_dataset.seed)
-    return train, []
 
 
 def _required_import(path: str | None, what: str):

@@ -64,7 +64,7 @@ class TrainingModels:
 
 
 def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
-    trainable = config.models or {"policy": config.model}
+    trainable = config.trainable_models()
     services: dict[tuple, ServiceClient] = {}
 
     def service_for(model: TunerModelConfig) -> ServiceClient:

@@ -1,0 +1,44 @@
+"""`tune()`: the AgentScope-shaped entry point, one call from workflow to trained adapter.
+
+It takes the reference tuner's arguments (workflow_func, judge_func,
+train_dataset, eval_dataset, model, auxiliary_models, algorithm) plus
+sparring's `models` (several trainable models at once), `run_dir`, `logging`
+and `resume`, builds the same `TuneConfig` that `sparring train config.yaml`
+reads, and runs the loop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
+from .job import Job
+from .loop import RunResult
+
+
+def tune(
+    workflow_func: Callable | type | None = None,
+    judge_func: Callable | None = None,
+    train_dataset: DatasetConfig | list[dict] | str | None = None,
+    model: TunerModelConfig | None = None,
+    auxiliary_models: dict[str, TunerModelConfig] | None = None,
+    algorithm: AlgorithmConfig | None = None,
+    eval_dataset: DatasetConfig | list[dict] | str | None = None,
+    *,
+    models: dict[str, TunerModelConfig] | None = None,
+    run_dir: str | Path | None = None,
+    logging: LoggingConfig | None = None,
+    resume: str | Path | None = None,
+) -> RunResult:
+    """Train the agents of `workflow_func` (a function- or class-style workflow); returns the run's result."""
+    job = Job(
+        model=model or TunerModelConfig(),
+        models=models,
+        auxiliary_models=auxiliary_models or {},
+        algorithm=algorithm or AlgorithmConfig(),
+        run_dir=str(run_dir) if run_dir is not None else None,
+        logging=logging or LoggingConfig(),
+    )
+    job.set_workflow(workflow_func, judge=judge_func).set_data(train=train_dataset, eval=eval_dataset)
+    return job.tune(resume=resume)
