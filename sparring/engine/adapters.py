@@ -144,7 +144,9 @@ class AdapterBank:
                     yield self.peft_model
             return
         self._check(name)
-        self.peft_model.base_model.set_adapter(name, inference_mode=not self.adapters[name].trainable)
+        # peft's set_adapter unmerges a merged model: skip it when this adapter is the merged one.
+        if self.merged_adapter != name:
+            self.peft_model.base_model.set_adapter(name, inference_mode=not self.adapters[name].trainable)
         yield self.peft_model
 
     @contextlib.contextmanager

@@ -80,12 +80,17 @@ def read_state(path: Path) -> dict:
 
 
 def load_state(engine: Engine, adapter: str, path: Path, with_optimizer: bool) -> dict:
+    """Load a training checkpoint (adapter, and optimizer when asked), or the weights of a bare PEFT adapter dir."""
     path = Path(path)
-    state = read_state(path)
+    if not (path / "state.json").exists() and (path / "adapter_config.json").exists():
+        state, weights = {"rank": json.loads((path / "adapter_config.json").read_text())["r"], "optimizer_steps": 0}, path
+        with_optimizer = False
+    else:
+        state, weights = read_state(path), path / "adapter"
     rank = engine.bank.adapters[adapter].rank
     if state["rank"] != rank:
-        raise ValueError(f"checkpoint {path} has LoRA rank {state['rank']}, this client has rank {rank}")
-    engine.bank.load_weights_into(adapter, path / "adapter")
+        raise ValueError(f"{path} holds a LoRA of rank {state['rank']}, this client has rank {rank}")
+    engine.bank.load_weights_into(adapter, weights)
     engine.optimizers.pop(adapter, None)
     engine.optimizer_steps[adapter] = 0
     if with_optimizer:

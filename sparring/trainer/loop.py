@@ -146,6 +146,33 @@ async def evaluate(episode_fn, tasks: list[dict], models: TrainingModels, settin
     return {f"eval/{key}": value for key, value in episode_metrics(episodes).items()}
 
 
+async def run_debug_episodes(config: TuneConfig, workflow=None, judge=None, num_tasks: int = 2, split: str = "train") -> list[Episode]:
+    """Run `num_tasks` episodes (one per task) with no training: what `sparring run` shows."""
+    workflow = workflow if workflow is not None else _required_import(config.workflow, "workflow")
+    judge = judge if judge is not None else (import_object(config.judge) if config.judge else None)
+    episode_fn = as_episode_fn(workflow)
+    train_tasks, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
+    tasks = (eval_tasks if split == "eval" else train_tasks)[:num_tasks]
+    run_dir = Path(config.run_dir or "runs/debug")
+    models = build_models(config, run_dir)
+    algorithm = config.algorithm
+    settings = RunnerSettings(1, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward)
+    return await run_episodes(episode_fn, tasks, models.make_tuner, settings, judge)
+
+
+async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: int | None = None) -> dict[str, float]:
+    """Evaluate the configured models (e.g. `model.adapter_path` set to a trained adapter) on the eval tasks."""
+    workflow = workflow if workflow is not None else _required_import(config.workflow, "workflow")
+    judge = judge if judge is not None else (import_object(config.judge) if config.judge else None)
+    _, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
+    if not eval_tasks:
+        raise ValueError("no eval tasks: set eval_dataset or train_dataset.eval_fraction")
+    algorithm = config.algorithm
+    settings = RunnerSettings(1, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward)
+    models = build_models(config, Path(config.run_dir or "runs/eval"))
+    return await evaluate(as_episode_fn(workflow), eval_tasks, models, settings, judge, limit)
+
+
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     """Reward (overall, per agent, per role), errors and the workflows' own metrics, averaged over episodes."""
     rewards = [r for e in episodes for r in e.rewards.values()]

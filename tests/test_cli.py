@@ -1,0 +1,53 @@
+"""The `sparring` command line on the tiny model: debug run, train with overrides, eval, bad input."""
+
+import yaml
+from typer.testing import CliRunner
+
+from sparring.cli import app
+from sparring.logging import read_metrics
+
+runner = CliRunner()
+
+
+def write_config(tmp_path, tiny_model_dir, **algorithm):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(f'{{"secret": {n}}}\n' for n in (3, 9, 12, 5)))
+    config = {
+        "workflow": "sparring.envs.guess_number:guess_number",
+        "run_dir": str(tmp_path / "run"),
+        "model": {"model_path": str(tiny_model_dir), "max_tokens": 4, "lora_rank": 4},
+        "algorithm": {"group_size": 2, "batch_size": 2, "learning_rate": 1e-3, **algorithm},
+        "train_dataset": {"path": str(tasks), "total_steps": 1, "workflow_args": {"max_turns": 2}},
+        "eval_dataset": {"path": str(tasks), "workflow_args": {"max_turns": 2}},
+        "logging": {"tensorboard": False, "console": False},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_run_prints_transcripts_without_training(tmp_path, tiny_model_dir):
+    result = runner.invoke(app, ["run", str(write_config(tmp_path, tiny_model_dir)), "--tasks", "2"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("policy") >= 2 and "reward" in result.output
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_train_with_overrides_then_eval_the_adapter(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path, tiny_model_dir)
+    result = runner.invoke(app, ["train", str(config), "--set", "train_dataset.total_steps=2", "--set", "algorithm.eval_interval_steps=2"])
+    assert result.exit_code == 0, result.output
+    assert [m["step"] for m in read_metrics(tmp_path / "run") if "reward/mean" in m] == [1, 2]
+    assert "Held-out evaluation" in result.output and "success" in result.output
+    adapter = next(line.split(": ", 1)[1] for line in result.output.splitlines() if line.strip().startswith("policy:"))
+    evaluated = runner.invoke(app, ["eval", str(config), "--adapter", adapter.strip(), "--tasks", "2"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "reward" in evaluated.output and "invalid_rate" in evaluated.output
+
+
+def test_bad_overrides_and_fields_name_the_path(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path, tiny_model_dir)
+    result = runner.invoke(app, ["train", str(config), "--set", "algorithm.gruop_size=4"])
+    assert result.exit_code == 2 and "algorithm.gruop_size" in result.output
+    result = runner.invoke(app, ["train", str(config), "--set", "algorithm.group_size=0"])
+    assert result.exit_code == 2 and "algorithm.group_size" in result.output
