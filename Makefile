@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/two_debaters.py
+	$(VENV)/bin/sparring train examples/guess_number.yaml
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -22,6 +22,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/training.py
+	$(PY) benchmarks/timelines.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

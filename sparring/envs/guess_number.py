@@ -20,10 +20,8 @@ import re
 
 from sparring import ChatModel, WorkflowOutput
 
-RULES = (
-    "Let's play guess the number. I picked a whole number from {low} to {high}. "
-    "Each turn, reply with one number only. I will say if it is too high or too low."
-)
+SYSTEM = "You are playing a guessing game. Reply with one number only."
+RULES = "I picked a whole number from {low} to {high}. Guess it. I will say if your guess is too high or too low."
 _NUMBER = re.compile(r"-?\d+")
 
 
@@ -67,7 +65,7 @@ async def guess_number(task: dict, model: ChatModel, auxiliary_models: dict[str,
     low, high = int(args.get("low", 1)), int(args.get("high", 16))
     max_turns = int(args.get("max_turns", 5))
     secret = int(task["secret"]) if "secret" in task else random.Random(task.get("seed", 0)).randint(low, high)
-    history = [{"role": "user", "content": RULES.format(low=low, high=high)}]
+    history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": RULES.format(low=low, high=high)}]
     guesses: list[int | None] = []
     while len(guesses) < max_turns:
         reply = await model(history)

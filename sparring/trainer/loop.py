@@ -15,6 +15,7 @@ written (see `checkpoints.py`) from which `resume` continues exactly.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -60,9 +61,7 @@ def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Pa
 
 
 async def run_training_async(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
-    workflow = workflow if workflow is not None else _required_import(config.workflow, "workflow")
-    judge = judge if judge is not None else (import_object(config.judge) if config.judge else None)
-    episode_fn = as_episode_fn(workflow)  # a bad signature fails here, before any model loads
+    episode_fn, judge = _resolve(config, workflow, judge)  # a bad signature fails here, before any model loads
     run_dir = Path(resume) if resume else Path(config.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
@@ -78,7 +77,7 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
     if checkpoint is not None:
         start_step = restore_checkpoint(checkpoint, models, stream)
         log.info("resumed %s at step %d", run_dir, start_step)
-    settings = RunnerSettings(algorithm.group_size, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward)
+    settings = _settings(algorithm, algorithm.group_size)
     result = RunResult(run_dir=run_dir, steps=start_step)
     total_steps = stream.num_steps
     with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
@@ -141,36 +140,28 @@ async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge,
 async def evaluate(episode_fn, tasks: list[dict], models: TrainingModels, settings: RunnerSettings, judge, limit: int | None = None) -> dict[str, float]:
     """One episode per held-out task, no training: mean reward, error rate and workflow metrics under eval/."""
     chosen = tasks[:limit] if limit else tasks
-    eval_settings = RunnerSettings(1, settings.max_concurrency, settings.episode_timeout_s, settings.error_reward)
+    eval_settings = dataclasses.replace(settings, group_size=1)
     episodes = await run_episodes(episode_fn, chosen, models.make_tuner, eval_settings, judge)
     return {f"eval/{key}": value for key, value in episode_metrics(episodes).items()}
 
 
 async def run_debug_episodes(config: TuneConfig, workflow=None, judge=None, num_tasks: int = 2, split: str = "train") -> list[Episode]:
     """Run `num_tasks` episodes (one per task) with no training: what `sparring run` shows."""
-    workflow = workflow if workflow is not None else _required_import(config.workflow, "workflow")
-    judge = judge if judge is not None else (import_object(config.judge) if config.judge else None)
-    episode_fn = as_episode_fn(workflow)
+    episode_fn, judge = _resolve(config, workflow, judge)
     train_tasks, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     tasks = (eval_tasks if split == "eval" else train_tasks)[:num_tasks]
-    run_dir = Path(config.run_dir or "runs/debug")
-    models = build_models(config, run_dir)
-    algorithm = config.algorithm
-    settings = RunnerSettings(1, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward)
-    return await run_episodes(episode_fn, tasks, models.make_tuner, settings, judge)
+    models = build_models(config, Path(config.run_dir or "runs/debug"))
+    return await run_episodes(episode_fn, tasks, models.make_tuner, _settings(config.algorithm, 1), judge)
 
 
 async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: int | None = None) -> dict[str, float]:
     """Evaluate the configured models (e.g. `model.adapter_path` set to a trained adapter) on the eval tasks."""
-    workflow = workflow if workflow is not None else _required_import(config.workflow, "workflow")
-    judge = judge if judge is not None else (import_object(config.judge) if config.judge else None)
+    episode_fn, judge = _resolve(config, workflow, judge)
     _, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     if not eval_tasks:
         raise ValueError("no eval tasks: set eval_dataset or train_dataset.eval_fraction")
-    algorithm = config.algorithm
-    settings = RunnerSettings(1, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward)
     models = build_models(config, Path(config.run_dir or "runs/eval"))
-    return await evaluate(as_episode_fn(workflow), eval_tasks, models, settings, judge, limit)
+    return await evaluate(episode_fn, eval_tasks, models, _settings(config.algorithm, 1), judge, limit)
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
@@ -186,7 +177,16 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     return {**metrics, **mean_metrics(per_agent), **mean_metrics(per_role), **merged}
 
 
-def _required_import(path: str | None, what: str):
-    if not path:
-        raise ValueError(f"no {what} given: pass it to tune() or set `{what}: module:attr` in the config")
-    return import_object(path)
+def _resolve(config: TuneConfig, workflow, judge):
+    """The episode function (signature checked) and the judge, from arguments or the config's import paths."""
+    if workflow is None:
+        if not config.workflow:
+            raise ValueError("no workflow given: pass it to tune() or set `workflow: module:attr` in the config")
+        workflow = import_object(config.workflow)
+    if judge is None and config.judge:
+        judge = import_object(config.judge)
+    return as_episode_fn(workflow), judge
+
+
+def _settings(algorithm, group_size: int) -> RunnerSettings:
+    return RunnerSettings(group_size, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward)
