@@ -38,7 +38,12 @@ def train(config: Path = CONFIG, overrides: List[str] = OVERRIDES, resume: Optio
     """Train the workflow's trainable agents."""
     if resume is not None:
         config = resume / "config.yaml"
-    result = Job.from_config(_load(config, overrides)).tune(resume=str(resume) if resume else None)
+    try:
+        result = Job.from_config(_load(config, overrides)).tune(resume=str(resume) if resume else None)
+    except KeyboardInterrupt:
+        # The loop saved a checkpoint before the interrupt reached us.
+        typer.echo("interrupted: checkpoint saved; continue with `sparring train --resume RUN_DIR`", err=True)
+        raise typer.Exit(130) from None
     state = "interrupted (checkpoint saved)" if result.interrupted else "done"
     typer.echo(f"{state}: {result.steps} steps in {result.run_dir}")
     for name, path in result.sampler_paths.items():

@@ -129,3 +129,17 @@ def test_bad_configs_and_workflows_fail_before_any_model_loads(tmp_path):
 
     with pytest.raises(TypeError, match="auxiliary_models"):
         tune(workflow_func=wrong, train_dataset=DatasetConfig(tasks=TASKS), model=TunerModelConfig(model_path="does-not-exist"), run_dir=tmp_path / "run", logging=QUIET)
+
+
+def test_kl_penalty_to_the_base_model_is_applied(tiny_model_dir, tmp_path):
+    result = tune(
+        workflow_func=chat_alone,
+        train_dataset=DatasetConfig(tasks=TASKS, total_steps=2),
+        model=model_config(tiny_model_dir),
+        algorithm=fast_algorithm(kl_coef=0.5, drop_zero_variance_groups=False),
+        run_dir=tmp_path / "run",
+        logging=QUIET,
+    )
+    metrics = read_metrics(tmp_path / "run")
+    assert result.steps == 2 and all("kl/policy_base" in m for m in metrics)
+    assert metrics[0]["kl/policy_base"] == pytest.approx(0.0, abs=1e-3)  # the adapter starts equal to the base model
