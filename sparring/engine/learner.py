@@ -142,7 +142,7 @@ def run_forward(
         inputs = {key: torch.cat([prepared[i].inputs[key] for i in batch]).to(device) for key in prepared[batch[0]].inputs}
         grad_M = _grad_mask(loss_fn, inputs) if backward else torch.zeros(int(valid_B_T.sum()), dtype=torch.bool, device=device)
         with torch.set_grad_enabled(backward):
-            hidden_B_T_H = backbone(input_ids=tokens_B_T.to(device), attention_mask=valid_B_T.long().to(device)).last_hidden_state
+            hidden_B_T_H = backbone(input_ids=tokens_B_T.to(device), attention_mask=valid_B_T.long().to(device), use_cache=False).last_hidden_state
             hidden_M_H = hidden_B_T_H[valid_B_T.to(device)]  # real positions, datum by datum
             logprobs_M = hidden_M_H.new_zeros(len(hidden_M_H), dtype=torch.float32)
             if grad_M.any():
