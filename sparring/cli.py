@@ -34,10 +34,17 @@ def _load(config: Path, overrides: list[str]):
 
 
 @app.command()
-def train(config: Path = CONFIG, overrides: List[str] = OVERRIDES, resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from its latest checkpoint.")):
+def train(
+    config: Optional[Path] = typer.Argument(None, help="The job's YAML config; not needed with --resume."),
+    overrides: List[str] = OVERRIDES,
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from its latest checkpoint."),
+):
     """Train the workflow's trainable agents."""
     if resume is not None:
         config = resume / "config.yaml"
+    if config is None:
+        typer.echo("error: give a config file, or --resume RUN_DIR", err=True)
+        raise typer.Exit(2)
     try:
         result = Job.from_config(_load(config, overrides)).tune(resume=str(resume) if resume else None)
     except KeyboardInterrupt:

@@ -51,3 +51,14 @@ def test_bad_overrides_and_fields_name_the_path(tmp_path, tiny_model_dir):
     assert result.exit_code == 2 and "algorithm.gruop_size" in result.output
     result = runner.invoke(app, ["train", str(config), "--set", "algorithm.group_size=0"])
     assert result.exit_code == 2 and "algorithm.group_size" in result.output
+
+
+def test_resume_from_the_run_directory_alone(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path, tiny_model_dir, save_interval_steps=1)
+    assert runner.invoke(app, ["train", str(config)]).exit_code == 0
+    saved = tmp_path / "run" / "config.yaml"
+    saved.write_text(saved.read_text().replace("total_steps: 1", "total_steps: 2"))
+    result = runner.invoke(app, ["train", "--resume", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "2 steps" in result.output
+    assert [m["step"] for m in read_metrics(tmp_path / "run")] == [1, 2]
