@@ -48,8 +48,8 @@ def matmul_ceiling_gflops(size: int = 2048, repeats: int = 5) -> float:
 
 
 def matmul_parameter_count(model: torch.nn.Module) -> int:
-    """Parameters that take part in a matmul per token: all of them, the LM head counted once even when tied to the embeddings."""
-    return sum(p.numel() for p in model.parameters())
+    """Base-model parameters, each used in one matmul per token (the LM head counted once even when tied to the embeddings); LoRA weights left out."""
+    return sum(p.numel() for name, p in model.named_parameters() if "lora_" not in name)
 
 
 def chat_prompts(renderer, count: int) -> list[list[int]]:

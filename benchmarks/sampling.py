@@ -9,7 +9,8 @@ the same LoRA adapter attached unmerged through peft and without one.
 Every path samples at temperature 1 with no top-k/top-p and exactly
 `--new-tokens` tokens per row (stop=[] for sparring, min_new_tokens for
 `generate`), from the same chat-rendered short user prompts, at each batch
-size. Each path is warmed up once; each timing is the best of `--repeats`.
+size. Each path is warmed up once; each timing is the best of `--repeats`,
+with the paths alternating.
 tokens/s counts generated tokens only. The achieved model FLOP rate is
 2 x parameters x tokens/s (prefill and attention left out), shown as a
 fraction of the fp32 matmul ceiling measured in the same run.
@@ -20,6 +21,7 @@ fraction of the fp32 matmul ceiling measured in the same run.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 
@@ -34,7 +36,7 @@ from common import chat_prompts, matmul_ceiling_gflops, matmul_parameter_count, 
 
 LORA_RANK = 16
 # Long enough that every concurrent `sample` call joins the first batch.
-BATCH_WINDOW_S = 0.05
+BATCH_WINDOW_S = 0.02
 
 
 def left_pad(prompts: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,10 +79,6 @@ def time_sparring(sampling_client, prompts: list[list[int]], new_tokens: int) ->
     return elapsed
 
 
-def best_of(repeats: int, run) -> float:
-    return min(run() for _ in range(repeats))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", default="1,8,32", help="comma-separated batch sizes")
@@ -93,6 +91,8 @@ def main() -> None:
     new_tokens = 8 if args.quick else args.new_tokens
     model_name = resolve_model_name(args.model, args.quick)
     torch.manual_seed(0)
+    load_before = os.getloadavg()[0]
+    ceiling = matmul_ceiling_gflops(512 if args.quick else 2048)
 
     plain = load_base_model(model_name)
     with_lora = load_base_model(model_name)
@@ -114,16 +114,18 @@ def main() -> None:
     for run in paths.values():
         run(warmup_prompts)
 
-    ceiling = matmul_ceiling_gflops(256 if args.quick else 2048)
     parameters = matmul_parameter_count(plain.model)
-    tokens_per_s = {}
+    best_s = {}
     for batch in batches:
         prompts = chat_prompts(plain.renderer, batch)
-        for name, run in paths.items():
-            tokens_per_s[name, batch] = batch * new_tokens / best_of(args.repeats, lambda: run(prompts))
+        for _ in range(args.repeats):  # paths alternate, so load from other processes hits them alike
+            for name, run in paths.items():
+                best_s[name, batch] = min(best_s.get((name, batch), float("inf")), run(prompts))
+    tokens_per_s = {key: key[1] * new_tokens / seconds for key, seconds in best_s.items()}
 
     print(f"\nsampling {model_name}: {new_tokens} new tokens per row, temperature 1, LoRA r={LORA_RANK}, torch threads {torch.get_num_threads()}")
-    print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s; model: {parameters / 1e6:.1f} M parameters, {2 * parameters / 1e9:.3f} GFLOP per token\n")
+    print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s; model: {parameters / 1e6:.1f} M parameters, {2 * parameters / 1e9:.3f} GFLOP per token")
+    print(f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other processes share the cores)\n")
     rows = []
     for batch in batches:
         for name in paths:

@@ -2,7 +2,8 @@
 
 A `SampleJob` is one prompt with its parameters; `generate` runs any number of
 jobs together. Each prompt is prefilled once and its cache rows are copied
-for its `num_samples` samples; each decode step computes logits for the last
+for its `num_samples` samples (a prefix common to all prompts of the batch,
+such as a system prompt, is prefilled once for all of them); each decode step computes logits for the last
 position only; rows that finish are dropped from the batch so later steps
 cost less. Every row draws from its own `torch.Generator`, so a seeded
 request gives the same tokens whatever else shares its batch, and sampling
@@ -29,6 +30,8 @@ from .decoder import FastDecoder, HFDecoder
 
 # Drop finished rows once this share of the batch has finished (copying the cache has a cost).
 _COMPACT_FRACTION = 0.125
+# Prompts of one batch that share at least this many leading tokens run them once.
+_MIN_SHARED_PREFIX = 8
 # Vocabulary entries per block of the two-level CDF inversion.
 _CDF_BLOCK = 256
 
@@ -159,27 +162,57 @@ def _stopped(row: _Row, job: SampleJob, tokenizer) -> str | None:
     return None
 
 
+def _prefill(decoder: FastDecoder | HFDecoder, prompts: list[list[int]], max_new: int, pad_token_id: int, device: torch.device):
+    """Fill a cache with every prompt (one row each); return it, the last-position logits and each prompt's last position.
+
+    A prefix that all prompts share (a system prompt, say) is run once and its cache row copied. Rows are
+    laid out [shared prefix | padding | rest of the prompt], so every prompt ends in the same slot; the
+    padding is masked wherever it sits.
+    """
+    shared = _common_prefix_length(prompts) if len(prompts) > 1 else 0
+    shared = min(shared, min(len(p) for p in prompts) - 1)  # every prompt keeps a token for the batched pass
+    if shared < _MIN_SHARED_PREFIX:
+        shared = 0
+    rest_len = max(len(p) for p in prompts) - shared
+    cache = decoder.allocate(1 if shared else len(prompts), shared + rest_len + max_new)
+    if shared:
+        prefix_1_L = torch.tensor([prompts[0][:shared]], device=device)
+        decoder.forward(prefix_1_L, torch.arange(shared, device=device)[None], torch.ones_like(prefix_1_L, dtype=torch.bool), cache)
+        cache.keep_rows(torch.zeros(len(prompts), dtype=torch.long, device=device))
+    tokens_J_T = torch.full((len(prompts), rest_len), pad_token_id, dtype=torch.long)
+    valid_J_T = torch.zeros((len(prompts), rest_len), dtype=torch.bool)
+    for index, prompt in enumerate(prompts):
+        rest = prompt[shared:]
+        tokens_J_T[index, rest_len - len(rest) :] = torch.tensor(rest)
+        valid_J_T[index, rest_len - len(rest) :] = True
+    positions_J_T = shared + (valid_J_T.long().cumsum(-1) - 1).clamp(min=0)
+    logits_J_V = decoder.forward(tokens_J_T.to(device), positions_J_T.to(device), valid_J_T.to(device), cache)
+    return cache, logits_J_V, positions_J_T[:, -1].to(device)
+
+
+def _common_prefix_length(prompts: list[list[int]]) -> int:
+    first, length = prompts[0], min(len(p) for p in prompts)
+    for prompt in prompts[1:]:
+        matched = 0
+        while matched < length and prompt[matched] == first[matched]:
+            matched += 1
+        length = matched
+    return length
+
+
 @torch.no_grad()
 def generate(decoder: FastDecoder | HFDecoder, jobs: list[SampleJob], tokenizer, pad_token_id: int) -> list[SampleResponse]:
     """Sample every job's completions in one batched decode loop."""
     device = next(decoder.causal_lm.parameters()).device
-    prompt_len = max(len(job.prompt_tokens) for job in jobs)
     max_new = max(job.max_tokens for job in jobs)
-    tokens_J_P = torch.full((len(jobs), prompt_len), pad_token_id, dtype=torch.long)
-    valid_J_P = torch.zeros((len(jobs), prompt_len), dtype=torch.bool)
-    for index, job in enumerate(jobs):
-        tokens_J_P[index, prompt_len - len(job.prompt_tokens) :] = torch.tensor(job.prompt_tokens)
-        valid_J_P[index, prompt_len - len(job.prompt_tokens) :] = True
-    positions_J_P = (valid_J_P.long().cumsum(-1) - 1).clamp(min=0)
-    cache = decoder.allocate(len(jobs), prompt_len + max_new)
-    logits_J_V = decoder.forward(tokens_J_P.to(device), positions_J_P.to(device), valid_J_P.to(device), cache)
+    cache, logits_J_V, last_position_J = _prefill(decoder, [job.prompt_tokens for job in jobs], max_new, pad_token_id, device)
 
     rows = [_Row(job=j) for j, job in enumerate(jobs) for _ in range(job.num_samples)]
     row_generators = [g for job in jobs for g in job.generators]
     job_of_row = torch.tensor([row.job for row in rows], device=device)
     cache.keep_rows(job_of_row)
     logits_R_V = logits_J_V.index_select(0, job_of_row)
-    next_position_R = positions_J_P[:, -1].to(device).index_select(0, job_of_row) + 1
+    next_position_R = last_position_J.index_select(0, job_of_row) + 1
     live = list(range(len(rows)))  # row index of each cache row
     settings = _RowSettings.of([jobs[row.job].params for row in rows], device)
     finished_since_compaction = 0
