@@ -107,12 +107,13 @@ def _print_evaluations(title: str, evaluations: list[dict]) -> None:
 
 
 def _short_eval_row(metrics: dict) -> dict:
-    """step, mean reward and the workflow's own metrics (per-agent and per-role means left out), with short column names."""
+    """step, mean reward, the workflow's own metrics and win rates (per-agent and per-role rewards left out), with short names."""
     row = {"step": metrics["step"]} if "step" in metrics else {}
     row["reward"] = metrics.get("eval/reward/mean")
     for key, value in sorted(metrics.items()):
         name = key.removeprefix("eval/").removeprefix("workflow/")
-        if key.startswith("eval/") and not name.startswith(("reward/", "agent/", "role/", "episodes", "time/")):
+        per_agent = name.startswith(("agent/", "role/")) and not name.endswith("/win_rate")
+        if key.startswith("eval/") and not per_agent and not name.startswith(("reward/", "episodes", "time/")):
             row[name] = value
     row["episodes"] = metrics.get("eval/episodes")
     return row

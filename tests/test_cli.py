@@ -62,3 +62,23 @@ def test_resume_from_the_run_directory_alone(tmp_path, tiny_model_dir):
     assert result.exit_code == 0, result.output
     assert "2 steps" in result.output
     assert [m["step"] for m in read_metrics(tmp_path / "run")] == [1, 2]
+
+
+def test_eval_shows_win_rates_per_agent_but_not_their_rewards(tmp_path, tiny_model_dir):
+    tasks = tmp_path / "motions.jsonl"
+    tasks.write_text('{"topic": "Cats are better than dogs."}\n{"topic": "Tea is better than coffee."}\n')
+    debater = {"model_path": str(tiny_model_dir), "max_tokens": 3, "lora_rank": 2}
+    config = {
+        "workflow": "sparring.envs.debate:Debate",
+        "models": {"pro": debater, "con": debater},
+        "auxiliary_models": {"judge": {"model_path": str(tiny_model_dir), "max_tokens": 2}},
+        "train_dataset": {"path": str(tasks), "workflow_args": {"rounds": 1}},
+        "eval_dataset": {"path": str(tasks), "workflow_args": {"rounds": 1}},
+        "logging": {"tensorboard": False, "console": False},
+    }
+    path = tmp_path / "debate.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = runner.invoke(app, ["eval", str(path), "--set", f"run_dir={tmp_path / 'run'}"])
+    assert result.exit_code == 0, result.output
+    assert "agent/pro/win_rate" in result.output and "agent/con/win_rate" in result.output
+    assert "agent/pro/reward" not in result.output

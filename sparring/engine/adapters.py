@@ -134,10 +134,7 @@ class AdapterBank:
                 warnings.filterwarnings("ignore", message=".*was active which is now deleted.*")
                 self.peft_model.delete_adapter(name)
             del self.adapters[name]
-            if self.adapters and self.peft_model.active_adapter not in self.adapters:
-                # peft may keep naming the deleted adapter active, and `disable_adapter` then fails on it.
-                remaining = next(iter(self.adapters.values()))
-                self.peft_model.base_model.set_adapter(remaining.name, inference_mode=not remaining.trainable)
+            self._name_a_known_adapter_active()
 
     def parameters(self, name: str) -> list[torch.nn.Parameter]:
         marker = f".{name}."
@@ -158,7 +155,7 @@ class AdapterBank:
         self._check(name)
         # peft's set_adapter unmerges a merged model: skip it when this adapter is the merged one.
         if self.merged_adapter != name:
-            self.peft_model.base_model.set_adapter(name, inference_mode=not self.adapters[name].trainable)
+            self.peft_model.set_adapter(name, inference_mode=not self.adapters[name].trainable)
         yield self.peft_model
 
     @contextlib.contextmanager
@@ -211,9 +208,16 @@ class AdapterBank:
     def _register(self, name: str, rank: int, trainable: bool) -> AdapterInfo:
         info = AdapterInfo(name=name, rank=rank, trainable=trainable)
         self.adapters[name] = info
+        self._name_a_known_adapter_active()
         for parameter in self.parameters(name):
             parameter.requires_grad_(trainable)
         return info
+
+    def _name_a_known_adapter_active(self) -> None:
+        # peft keeps naming a deleted adapter active (also once new ones are added), and `disable_adapter` fails on it.
+        if self.adapters and self.peft_model.active_adapter not in self.adapters:
+            info = next(iter(self.adapters.values()))
+            self.peft_model.set_adapter(info.name, inference_mode=not info.trainable)
 
     def _check(self, name: str) -> None:
         if name not in self.adapters:

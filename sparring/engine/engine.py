@@ -135,6 +135,16 @@ class Engine:
             raise ValueError(f"prompt has token ids out of the vocabulary [0, {self.vocab_size}): {bad[:5]}")
         return self._put(_ScoreRequest(adapter, list(tokens)))
 
+    def release(self, adapter: str) -> Future:
+        """Delete an adapter and its optimizer state, after everything submitted before (its queued work still runs)."""
+
+        def drop() -> None:
+            self.bank.delete(adapter)
+            self.optimizers.pop(adapter, None)
+            self.optimizer_steps.pop(adapter, None)
+
+        return self.call(drop)
+
     def _put(self, item) -> Future:
         with self._wakeup:
             self._queue.append(item)

@@ -108,9 +108,6 @@ class TinkerService:
         self.session_idle_s = session_idle_s
         self.base_sampler = service.create_sampling_client(base_model=base_model)  # loads the model now
         self.engine = self.base_sampler.engine
-        # An adapter that is never released: after the server releases a session's adapters peft can still name
-        # a deleted one active, and sampling the base model fails (KeyError in disable_adapter); see the notes.
-        self._anchor = service.create_lora_training_client(base_model, rank=1, train_mlp=False)
         self.names = {base_model, self.engine.loaded.spec.name}
         self.sessions: dict[str, _Session] = {}
         self.models: dict[str, _Model] = {}
@@ -333,8 +330,7 @@ class TinkerService:
         def drop(creation: asyncio.Future) -> None:
             if creation.cancelled() or creation.exception() is not None:
                 return
-            engine, adapter = creation.result().engine, creation.result().adapter
-            engine.call(lambda: (engine.bank.delete(adapter), engine.optimizers.pop(adapter, None)))
+            creation.result().engine.release(creation.result().adapter)
 
         model.lane.client.add_done_callback(drop)  # also once a model still being created is ready
 
