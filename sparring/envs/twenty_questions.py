@@ -105,8 +105,8 @@ def classify(text: str, words: frozenset[str]) -> tuple[Literal["question", "gue
         if guessed:
             return "guess", guessed
     tokens = _WORD.findall(text)
-    if 1 <= len(tokens) <= 2 and _listed(tokens[-1], words):
-        return "guess", _listed(tokens[-1], words)  # a bare word ("Cat.") is a guess
+    if 1 <= len(tokens) <= 2 and (guessed := _listed(tokens[-1], words)):
+        return "guess", guessed  # a bare word ("Cat.") is a guess
     if "?" in text or (tokens and tokens[0].lower() in _QUESTION_START):
         return "question", None
     return "invalid", None

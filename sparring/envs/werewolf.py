@@ -205,11 +205,11 @@ class Game:
         while self.state.round < max_rounds:
             self.start_round()
             await self.night()
-            if self.state.winner():
-                return self.state.winner()
+            if winner := self.state.winner():
+                return winner
             await self.day()
-            if self.state.winner():
-                return self.state.winner()
+            if winner := self.state.winner():
+                return winner
         return GOOD_GUY
 
 

@@ -27,7 +27,7 @@ from .served_models import ServedModels
 from .tinker_futures import FutureStore
 from .tinker_routes import tinker_router
 from .tinker_service import TinkerService
-from .tinker_wire import WireError
+from .tinker_wire import WireError, describe
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +77,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError):
-        problems = "; ".join(f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors())
-        return JSONResponse({"detail": f"invalid request: {problems}"}, status_code=400)
+        return JSONResponse({"detail": f"invalid request: {describe(error)}"}, status_code=400)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception):

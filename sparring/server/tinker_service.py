@@ -237,7 +237,9 @@ class TinkerService:
             return {"request_id": earlier, "model_id": request.model_id}
 
         async def submit(client: TrainingClient) -> Any:
-            return start(client)
+            handle = start(client)
+            # A coroutine (taking a snapshot) runs inside the lane, so it sees exactly the requests before it.
+            return await handle if inspect.iscoroutine(handle) else handle
 
         async def work(submitted: asyncio.Future) -> Any:
             handle = await submitted
@@ -280,7 +282,6 @@ class TinkerService:
         sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id if request.sampling_session_seq_id is not None else uuid.uuid4().hex}"
 
         async def start(client: TrainingClient) -> SamplingClient:
-            # Awaited inside the lane: the snapshot must see exactly the requests before it.
             return await client.save_weights_and_get_sampling_client_async(kind=request.kind)
 
         def finish(client: SamplingClient) -> dict:

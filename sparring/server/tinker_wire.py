@@ -45,7 +45,7 @@ def parse(model: type[M], body: Any) -> M:
 
 
 def describe(error: ValidationError) -> str:
-    """'field.path: problem' for each problem, joined with '; '."""
+    """'field.path: problem' for each problem, joined with '; ' (FastAPI's RequestValidationError reads the same)."""
     problems = []
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "body"

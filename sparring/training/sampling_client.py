@@ -70,4 +70,4 @@ def _tokens(prompt: ModelInput | list[int]) -> list[int]:
 
 
 def _release(engine: Engine, adapter: str) -> None:
-    engine.call(lambda: engine.bank.delete(adapter))
+    engine.release(adapter)
