@@ -171,22 +171,23 @@ class _LocalChatModel(ChatModel):
         prefill = renderer.tool_call_prefill(choice.function) if choice.forces_call else ""
         prompt, normalised, tools_key = self._prompt(messages, tools, recorder, model_key, prefill)
         response = await self.sampler.sample(ModelInput.from_ints(prompt), n, params)
+        if recorder is not None and self.role is not None:
+            recorder.roles[self.agent] = self.role
         replies = []
         for sequence in response.sequences:
+            tokens, logprobs = list(sequence.tokens), list(sequence.logprobs or [])  # the recorded copy; replies get their own
             parsed = renderer.parse_response(sequence.tokens, prefill=prefill, forced_tool=choice.function, tool_calls=choice.mode != "none")
             message = _cut_at_stop_string(parsed, params.stop)
             if recorder is not None:
                 if model_key is not None:
                     # The prefill ends the prompt: the conversation goes on after prompt + sampled tokens.
-                    call = ModelCall(self.agent, model_key, prompt, list(sequence.tokens), list(sequence.logprobs or []))
-                    recorder.record_call(call, Conversation([*normalised, normalised_message(message)], prompt + list(sequence.tokens), tools_key))
-                if self.role is not None:
-                    recorder.roles[self.agent] = self.role
+                    call = ModelCall(self.agent, model_key, prompt, tokens, logprobs)
+                    recorder.record_call(call, Conversation([*normalised, normalised_message(message)], prompt + tokens, tools_key))
                 recorder.add_transcript(
                     self.agent,
-                    {"messages": list(messages), "response": message, "trainable": model_key is not None, "prompt_tokens": len(prompt), "completion_tokens": len(sequence.tokens)},
+                    {"messages": list(messages), "response": message, "trainable": model_key is not None, "prompt_tokens": len(prompt), "completion_tokens": len(tokens)},
                 )
-            replies.append(ChatResponse(message=message, tokens=list(sequence.tokens), logprobs=list(sequence.logprobs or []), stop_reason=sequence.stop_reason, prompt_tokens=len(prompt)))
+            replies.append(ChatResponse(message=message, tokens=list(tokens), logprobs=list(logprobs), stop_reason=sequence.stop_reason, prompt_tokens=len(prompt)))
         return replies
 
 
