@@ -137,6 +137,46 @@ def test_errored_episode_participates_with_its_penalty_reward():
     assert result.advantages == {(0, "a"): 1.0, (1, "a"): -1.0}
 
 
+def turn_episode(group, reward, turn_rewards, error=None):
+    """An episode whose agent 'guesser' made one merged call per turn reward (two at most here)."""
+    calls = len(turn_rewards) if turn_rewards else 2
+    call_index = [-1, -1, -1, 0, 0, -1, -1, 1, 1, 1] if calls == 2 else [-1, -1, -1, 0, 0]
+    timeline = Timeline(
+        agent="guesser", model="policy", tokens=MERGED_TOKENS[: len(call_index)], loss_mask=MERGED_MASK[: len(call_index)],
+        logprobs=MERGED_LOGPROBS[: len(call_index)], num_calls=calls, call_index=call_index,
+    )
+    return Episode(task={}, group=group, timelines=[timeline], rewards={"guesser": reward},
+                   turn_rewards={"guesser": turn_rewards} if turn_rewards else {}, error=error)
+
+
+def test_per_turn_credit_baselines_each_turn_index_on_its_return():
+    # Returns: episode 0 -> [1+0.5+0.25, 1+0.25] = [1.75, 1.25]; episode 1 -> [0+0+0.25, 0+0.25] = [0.25, 0.25];
+    # episode 2 errored (no turn rewards) -> [-0.1, -0.1]. Turn 0 mean 0.6333, turn 1 mean 0.4667.
+    episodes = [turn_episode(0, 1.0, [0.5, 0.25]), turn_episode(0, 0.0, [0.0, 0.25]), turn_episode(0, -0.1, None, error="boom")]
+    result = compute_advantages(episodes, "multi_step_grpo", normalize_by_std=False)
+    assert result.advantages[(0, "guesser")] == pytest.approx([1.75 - 1.9 / 3, 1.25 - 1.4 / 3])
+    assert result.advantages[(1, "guesser")] == pytest.approx([0.25 - 1.9 / 3, 0.25 - 1.4 / 3])
+    assert result.advantages[(2, "guesser")] == pytest.approx([-0.1 - 1.9 / 3, -0.1 - 1.4 / 3])
+    assert result.metrics["advantage/groups"] == 2.0
+
+
+def test_per_turn_credit_drops_only_the_turns_without_signal_and_lands_on_each_calls_span():
+    # Turn 1 returns are equal (0.25 and 0.25): that turn is dropped (advantage 0), turn 0 keeps its signal.
+    episodes = [turn_episode(0, 0.0, [0.5, 0.25]), turn_episode(0, 0.0, [0.0, 0.25])]
+    result = compute_advantages(episodes, "multi_step_grpo", normalize_by_std=False)
+    assert result.advantages == {(0, "guesser"): [0.25, 0.0], (1, "guesser"): [-0.25, 0.0]}
+    assert result.metrics["advantage/dropped_groups"] == 1.0
+    datums = build_datums(episodes, {(0, "guesser"): [0.25, -0.5]})
+    # Positions 2, 3 predict call 0's tokens; 6, 7, 8 predict call 1's.
+    assert datums["policy"][0].loss_fn_inputs["advantages"].tolist() == [0, 0, 0.25, 0.25, 0, 0, -0.5, -0.5, -0.5]
+
+
+def test_per_turn_credit_needs_call_indices():
+    bare = Episode(task={}, group=0, timelines=[merged_timeline("guesser")], rewards={"guesser": 1.0})
+    with pytest.raises(ValueError, match="without call_index"):
+        compute_advantages([bare, turn_episode(0, 0.0, [0.5, 0.25])], "grpo")
+
+
 # --- build_datums -------------------------------------------------------------------------------
 
 

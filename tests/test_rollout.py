@@ -64,6 +64,26 @@ def test_a_four_turn_agent_is_one_timeline_with_four_completions(models):
     assert merged["timeline/merge_rate"] == pytest.approx(0.75)
     assert merged["tokens/saved_by_merging"] > 0
     assert episode.rewards == {"policy": 1.0}
+    assert [index for index, mask in zip(timeline.call_index, timeline.loss_mask) if mask] == sorted(
+        index for index in timeline.call_index if index >= 0
+    ) and set(timeline.call_index) == {-1, 0, 1, 2, 3}
+    assert all((index >= 0) == bool(mask) for index, mask in zip(timeline.call_index, timeline.loss_mask))
+
+
+def test_turn_rewards_reach_the_episode_and_bad_ones_become_error_episodes(models):
+    def with_turn_rewards(turn_rewards):
+        async def workflow(task, model, auxiliary_models):
+            await four_turns(task, model, auxiliary_models)
+            return WorkflowOutput(reward=1.0, turn_rewards=turn_rewards)
+
+        return workflow
+
+    (good,) = run(with_turn_rewards([0.1, 0.2, 0.3, 0.4]), models)
+    assert good.error is None and good.turn_rewards == {"policy": [0.1, 0.2, 0.3, 0.4]}
+    for bad, reason in [([0.1, 0.2], "has 2 values but the agent made 4"), ({"nobody": [1.0]}, "'nobody', which made no trainable call"),
+                        ([0.1, 0.2, float("nan"), 0.4], "not a finite number")]:
+        (episode,) = run(with_turn_rewards(bad), models)
+        assert reason in episode.error and episode.turn_rewards == {} and episode.rewards == {"policy": -0.1}
 
 
 def test_concurrent_episodes_never_mix(models):

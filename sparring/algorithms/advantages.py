@@ -8,8 +8,9 @@ role when agents of different roles (a werewolf and a villager) should not
 be compared with each other. Keeping the estimators tiny and the grouping in
 one place makes each easy to read and to test against hand-computed numbers.
 
-The advantage is one scalar per (episode, agent); `assembly.build_datums`
-puts it on every sampled token of every timeline of that agent.
+The advantage is one scalar per (episode, agent), which `assembly.build_datums`
+puts on every sampled token of every timeline of that agent; with per-turn
+credit (`WorkflowOutput.turn_rewards`) it is one scalar per call instead.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ def get_estimator(name: str) -> Estimator:
 class AdvantageResult:
     """The advantages of one training step and what to log about them."""
 
-    advantages: dict[tuple[int, str], float] = field(default_factory=dict)
-    """(episode index, agent name) -> advantage; agents of dropped groups are absent."""
+    advantages: dict[tuple[int, str], float | list[float]] = field(default_factory=dict)
+    """(episode index, agent name) -> advantage of every call of the agent, or, with per-turn credit, one advantage
+    per call in call order; agents of dropped groups are absent."""
     metrics: dict[str, float] = field(default_factory=dict)
     """advantage/mean, advantage/std (over kept entries), advantage/groups, advantage/dropped_groups,
     advantage/zero_variance_fraction."""
@@ -111,9 +113,17 @@ def compute_advantages(
     and villagers do not. Errored episodes take part with the penalty reward
     the runner gave them. A group whose rewards are all equal carries no
     learning signal; with `drop_zero_variance` its entries are left out.
+
+    Per-turn credit: when any episode carries `turn_rewards`, call t of an
+    agent is valued by its return, the episode reward plus that agent's turn
+    rewards from t on (missing turn rewards count 0), and the baseline is
+    taken over the calls of the same turn index within the group, so an
+    early guess is compared with the other episodes' early guesses.
     """
     estimator = get_estimator(algorithm)
-    groups: dict[tuple, list[tuple[int, str, float]]] = defaultdict(list)
+    per_turn = any(episode.turn_rewards for episode in episodes)
+    groups: dict[tuple, list[tuple[int, str, int, float]]] = defaultdict(list)
+    num_calls: dict[tuple[int, str], int] = {}
     for episode_index, episode in enumerate(episodes):
         for agent in dict.fromkeys(timeline.agent for timeline in episode.timelines):
             if agent not in episode.rewards:
@@ -122,22 +132,30 @@ def compute_advantages(
                     f"rewards are given for {sorted(episode.rewards)}"
                 )
             role = episode.roles.get(agent, agent) if per_role else None
-            groups[(episode.group, role)].append((episode_index, agent, float(episode.rewards[agent])))
+            returns = _returns_per_call(episode, episode_index, agent) if per_turn else [float(episode.rewards[agent])]
+            num_calls[(episode_index, agent)] = len(returns)
+            for turn, value in enumerate(returns):
+                groups[(episode.group, role, turn if per_turn else None)].append((episode_index, agent, turn, value))
 
-    advantages: dict[tuple[int, str], float] = {}
+    advantages: dict[tuple[int, str], float | list[float]] = {}
+    kept: list[float] = []
     zero_variance_groups = dropped_groups = 0
     for members in groups.values():
-        rewards_G = torch.tensor([reward for _, _, reward in members], dtype=torch.float64)
+        rewards_G = torch.tensor([value for *_, value in members], dtype=torch.float64)
         zero_variance = bool((rewards_G == rewards_G[0]).all())
         zero_variance_groups += zero_variance
         if zero_variance and drop_zero_variance:
             dropped_groups += 1
             continue
         advantages_G = estimator(rewards_G, normalize_by_std=normalize_by_std)
-        for (episode_index, agent, _), advantage in zip(members, advantages_G.tolist()):
-            advantages[(episode_index, agent)] = advantage
+        for (episode_index, agent, turn, _), advantage in zip(members, advantages_G.tolist()):
+            kept.append(advantage)
+            if per_turn:
+                advantages.setdefault((episode_index, agent), [0.0] * num_calls[(episode_index, agent)])[turn] = advantage
+            else:
+                advantages[(episode_index, agent)] = advantage
 
-    kept_K = torch.tensor(list(advantages.values()), dtype=torch.float64)
+    kept_K = torch.tensor(kept, dtype=torch.float64)
     metrics = {
         "advantage/mean": kept_K.mean().item() if kept_K.numel() else 0.0,
         "advantage/std": kept_K.std(correction=0).item() if kept_K.numel() else 0.0,
@@ -146,3 +164,16 @@ def compute_advantages(
         "advantage/zero_variance_fraction": zero_variance_groups / len(groups) if groups else 0.0,
     }
     return AdvantageResult(advantages=advantages, metrics=metrics)
+
+
+def _returns_per_call(episode: Episode, episode_index: int, agent: str) -> list[float]:
+    """The return of each of the agent's calls: the episode reward plus its turn rewards from that call on."""
+    indices = [index for timeline in episode.timelines if timeline.agent == agent for index in timeline.call_index]
+    if not indices:
+        raise ValueError(f"episode {episode_index}: agent {agent!r} has timelines without call_index, so per-turn credit cannot place its turns")
+    count = max(indices) + 1
+    turn_rewards = episode.turn_rewards.get(agent, [0.0] * count)
+    if len(turn_rewards) != count:
+        raise ValueError(f"episode {episode_index}: agent {agent!r} made {count} calls but has {len(turn_rewards)} turn rewards")
+    reward = float(episode.rewards[agent])
+    return [reward + sum(turn_rewards[turn:]) for turn in range(count)]

@@ -26,11 +26,12 @@ from ..rollout.types import Episode, Timeline
 from ..types import Datum, ModelInput
 
 
-def build_datums(episodes: list[Episode], advantages: dict[tuple[int, str], float]) -> dict[str, list[Datum]]:
+def build_datums(episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]]) -> dict[str, list[Datum]]:
     """One datum per timeline of every (episode, agent) that has an advantage, keyed by `timeline.model`.
 
     Timelines with no sampled target token are skipped (nothing to train).
-    The advantage sits on every position that predicts a sampled token, 0 elsewhere.
+    The advantage sits on every position that predicts a sampled token, 0 elsewhere; a list of per-call
+    advantages puts each call's value on the tokens that call sampled.
     """
     datums_by_model: dict[str, list[Datum]] = defaultdict(list)
     for timeline, advantage in _trained_timelines(episodes, advantages):
@@ -40,14 +41,21 @@ def build_datums(episodes: list[Episode], advantages: dict[tuple[int, str], floa
                 loss_fn_inputs={
                     "target_tokens": timeline.tokens[1:],
                     "logprobs": timeline.logprobs[1:],
-                    "advantages": [advantage * sampled for sampled in timeline.loss_mask[1:]],
+                    "advantages": _token_advantages(timeline, advantage),
                 },
             )
         )
     return dict(datums_by_model)
 
 
-def build_sampled_masks(episodes: list[Episode], advantages: dict[tuple[int, str], float]) -> dict[str, list[list[int]]]:
+def _token_advantages(timeline: Timeline, advantage: float | list[float]) -> list[float]:
+    """The advantage of each target position of the timeline's datum (the token it predicts was sampled or not)."""
+    if isinstance(advantage, list):
+        return [advantage[call] if call >= 0 else 0.0 for call in timeline.call_index[1:]]
+    return [advantage * sampled for sampled in timeline.loss_mask[1:]]
+
+
+def build_sampled_masks(episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]]) -> dict[str, list[list[int]]]:
     """Per model, the sampled-target mask of each datum `build_datums` builds, in the same order."""
     masks_by_model: dict[str, list[list[int]]] = defaultdict(list)
     for timeline, _ in _trained_timelines(episodes, advantages):
@@ -122,7 +130,7 @@ def assembly_metrics(episodes: list[Episode], datums_by_model: dict[str, list[Da
     }
 
 
-def _trained_timelines(episodes: list[Episode], advantages: dict[tuple[int, str], float]) -> Iterator[tuple[Timeline, float]]:
+def _trained_timelines(episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]]) -> Iterator[tuple[Timeline, float | list[float]]]:
     """(timeline, advantage) for every timeline to train on, in episode then timeline order."""
     for episode_index, episode in enumerate(episodes):
         for timeline_index, timeline in enumerate(episode.timelines):

@@ -60,7 +60,7 @@ class RolloutWriter:
         return self.directory / f"step_{step}.jsonl"
 
     def write(
-        self, step: int, episodes: list[Episode], advantages: dict[tuple[int, str], float], tokenizer
+        self, step: int, episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]], tokenizer
     ) -> Path:
         """Dump ``episodes`` of ``step`` atomically; ``advantages[(episode_index, agent)]`` is absent if dropped."""
         lines = []
@@ -83,7 +83,7 @@ class RolloutWriter:
 
     @staticmethod
     def _timeline_fields(
-        index: int, episode: Episode, timeline: Timeline, advantages: dict[tuple[int, str], float], tokenizer
+        index: int, episode: Episode, timeline: Timeline, advantages: dict[tuple[int, str], float | list[float]], tokenizer
     ) -> dict:
         advantage = advantages.get((index, timeline.agent))
         return {
@@ -91,7 +91,7 @@ class RolloutWriter:
             "model": timeline.model,
             "role": episode.roles.get(timeline.agent),
             "reward": _finite_or_none(episode.rewards.get(timeline.agent)),
-            "advantage": _finite_or_none(advantage),
+            "advantage": [_finite_or_none(value) for value in advantage] if isinstance(advantage, list) else _finite_or_none(advantage),
             "error": episode.error,
             "num_calls": timeline.num_calls,
             "tokens": timeline.tokens,

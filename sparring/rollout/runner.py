@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -58,7 +60,7 @@ async def run_episodes(
 
 async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: TunerHandle, settings: RunnerSettings, judge: Callable | None) -> Episode:
     recorder = EpisodeRecorder()
-    error, output, rewards, metrics = None, None, {}, {}
+    error, output, rewards, metrics, turn_rewards = None, None, {}, {}, {}
     with recording(recorder):
         try:
             deadline = asyncio.get_running_loop().time() + settings.episode_timeout_s
@@ -66,13 +68,14 @@ async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: Tune
             if asyncio.get_running_loop().time() > deadline:
                 raise asyncio.TimeoutError  # the workflow swallowed the cancellation and returned anyway
             rewards, metrics = await _rewards(output, task, tuner, judge, _trained_agents(recorder))
+            turn_rewards = _turn_rewards(output.turn_rewards, recorder)
         except asyncio.TimeoutError:
             error = f"timed out after {settings.episode_timeout_s:g}s"
         except Exception as exc:  # noqa: BLE001 - an episode's failure is data (penalty reward + error metric)
             error = f"{type(exc).__name__}: {exc}"
     if error is not None:
         log.warning("episode of task %s failed: %s", task.get("task_id"), error)
-        rewards = {agent: settings.error_reward for agent in _trained_agents(recorder)}
+        rewards, turn_rewards = {agent: settings.error_reward for agent in _trained_agents(recorder)}, {}
     timelines = merge_calls(recorder.calls)
     return Episode(
         task=task,
@@ -84,11 +87,33 @@ async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: Tune
         error=error,
         transcripts=recorder.transcripts,
         num_calls=len(recorder.calls),
+        turn_rewards=turn_rewards,
     )
 
 
 def _trained_agents(recorder: EpisodeRecorder) -> list[str]:
     return sorted({call.agent for call in recorder.calls})
+
+
+def _turn_rewards(given: list[float] | dict[str, list[float]] | None, recorder: EpisodeRecorder) -> dict[str, list[float]]:
+    """`WorkflowOutput.turn_rewards` as one checked list per agent, as long as that agent's trainable calls."""
+    if given is None:
+        return {}
+    calls = Counter(call.agent for call in recorder.calls)
+    if not isinstance(given, dict):
+        if len(calls) != 1:
+            raise ValueError(f"turn_rewards is one list but {len(calls)} trainable agents made calls ({sorted(calls)}); give a list per agent name")
+        given = {next(iter(calls)): given}
+    checked = {}
+    for agent, values in given.items():
+        if agent not in calls:
+            raise ValueError(f"turn_rewards names {agent!r}, which made no trainable call; agents with calls: {sorted(calls)}")
+        if len(values) != calls[agent]:
+            raise ValueError(f"turn_rewards[{agent!r}] has {len(values)} values but the agent made {calls[agent]} trainable calls")
+        checked[agent] = [float(value) for value in values]
+        if not all(math.isfinite(value) for value in checked[agent]):
+            raise ValueError(f"turn_rewards[{agent!r}] holds a value that is not a finite number: {values}")
+    return checked
 
 
 async def _rewards(output, task: dict, tuner: TunerHandle, judge: Callable | None, agents: list[str]) -> tuple[dict[str, float], dict[str, float]]:

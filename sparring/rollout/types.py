@@ -24,6 +24,9 @@ class WorkflowOutput:
     """Scalars to log (averaged over episodes as `workflow/<name>`)."""
     response: Any = None
     """The episode's final answer, handed to the judge."""
+    turn_rewards: list[float] | dict[str, list[float]] | None = None
+    """Per-turn credit: an extra reward for each trainable call, in call order (a list when one agent learns, else a
+    list per agent name). Call t is then credited with the episode reward plus the turn rewards from t on."""
 
 
 @dataclass
@@ -68,6 +71,9 @@ class Timeline:
     """Sampler logprob where loss_mask is 1, 0.0 elsewhere; len == len(tokens)."""
     num_calls: int = 1
     """How many model calls were merged into this sequence."""
+    call_index: list[int] = field(default_factory=list)
+    """Per token, which of the agent's calls (0-based, in call order) sampled it; -1 on prompt tokens. Lets
+    per-turn credit reach the right completion span; empty on hand-built timelines that need none."""
 
 
 @dataclass
@@ -92,3 +98,5 @@ class Episode:
     """Per agent, the messages and replies of every call (trainable and frozen), for logs and debug mode."""
     num_calls: int = 0
     """Trainable model calls made (before merging)."""
+    turn_rewards: dict[str, list[float]] = field(default_factory=dict)
+    """Per agent, the extra reward of each of its calls (`WorkflowOutput.turn_rewards`); empty without per-turn credit."""
