@@ -2,7 +2,7 @@
 
 from . import types
 from .engine import EngineConfig
-from .rollout import ChatModel, ChatResponse, JudgeOutput, TunerHandle, Workflow, WorkflowOutput
+from .rollout import ChatModel, ChatResponse, JudgeOutput, ScriptedChatModel, TunerHandle, Workflow, WorkflowOutput
 from .trainer import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, TunerModelConfig, tune
 from .training import APIFuture, SamplingClient, ServiceClient, TrainingClient
 
@@ -19,6 +19,7 @@ __all__ = [
     "EngineConfig",
     "JudgeOutput",
     "SamplingClient",
+    "ScriptedChatModel",
     "ServiceClient",
     "TrainingClient",
     "TunerHandle",

@@ -2,14 +2,13 @@
 
     sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR]
     sparring run config.yaml --tasks 2        # episodes without training, transcripts printed
-    sparring eval config.yaml [--adapter PATH] [--tasks 100] [--output metrics.json]
+    sparring eval config.yaml [--adapter PATH] [--tasks 100] [--output comparison.json]
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import List, Optional
 
 import typer
 
+from .algorithms import METHODS_NOTE
 from .logging import format_transcript, print_table
 from .trainer import ConfigError, DatasetError, Job, load_config_file
 from .trainer.loop import run_debug_episodes, run_evaluation
@@ -57,8 +57,9 @@ def train(
     typer.echo(f"{state}: {result.steps} steps in {result.run_dir}")
     for name, path in result.sampler_paths.items():
         typer.echo(f"  {name}: {path}")
-    if result.evaluations:
-        _print_evaluations("Held-out evaluation (before -> after training)", result.evaluations)
+    if result.comparison is not None:
+        _print_comparison("Held-out evaluation (before -> after training, beside the baselines)", result.comparison)
+        typer.echo(f"comparison: {result.run_dir / 'evaluation.json'}")
 
 
 @app.command()
@@ -76,9 +77,9 @@ def evaluate(
     overrides: List[str] = OVERRIDES,
     adapter: Optional[Path] = typer.Option(None, help="A saved PEFT adapter to evaluate instead of the base model (configs with one trainable model)."),
     tasks: Optional[int] = typer.Option(None, help="Evaluate on the first N eval tasks."),
-    output: Optional[Path] = typer.Option(None, help="Also write every metric to this JSON file."),
+    output: Optional[Path] = typer.Option(None, help="Write the comparison (every metric of every column, with intervals) here; default RUN_DIR/eval.json."),
 ):
-    """Evaluate a model (base, or --adapter) on the held-out tasks."""
+    """Evaluate a model (base, or --adapter) and the config's baselines on the held-out tasks."""
     loaded = _load(config, overrides)
     if adapter is not None:
         if len(loaded.trainable_models()) != 1:
@@ -86,10 +87,10 @@ def evaluate(
             typer.echo(f"error: --adapter needs a config with one trainable model; this one trains {keys}: use --set models.<name>.adapter_path=PATH", err=True)
             raise typer.Exit(2)
         loaded = _load(config, [*overrides, f"{_trainable_field(loaded)}.adapter_path={adapter}"])
-    metrics = asyncio.run(run_evaluation(loaded, limit=tasks))
-    _print_evaluations("Held-out evaluation", [metrics])
-    if output is not None:
-        output.write_text(json.dumps(metrics, indent=2))
+    comparison = asyncio.run(run_evaluation(loaded, limit=tasks))
+    _print_comparison("Held-out evaluation", comparison)
+    written = comparison.write(output if output is not None else Path(loaded.run_dir or "runs/eval") / "eval.json")
+    typer.echo(f"comparison: {written}")
 
 
 def _trainable_field(config) -> str:
@@ -97,26 +98,40 @@ def _trainable_field(config) -> str:
     return "model" if config.models is None else f"models.{next(iter(config.trainable_models()))}"
 
 
-def _print_evaluations(title: str, evaluations: list[dict]) -> None:
-    """One row per metric, one column per evaluation: fits a terminal whatever the number of metrics."""
-    columns = [_short_eval_row(metrics) for metrics in evaluations]
-    labels = [f"step {c.pop('step')}" if "step" in c else "value" for c in columns]
-    names = list(dict.fromkeys(name for column in columns for name in column))
-    rows = [{"metric": name, **{label: column.get(name) for label, column in zip(labels, columns)}} for name in names]
-    print_table(title, rows, ["metric", *labels])
+MARKERS = {"above": "▲", "below": "▼"}
 
 
-def _short_eval_row(metrics: dict) -> dict:
-    """step, mean reward, the workflow's own metrics and win rates (per-agent and per-role rewards left out), with short names."""
-    row = {"step": metrics["step"]} if "step" in metrics else {}
-    row["reward"] = metrics.get("eval/reward/mean")
-    for key, value in sorted(metrics.items()):
-        name = key.removeprefix("eval/").removeprefix("workflow/")
-        per_agent = name.startswith(("agent/", "role/")) and not name.endswith("/win_rate")
-        if key.startswith("eval/") and not per_agent and not name.startswith(("reward/", "episodes", "time/")):
-            row[name] = value
-    row["episodes"] = metrics.get("eval/episodes")
-    return row
+def _print_comparison(title: str, comparison) -> None:
+    """One row per metric, one column per policy (models, then baselines), each cell `mean [low, high]`.
+
+    A marker in another column's cell says the subject's interval lies entirely above (▲) or below (▼) it.
+    """
+    markers = comparison.markers()
+    labels = [column.label for column in comparison.columns]
+    rows = []
+    for name in _shown_metrics(comparison):
+        row = {"metric": "reward" if name == "reward/mean" else name.removeprefix("workflow/")}
+        for column in comparison.columns:
+            found, side = column.estimates.get(name), markers.get(column.label, {}).get(name)
+            row[column.label] = None if found is None else f"{found.mean:.3f} [{found.low:.3f}, {found.high:.3f}]" + (f" {MARKERS[side]}" if side else "")
+        rows.append(row)
+    rows.append({"metric": "episodes", **{column.label: str(column.episodes) for column in comparison.columns}})
+    baselines = [column.label for column in comparison.columns if column.kind == "baseline"]
+    caption = (
+        f"mean [95 % interval] over the held-out episodes. ▲ / ▼: {comparison.subject}'s interval lies entirely above / below "
+        "that column's (whether higher is better depends on the metric); only such a separation is called an improvement "
+        "or a shortfall, overlapping intervals are no resolved difference. " + METHODS_NOTE
+    )
+    if baselines:
+        caption += f" Baselines (scripted policies in the trained model's place, never trained): {', '.join(baselines)}."
+    print_table(title, rows, ["metric", *labels], caption=caption)
+
+
+def _shown_metrics(comparison) -> list[str]:
+    """Mean reward, then the workflow's own metrics and win rates (per-agent and per-role rewards left out)."""
+    names = {name for column in comparison.columns for name in column.estimates}
+    shown = [name for name in sorted(names) if not (name.startswith(("agent/", "role/")) and not name.endswith("/win_rate")) and not name.startswith(("reward/", "time/"))]
+    return (["reward/mean"] if "reward/mean" in names else []) + shown
 
 
 @app.command()

@@ -1,4 +1,4 @@
-"""RL algorithms: advantage estimators over episode groups, and assembly of episodes into datums."""
+"""RL algorithms: advantage estimators over episode groups, assembly of episodes into datums, evaluation intervals."""
 
 from .advantages import (
     ADVANTAGE_ESTIMATORS,
@@ -11,18 +11,25 @@ from .advantages import (
     rloo,
 )
 from .assembly import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks
+from .intervals import METHODS_NOTE, Estimate, bootstrap_interval, estimate, separation, wilson_interval
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AdvantageResult",
+    "Estimate",
+    "METHODS_NOTE",
     "apply_kl_penalty",
     "assembly_metrics",
+    "bootstrap_interval",
     "build_datums",
     "build_sampled_masks",
     "compute_advantages",
+    "estimate",
     "get_estimator",
     "grpo",
     "multi_step_grpo",
     "reinforce",
     "rloo",
+    "separation",
+    "wilson_interval",
 ]

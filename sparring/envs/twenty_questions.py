@@ -37,6 +37,8 @@ from typing import Literal
 
 from sparring import ChatModel, WorkflowOutput
 
+from .templates import read_template
+
 SYSTEM = "You guess a secret word by asking yes/no questions. Reply with one question. To guess, ask: Is it a <word>?"
 RULES = "The secret word is a common object, animal, food or place. You have {max_questions} questions."
 CANDIDATES = " It is one of: {words}."
@@ -201,3 +203,75 @@ def make_tasks(split: Literal["train", "eval"], count: int, seed: int = 0) -> li
     while len(words) < count:
         words += rng.sample(load_words(split), len(load_words(split)))
     return [{"task_id": f"tq-{split}-{i}", "seed": seed * 100_000 + i, "word": word} for i, word in enumerate(words[:count])]
+
+
+# --- Baselines: scripted policies for the trainable slot (`baselines:` in a config; see ScriptedChatModel) ---
+
+HALVING_QUESTION = "Is the secret word one of these: {words}?"
+"""The halving asker's question: a set of words (no guess phrase, so the referee reads it as a question)."""
+_FEEDBACK_WORDS = re.compile(r"^(yes|no)\b", re.IGNORECASE)
+
+
+def _opening_words(messages: list[dict]) -> list[str]:
+    """The candidate words the rules message lists, else every packaged word (the referee's vocabulary)."""
+    for message in messages:
+        found = read_template(CANDIDATES, message.get("content") or "")
+        if found is not None and message.get("role") in ("user", "system"):
+            return [word.strip().lower() for word in found["words"].split(",") if word.strip()]
+    return sorted(vocabulary())
+
+
+def halving_asker(messages: list[dict], rng: random.Random) -> str:
+    """Baseline: ask whether the word is in one half of the words still possible; guess when one is left.
+
+    It replays the conversation: a Yes keeps the half asked about, a No the other half, an "I don't know"
+    keeps both (and the next question asks about the other half), a wrong guess drops that word. If noisy
+    answers rule out every word, it starts again from the words it has not guessed wrongly.
+    """
+    opening = _opening_words(messages)
+    words = frozenset(opening)
+    candidates, wrong, unknowns = list(opening), set(), 0
+    for asked, feedback in zip(messages, messages[1:]):
+        if asked.get("role") != "assistant" or feedback.get("role") != "user":
+            continue
+        text, said = asked.get("content") or "", feedback.get("content") or ""
+        answer = normalise_answer(said) if _FEEDBACK_WORDS.match(said.strip()) else "Unknown"
+        subset = read_template(HALVING_QUESTION, text)
+        if subset is not None:
+            named = {word.strip().lower() for word in subset["words"].split(",")}
+            if answer == "Unknown":
+                unknowns += 1
+            else:
+                candidates = [w for w in candidates if (w in named) == (answer == "Yes")]
+        else:
+            kind, guess = classify(text, words)
+            if kind == "guess" and answer == "No":
+                wrong.add(guess)
+                candidates = [w for w in candidates if w != guess]
+    if not candidates:
+        candidates = [w for w in opening if w not in wrong] or list(opening)
+    if len(candidates) == 1:
+        return f"Is it a {candidates[0]}?"
+    half = len(candidates) // 2
+    asked_about = candidates[:half] if unknowns % 2 == 0 else candidates[half:]
+    return HALVING_QUESTION.format(words=", ".join(asked_about))
+
+
+def membership_answerer(messages: list[dict], rng: random.Random) -> str:
+    """A scripted answerer that answers the halving asker's questions and guesses truthfully (for tests and calibration).
+
+    It reads the answerer prompt (ANSWERER): Yes when the secret word is among the words the question lists
+    (or is the word it names), No otherwise, and "I don't know" for any other question.
+    """
+    prompt = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
+    found = read_template(ANSWERER, prompt)
+    if found is None:
+        raise ValueError(f"not an answerer prompt (ANSWERER): {prompt!r}")
+    secret, question = found["word"].lower(), found["question"]
+    subset = read_template(HALVING_QUESTION, question)
+    if subset is not None:
+        return "Yes" if secret in {word.strip().lower() for word in subset["words"].split(",")} else "No"
+    kind, guess = classify(question, vocabulary() | {secret})
+    if kind == "guess":
+        return "Yes" if guess == secret else "No"
+    return "I don't know"

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import re
 from dataclasses import dataclass, field
 
 from sparring import ChatModel, WorkflowOutput
@@ -269,3 +271,32 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
 def make_tasks(count: int, first_seed: int) -> list[dict]:
     """One game per seed: `first_seed`, `first_seed` + 1, ..."""
     return [{"task_id": f"werewolf-{seed}", "seed": seed} for seed in range(first_seed, first_seed + count)]
+
+
+# --- Baselines: scripted policies for the trainable slot (`baselines:` in a config; see ScriptedChatModel) ---
+
+_ONE_NAME = re.compile(r"Reply with one name: ([^\n]*)")
+_PLAYER = re.compile(r"Player\d+")
+BASELINE_SPEECH = "I am not sure yet; let us watch the votes."
+
+
+def random_valid(messages: list[dict], rng: random.Random) -> str:
+    """Baseline: a uniformly random allowed name for every kill, check and vote; a random allowed witch action; a fixed speech.
+
+    It reads the request the game sends (the last user message): the names after "Reply with one name:",
+    the witch's SAVE / POISON / PASS options, or a call to speak.
+    """
+    request = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
+    last_line = request.splitlines()[-1] if request else ""
+    if "Reply SAVE" in last_line or "Reply POISON" in last_line:
+        options = ["PASS"]
+        if "Reply SAVE" in last_line:
+            options.append("SAVE")
+        poison = re.search(r"Reply POISON and one name to kill: ([^\n]*)", last_line)
+        if poison:
+            options += [f"POISON {name}" for name in _PLAYER.findall(poison.group(1))]
+        return rng.choice(options)
+    named = _ONE_NAME.search(last_line)
+    if named and _PLAYER.findall(named.group(1)):
+        return rng.choice(_PLAYER.findall(named.group(1)))
+    return BASELINE_SPEECH

@@ -4,8 +4,9 @@
 `reward/mean` and `time/step` as a rich progress bar when stdout is a
 terminal; in CI logs and pipes (or with ``enabled=False``) it prints
 ``step 3/20 reward=0.412 time=12.3s`` per step instead, so logs stay
-readable. `print_table` renders a small comparison table (the before/after
-evaluation of a demo) with rich, which degrades to plain text off a terminal.
+readable. `print_table` renders a small comparison table (the held-out
+evaluation of a run: models and baselines side by side, with a footnote) with
+rich, which degrades to plain text off a terminal.
 """
 
 from __future__ import annotations
@@ -77,11 +78,18 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def print_table(title: str, rows: list[dict], columns: list[str]) -> None:
-    """Print ``rows`` as a table of ``columns`` (missing cells as '-', floats to 3 decimals)."""
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column, justify="left" if rows and isinstance(rows[0].get(column), str) else "right")
+def print_table(title: str, rows: list[dict], columns: list[str], caption: str | None = None) -> None:
+    """Print ``rows`` as a table of ``columns`` (missing cells as '-', floats to 3 decimals), ``caption`` below it.
+
+    Cells never wrap: a table wider than the terminal runs past its edge instead of breaking numbers apart.
+    """
+    table = Table(title=title, caption=caption, caption_justify="left")
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index == 0 else "right", no_wrap=True)
     for row in rows:
         table.add_row(*(_cell(row.get(column)) for column in columns))
-    Console().print(table)
+    console = Console()
+    width = Console(width=10_000).measure(table).maximum  # the unwrapped width, whatever the terminal's
+    if width > console.width:
+        console = Console(width=width)
+    console.print(table)

@@ -146,7 +146,9 @@ def _agent_section(episode: Episode, agent: str) -> list[str]:
     role = episode.roles.get(agent)
     trainable = any(call.get("trainable") for call in calls) or any(t.agent == agent for t in episode.timelines)
     role_text = f" (role {role})" if role else ""
-    lines = [f"--- {agent}{role_text} [{'trainable' if trainable else 'frozen'}] ---"]
+    scripted = next((call["scripted"] for call in calls if call.get("scripted")), None)
+    kind = "trainable" if trainable else f"scripted: {scripted}" if scripted else "frozen"
+    lines = [f"--- {agent}{role_text} [{kind}] ---"]
     for number, call in enumerate(calls, start=1):
         lines.append(
             f"  call {number} (prompt {call.get('prompt_tokens', 0)} tokens,"

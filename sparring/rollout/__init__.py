@@ -1,8 +1,9 @@
-"""Episodes: chat models, the recorder, timelines and their merging, workflows, the runner."""
+"""Episodes: chat models (sampled or scripted), the recorder, timelines and their merging, workflows, the runner."""
 
 from .chat_model import ChatModel, ChatResponse, FrozenChatModel, OpenAIChatModel, PolicyChatModel
 from .recorder import EpisodeRecorder, current_recorder, recording
 from .runner import RunnerSettings, run_episode, run_episodes
+from .scripted_model import ScriptedChatModel, ScriptedPolicy
 from .timelines import merge_calls
 from .tool_choice import ToolChoice
 from .types import Episode, JudgeOutput, ModelCall, Timeline, WorkflowOutput
@@ -19,6 +20,8 @@ __all__ = [
     "OpenAIChatModel",
     "PolicyChatModel",
     "RunnerSettings",
+    "ScriptedChatModel",
+    "ScriptedPolicy",
     "Timeline",
     "ToolChoice",
     "TunerHandle",

@@ -3,7 +3,8 @@
 An `EpisodeRecorder` is installed in a context variable for the duration of
 one episode, so chat models find it without being passed it, and episodes
 running concurrently in one event loop never see each other's calls. It keeps
-trainable calls (`ModelCall`, exact tokens and sampler logprobs), readable
+trainable calls (`ModelCall`, exact tokens and sampler logprobs), the count
+of calls a scripted baseline answered in the trainable slot, readable
 transcripts of every call (trainable or frozen), and each agent's open
 conversations — the messages it has seen and the exact tokens they were
 rendered and sampled as — so that a later call that continues a conversation
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -58,6 +60,8 @@ class EpisodeRecorder:
     """Agent name -> role (target tag), for per-role advantage groups."""
     conversations: dict[tuple[str, str], list[Conversation]] = field(default_factory=dict)
     """Per (agent, model): the conversations a new call may continue."""
+    scripted_calls: Counter[str] = field(default_factory=Counter)
+    """Per agent: calls a scripted policy answered in the trainable slot (a baseline); rewarded like trainable calls, never trained."""
     closed: bool = False
     """True once the episode has ended: no more calls are recorded."""
     _on_close: list[Callable[[], None]] = field(default_factory=list, init=False, repr=False, compare=False)
@@ -82,6 +86,20 @@ class EpisodeRecorder:
                     if best is None or len(seen) > len(best.messages):
                         best = conversation
         return None if best is None else (best, messages[len(best.messages) :])
+
+    def record_scripted_call(self, agent: str, role: str | None, entry: dict) -> None:
+        """Count a call a scripted policy answered for `agent` in the trainable slot, and transcribe it."""
+        with self._lock:
+            self._check_open()
+            self.scripted_calls[agent] += 1
+            if role is not None:
+                self.roles[agent] = role
+            self.transcripts.setdefault(agent, []).append(entry)
+
+    def policy_calls(self) -> Counter[str]:
+        """Calls per agent made in the trainable slot: sampled from a trainable model or answered by a scripted baseline."""
+        with self._lock:
+            return Counter(call.agent for call in self.calls) + self.scripted_calls
 
     def add_transcript(self, agent: str, entry: dict) -> None:
         with self._lock:

@@ -15,7 +15,6 @@ import asyncio
 import inspect
 import logging
 import math
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -92,14 +91,15 @@ async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: Tune
 
 
 def _trained_agents(recorder: EpisodeRecorder) -> list[str]:
-    return sorted({call.agent for call in recorder.calls})
+    """The agents that played in the trainable slot (trainable calls, or a scripted baseline's): they get the reward."""
+    return sorted(recorder.policy_calls())
 
 
 def _turn_rewards(given: list[float] | dict[str, list[float]] | None, recorder: EpisodeRecorder) -> dict[str, list[float]]:
-    """`WorkflowOutput.turn_rewards` as one checked list per agent, as long as that agent's trainable calls."""
+    """`WorkflowOutput.turn_rewards` as one checked list per agent, as long as that agent's trainable (or scripted) calls."""
     if given is None:
         return {}
-    calls = Counter(call.agent for call in recorder.calls)
+    calls = recorder.policy_calls()
     if not isinstance(given, dict):
         if len(calls) != 1:
             raise ValueError(f"turn_rewards is one list but {len(calls)} trainable agents made calls ({sorted(calls)}); give a list per agent name")

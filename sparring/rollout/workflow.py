@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .chat_model import ChatModel, PolicyChatModel
+from .chat_model import ChatModel
 from .recorder import EpisodeRecorder, current_recorder
 from .types import WorkflowOutput
 
@@ -51,8 +51,8 @@ class Workflow:
 class TunerHandle:
     """What a workflow gets to build its agents: trainable models and frozen auxiliary ones."""
 
-    policies: dict[str, PolicyChatModel]
-    """Trainable models by key ('policy' when one model is trained)."""
+    policies: dict[str, ChatModel]
+    """Trainable models by key ('policy' when one model is trained); scripted baselines in their place when evaluating one."""
     auxiliary_models: dict[str, ChatModel] = field(default_factory=dict)
     """Frozen models by the names given in config."""
     trainable_targets: list[str] | None = None
@@ -61,7 +61,7 @@ class TunerHandle:
     """For the workflow's own messages."""
 
     @property
-    def policy(self) -> PolicyChatModel:
+    def policy(self) -> ChatModel:
         return next(iter(self.policies.values()))
 
     def is_trainable(self, target_tag: str) -> bool:

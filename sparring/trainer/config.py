@@ -249,6 +249,22 @@ class TuneConfig(_Config):
     """Directory for checkpoints, metrics and rollouts; None means runs/<timestamp>."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     """Metric and rollout logging."""
+    baselines: dict[str, str] = Field(default_factory=dict)
+    """Scripted policies evaluated beside the model on the same held-out tasks: name -> import path of
+    `policy(messages, rng) -> reply` (e.g. 'sparring.envs.guess_number:binary_search'); never trained."""
+
+    @model_validator(mode="after")
+    def _importable_baselines(self) -> TuneConfig:
+        for name, path in self.baselines.items():
+            if not _MODEL_NAME_PATTERN.match(name) or name in ("untrained", "trained"):
+                raise ValueError(f"baselines.{name}: a baseline name may use letters, digits, '_', '-' and '.' only, and is not 'untrained' or 'trained' (the model's columns)")
+            try:
+                policy = import_object(path)
+            except ConfigError as error:
+                raise ValueError(f"baselines.{name}: {error}") from None
+            if not callable(policy):
+                raise ValueError(f"baselines.{name}: {path!r} is a {type(policy).__name__}, not a policy function `policy(messages, rng) -> str`")
+        return self
 
     @model_validator(mode="after")
     def _consistent_parts(self) -> TuneConfig:

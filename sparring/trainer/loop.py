@@ -9,15 +9,17 @@ model, `forward_backward` + `optim_step` each, log metrics and rollouts.
 Episodes sample from the live adapters, so each step sees the weights of the
 step before; snapshot opponents are retaken at the start of the steps they
 are due (`TunerModelConfig.snapshot_interval_steps`). Every
-`eval_interval_steps` the held-out tasks are evaluated; every
-`save_interval_steps`, at the end and on Ctrl-C, a checkpoint is written
-(see `checkpoints.py`) from which `resume` continues exactly.
+`eval_interval_steps` the held-out tasks are evaluated (the configured
+`baselines` once, beside the first evaluation; every number with a 95 %
+interval, see `evaluation.py`), and the comparison is written to
+`evaluation.json`; every `save_interval_steps`, at the end and on Ctrl-C, a
+checkpoint is written (see `checkpoints.py`) from which `resume` continues
+exactly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,11 +27,12 @@ from pathlib import Path
 
 from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, compute_advantages
 from ..logging import MetricsLogger, RolloutWriter, TrainingProgress, mean_metrics
-from ..rollout import Episode, RunnerSettings, as_episode_fn, run_episodes
+from ..rollout import Episode, RunnerSettings, ScriptedPolicy, as_episode_fn, run_episodes
 from ..types import ModelInput
 from .checkpoints import latest_checkpoint, restore_checkpoint, save_checkpoint
 from .config import TuneConfig, dump_config, import_object
 from .dataset import TaskStream, load_train_and_eval_tasks
+from .evaluation import Comparison, PolicyEvaluation, evaluate_baselines, evaluate_policy
 from .models import TrainingModels, build_models
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,8 @@ class RunResult:
     """Final PEFT adapter directory per trainable model."""
     interrupted: bool = False
     """True when Ctrl-C stopped the run (a checkpoint was saved)."""
+    comparison: Comparison | None = None
+    """The held-out evaluations of this process and the baselines beside them; None when nothing was evaluated."""
 
 
 def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
@@ -64,6 +69,7 @@ def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Pa
 
 async def run_training_async(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
     episode_fn, judge = _resolve(config, workflow, judge)  # a bad signature fails here, before any model loads
+    baselines = _baselines(config)
     run_dir = Path(resume) if resume else Path(config.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
@@ -85,12 +91,23 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
     with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
         rollouts = RolloutWriter(run_dir) if config.logging.save_rollouts else None
         step = start_step
+        columns: list[PolicyEvaluation] = []
+
+        async def evaluate_now(at_step: int, label: str) -> None:
+            chosen = eval_tasks[: algorithm.eval_tasks] if algorithm.eval_tasks else eval_tasks
+            columns.append(await evaluate(episode_fn, chosen, models, settings, judge, label=label, step=at_step))
+            result.evaluations.append({"step": at_step, **columns[-1].flat("eval/")})
+            logger.log(at_step, result.evaluations[-1])
+            if baselines and not any(c.kind == "baseline" for c in columns):
+                evaluated = await evaluate_baselines(episode_fn, chosen, models, settings, judge, baselines, algorithm.seed)
+                columns.extend(evaluated)
+                logger.log(at_step, {k: v for c in evaluated for k, v in c.flat(f"baseline/{c.label}/").items()})
+
         try:
             for step in range(start_step, total_steps):
                 snapshot_ages = models.refresh_snapshots(step)
                 if algorithm.eval_interval_steps and step % algorithm.eval_interval_steps == 0 and eval_tasks:
-                    result.evaluations.append({"step": step, **await evaluate(episode_fn, eval_tasks, models, settings, judge, algorithm.eval_tasks)})
-                    logger.log(step, result.evaluations[-1])
+                    await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
                 models.reseed(config.algorithm.seed, step)
                 metrics = await train_step(episode_fn, next(stream), models, settings, judge, config, rollouts, step)
                 metrics.update(snapshot_ages)
@@ -104,8 +121,12 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             result.interrupted = True
             log.warning("interrupted: saving a checkpoint at step %d", result.steps)
         if eval_tasks and algorithm.eval_interval_steps and not result.interrupted:
-            result.evaluations.append({"step": result.steps, **await evaluate(episode_fn, eval_tasks, models, settings, judge, algorithm.eval_tasks)})
-            logger.log(result.steps, result.evaluations[-1])
+            await evaluate_now(result.steps, "trained")
+        if columns:
+            # Model columns first (in step order), then the baselines; the last model evaluation is the subject.
+            models_first = [c for c in columns if c.kind == "model"] + [c for c in columns if c.kind == "baseline"]
+            result.comparison = Comparison(models_first, subject=[c for c in columns if c.kind == "model"][-1].label)
+            result.comparison.write(run_dir)
     save_checkpoint(run_dir, result.steps, models, stream)
     result.sampler_paths = models.save_for_sampler("final")
     return result
@@ -141,12 +162,12 @@ async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge,
     return metrics
 
 
-async def evaluate(episode_fn, tasks: list[dict], models: TrainingModels, settings: RunnerSettings, judge, limit: int | None = None) -> dict[str, float]:
-    """One episode per held-out task, no training: mean reward, error rate and workflow metrics under eval/."""
+async def evaluate(
+    episode_fn, tasks: list[dict], models: TrainingModels, settings: RunnerSettings, judge, limit: int | None = None, *, label: str = "model", step: int | None = None
+) -> PolicyEvaluation:
+    """One episode per held-out task with the configured models, no training: mean and 95 % interval of every metric."""
     chosen = tasks[:limit] if limit else tasks
-    eval_settings = dataclasses.replace(settings, group_size=1)
-    episodes = await run_episodes(episode_fn, chosen, models.make_tuner, eval_settings, judge)
-    return {f"eval/{key}": value for key, value in episode_metrics(episodes).items()}
+    return await evaluate_policy(episode_fn, chosen, models.make_tuner, settings, judge, label, "model", step)
 
 
 async def run_debug_episodes(config: TuneConfig, workflow=None, judge=None, num_tasks: int = 2, split: str = "train") -> list[Episode]:
@@ -158,14 +179,22 @@ async def run_debug_episodes(config: TuneConfig, workflow=None, judge=None, num_
     return await run_episodes(episode_fn, tasks, models.make_tuner, _settings(config.algorithm, 1), judge)
 
 
-async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: int | None = None) -> dict[str, float]:
-    """Evaluate the configured models (e.g. `model.adapter_path` set to a trained adapter) on the eval tasks."""
+async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: int | None = None) -> Comparison:
+    """Evaluate the configured models (e.g. `model.adapter_path` set to a trained adapter) and each baseline on the eval tasks.
+
+    The model's column is 'trained' when a trainable model starts from an adapter, else 'untrained'.
+    """
     episode_fn, judge = _resolve(config, workflow, judge)
+    baselines = _baselines(config)
     _, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     if not eval_tasks:
         raise ValueError("no eval tasks: set eval_dataset or train_dataset.eval_fraction")
+    chosen = eval_tasks[:limit] if limit else eval_tasks
     models = build_models(config, Path(config.run_dir or "runs/eval"))
-    return await evaluate(episode_fn, eval_tasks, models, _settings(config.algorithm, 1), judge, limit)
+    settings = _settings(config.algorithm, 1)
+    label = "trained" if any(m.adapter_path for m in config.trainable_models().values()) else "untrained"
+    model = await evaluate(episode_fn, chosen, models, settings, judge, label=label)
+    return Comparison([model, *await evaluate_baselines(episode_fn, chosen, models, settings, judge, baselines, config.algorithm.seed)], subject=label)
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
@@ -190,6 +219,11 @@ def _resolve(config: TuneConfig, workflow, judge):
     if judge is None and config.judge:
         judge = import_object(config.judge)
     return as_episode_fn(workflow), judge
+
+
+def _baselines(config: TuneConfig) -> dict[str, ScriptedPolicy]:
+    """The configured baseline policies by name (import paths already checked by the config)."""
+    return {name: import_object(path) for name, path in config.baselines.items()}
 
 
 def _settings(algorithm, group_size: int) -> RunnerSettings:

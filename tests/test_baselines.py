@@ -1,0 +1,310 @@
+"""Scripted baselines: the scripted chat model in the trainable slot, each game's baselines playing the real
+workflows to known values, the 95 % intervals against hand-computed numbers, the `baselines:` config, and
+the comparison (models and baselines side by side) from `tune()` and `sparring eval` on the tiny model."""
+
+import asyncio
+import json
+import math
+import random
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, ScriptedChatModel, TunerHandle, TunerModelConfig, WorkflowOutput
+from sparring.algorithms import Estimate, bootstrap_interval, estimate, separation, wilson_interval
+from sparring.cli import app
+from sparring.envs import guess_number as gn
+from sparring.envs import tictactoe as ttt
+from sparring.envs import twenty_questions as tq
+from sparring.envs import werewolf as ww
+from sparring.envs.templates import read_template
+from sparring.envs.tictactoe_rules import Board
+from sparring.logging import read_metrics
+from sparring.rollout import EpisodeRecorder, as_episode_fn, recording, run_episodes
+from sparring.rollout.runner import RunnerSettings
+from sparring.trainer import ConfigError, TuneConfig, load_train_and_eval_tasks
+from sparring.trainer.evaluation import estimates_of
+
+QUIET = LoggingConfig(console=False, tensorboard=False, save_rollouts=False)
+
+
+def play(workflow, tasks, policy, auxiliary=None, seed=0):
+    """Each task once, `policy` scripted in the trainable slot; the episodes as the runner returns them."""
+    scripted = ScriptedChatModel.seeded(policy, name=getattr(policy, "__name__", "scripted"), seed=seed)
+    settings = RunnerSettings(group_size=1, max_concurrency=64, episode_timeout_s=60)
+    make_tuner = lambda: TunerHandle(policies={"policy": scripted}, auxiliary_models=auxiliary or {})  # noqa: E731
+    return asyncio.run(run_episodes(as_episode_fn(workflow), tasks, make_tuner, settings))
+
+
+# --- the scripted chat model -------------------------------------------------------------------
+
+
+def test_a_scripted_model_answers_like_a_model_and_its_agent_is_rewarded_without_training_data():
+    async def polite(messages, rng):
+        await asyncio.sleep(0)
+        return f"{len(messages)} messages"
+
+    model = ScriptedChatModel.seeded(polite, name="polite").as_agent("x", role="player")
+    recorder = EpisodeRecorder()
+
+    async def two_calls():
+        with recording(recorder):
+            first = await model([{"role": "user", "content": "hi"}], max_tokens=3)
+            second = await model([{"role": "user", "content": "hi"}, first.message, {"role": "user", "content": "again"}])
+        return first, second
+
+    first, second = asyncio.run(two_calls())
+    assert first.message == {"role": "assistant", "content": "1 messages"} and second.content == "3 messages"
+    assert first.tokens == [] and first.logprobs == [] and not model.trainable
+    assert recorder.calls == [] and recorder.policy_calls() == {"x": 2} and recorder.roles == {"x": "player"}
+    assert [entry["scripted"] for entry in recorder.transcripts["x"]] == ["polite", "polite"]
+
+    episode = play(gn.guess_number, [{"secret": 8, "workflow_args": {"max_turns": 4}}], gn.binary_search)[0]
+    assert episode.error is None and episode.timelines == [] and episode.num_calls == 0
+    assert episode.rewards == {"policy": pytest.approx(1.375)} and episode.metrics["success"] == 1.0
+
+
+def test_a_policy_that_returns_no_reply_is_a_clear_error_and_turn_rewards_count_scripted_calls():
+    with pytest.raises(TypeError, match="scripted policy 'bad' returned 7"):
+        asyncio.run(ScriptedChatModel.seeded(lambda messages, rng: 7, name="bad")([{"role": "user", "content": "hi"}]))
+
+    async def per_turn(task, model, auxiliary_models):
+        for _ in range(3):
+            await model([{"role": "user", "content": "go"}])
+        return WorkflowOutput(reward=1.0, turn_rewards=[0.0, 0.5, 0.5])
+
+    episode = play(per_turn, [{}], lambda messages, rng: "ok")[0]
+    assert episode.error is None and episode.turn_rewards == {"policy": [0.0, 0.5, 0.5]}
+
+
+# --- guess the number ----------------------------------------------------------------------------
+
+
+def test_binary_search_solves_exactly_15_of_the_16_secrets_in_4_guesses_and_all_in_5():
+    tasks = [{"secret": secret, "workflow_args": {"low": 1, "high": 16, "max_turns": 4}} for secret in range(1, 17)]
+    episodes = play(gn.guess_number, tasks, gn.binary_search)
+    solved = [e.task["secret"] for e in episodes if e.metrics["success"] == 1.0]
+    assert len(solved) == 15 and 16 not in solved
+    assert all(e.metrics["invalid_rate"] == 0.0 for e in episodes)
+    five = [{**task, "workflow_args": {"low": 1, "high": 16, "max_turns": 5}} for task in tasks]
+    assert all(e.metrics["success"] == 1.0 for e in play(gn.guess_number, five, gn.binary_search))
+
+
+def test_random_valid_guesses_in_range_and_solves_about_one_in_four():
+    tasks = [{"secret": 1 + i % 16, "workflow_args": {"low": 1, "high": 16, "max_turns": 4}} for i in range(1600)]
+    episodes = play(gn.guess_number, tasks, gn.random_valid)
+    assert all(e.metrics["invalid_rate"] == 0.0 for e in episodes)
+    rate = sum(e.metrics["success"] for e in episodes) / len(episodes)
+    assert rate == pytest.approx(1 - (15 / 16) ** 4, abs=0.04)  # 0.2275 with four independent uniform guesses
+
+
+def test_the_guess_number_baselines_follow_the_referee_and_rules_wording(monkeypatch):
+    monkeypatch.setattr(gn, "RULES", "Secret between {low} and {high} (inclusive).")
+    monkeypatch.setattr(gn, "referee", lambda guess, secret, low, high: "Bingo!" if guess == secret else ("Lower." if guess > secret else "Higher."))
+    tasks = [{"secret": secret, "workflow_args": {"low": 1, "high": 16, "max_turns": 4}} for secret in range(1, 17)]
+    assert sum(e.metrics["success"] for e in play(gn.guess_number, tasks, gn.binary_search)) == 15
+    assert gn.feedback_direction("Higher.", 5, 1, 16) == "higher" and gn.feedback_direction("Lower.", 5, 1, 16) == "lower"
+    assert gn.feedback_direction("Bingo!", 5, 1, 16) is None
+
+
+def test_read_template_recovers_the_fields_a_template_filled_in():
+    assert read_template(gn.RULES, "Hello. " + gn.RULES.format(low=3, high=40)) == {"low": "3", "high": "40"}
+    assert read_template(tq.CANDIDATES, "You have 6 questions." + tq.CANDIDATES.format(words="cat, dog")) == {"words": "cat, dog"}
+    assert read_template("{a} then {a}", "x then y") is None
+    assert read_template(gn.RULES, "nothing here") is None
+
+
+# --- tic-tac-toe ------------------------------------------------------------------------------
+
+
+def test_read_board_gives_back_the_position_a_prompt_shows():
+    board = Board.from_moves([5, 1, 9, 3])
+    prompt = ttt.PROMPT.format(board=board.render(), free=", ".join(map(str, board.free())))
+    assert ttt.read_board(prompt) == board
+    with pytest.raises(ValueError, match="no tic-tac-toe board"):
+        ttt.read_board("Pick a cell.")
+
+
+def test_minimax_never_loses_to_random_and_random_never_beats_minimax():
+    tasks = [{"seed": seed, "side": "xo"[seed % 2], "workflow_args": {"opponent": "random"}} for seed in range(60)]
+    perfect = play(ttt.tictactoe, tasks, ttt.minimax)
+    assert all(e.error is None and e.metrics["invalid_action_rate"] == 0.0 for e in perfect)
+    assert sum(e.metrics["loss_rate"] for e in perfect) == 0 and sum(e.metrics["win_rate"] for e in perfect) >= 40
+    assert {e.task["side"] for e in perfect} == {"x", "o"}
+    against_perfect = [{**task, "workflow_args": {"opponent": "minimax"}} for task in tasks]
+    hopeless = play(ttt.tictactoe, against_perfect, ttt.random_legal)
+    assert all(e.metrics["forfeit_rate"] == 0.0 for e in hopeless)
+    assert sum(e.metrics["win_rate"] for e in hopeless) == 0 and sum(e.metrics["loss_rate"] for e in hopeless) >= 30
+
+
+# --- twenty questions and werewolf ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("candidates, max_questions", [(0, 20), (8, 6)])
+def test_the_halving_asker_finds_every_word_with_a_truthful_answerer(candidates, max_questions):
+    words = tq.load_words("eval")
+    tasks = [{"word": word, "seed": i, "workflow_args": {"candidates": candidates, "max_questions": max_questions}} for i, word in enumerate(words)]
+    answerer = ScriptedChatModel.seeded(tq.membership_answerer, name="truthful", baseline=False)
+    episodes = play(tq.twenty_questions, tasks, tq.halving_asker, auxiliary={"answerer": answerer})
+    pool = len(tq.vocabulary()) if candidates == 0 else candidates
+    assert all(e.error is None and e.metrics["success"] == 1.0 for e in episodes)
+    assert max(e.metrics["questions"] for e in episodes) <= math.ceil(math.log2(pool)) + 1
+    assert all(e.metrics["invalid_action_rate"] == 0.0 and e.metrics["wrong_guesses"] == 0.0 for e in episodes)
+
+
+def test_the_halving_asker_recovers_from_unknown_and_wrong_answers():
+    opening = [{"role": "system", "content": tq.SYSTEM}, {"role": "user", "content": tq.RULES.format(max_questions=6) + tq.CANDIDATES.format(words="cat, dog, pen, sun")}]
+    first = tq.halving_asker(opening, random.Random(0))
+    assert first == tq.HALVING_QUESTION.format(words="cat, dog")
+    unknown = [*opening, {"role": "assistant", "content": first}, {"role": "user", "content": "I don't know. 5 questions left."}]
+    assert tq.halving_asker(unknown, random.Random(0)) == tq.HALVING_QUESTION.format(words="pen, sun")
+    lied = [*opening, {"role": "assistant", "content": first}, {"role": "user", "content": "Yes. 5 questions left."}]
+    lied += [{"role": "assistant", "content": tq.HALVING_QUESTION.format(words="cat")}, {"role": "user", "content": "No. 4 questions left."}]
+    lied += [{"role": "assistant", "content": "Is it a dog?"}, {"role": "user", "content": "No. 3 questions left."}]
+    assert tq.halving_asker(lied, random.Random(0)) == tq.HALVING_QUESTION.format(words="cat")  # every word ruled out: start again without dog
+
+
+@pytest.mark.parametrize("target", ["werewolf", "good_guy"])
+def test_werewolf_random_valid_plays_whole_games_without_an_invalid_action(target):
+    tasks = [{"seed": seed, "workflow_args": {"trainable_target": target, "max_rounds": 3}} for seed in range(20)]
+    participant = ScriptedChatModel.seeded(ww.random_valid, name="participant", seed=1, baseline=False)
+    episodes = play(ww.werewolf, tasks, ww.random_valid, auxiliary={"participant": participant})
+    assert all(e.error is None and e.metrics["broken"] == 0.0 and e.metrics["invalid_action_rate"] == 0.0 for e in episodes)
+    side = {"werewolf"} if target == "werewolf" else {"villager", "seer", "witch"}
+    # Rewarded: the players of the side that made a call (as with a trained model; a villager killed on night 1 made none).
+    assert all(1 <= len(e.rewards) <= (2 if target == "werewolf" else 5) and {e.roles[a] for a in e.rewards} <= side for e in episodes)
+    assert 0 < sum(e.metrics["trained_win"] for e in episodes) < len(episodes)
+
+
+# --- intervals -------------------------------------------------------------------------------
+
+
+def test_wilson_interval_matches_hand_computed_values():
+    # 15/16: centre (p + z²/2n)/(1 + z²/n) = 1.057546/1.240091 = 0.852797, half-width 0.136084.
+    assert wilson_interval(15, 16) == pytest.approx((0.716713, 0.988881), abs=1e-6)
+    # 0/10: the upper end is z²/(n + z²) = 3.841459/13.841459.
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.277533), abs=1e-6)
+    # 5/10: symmetric about 1/2, half-width z·sqrt(0.025 + z²/400)/(1 + z²/10) = 0.2634.
+    assert wilson_interval(5, 10) == pytest.approx((0.236593, 0.763407), abs=1e-6)
+    with pytest.raises(ValueError, match="at least one trial"):
+        wilson_interval(0, 0)
+
+
+def test_bootstrap_interval_matches_hand_computed_values():
+    # Two values 0 and 2: resampled means are 0, 1, 2 with probability 1/4, 1/2, 1/4 -> 2.5 % at 0, 97.5 % at 2.
+    assert bootstrap_interval([0.0, 2.0]) == (0.0, 2.0)
+    assert bootstrap_interval([0.3] * 5) == pytest.approx((0.3, 0.3))
+    low, high = bootstrap_interval(list(range(100)))
+    assert low < 49.5 < high and high - low == pytest.approx(2 * 1.96 * 28.87 / 10, rel=0.15)  # ≈ the normal interval
+    assert bootstrap_interval([1.0, 5.0, 2.0]) == bootstrap_interval([1.0, 5.0, 2.0]), "a fixed seed"
+
+
+def test_estimate_picks_wilson_for_0_1_values_and_bootstrap_otherwise_and_separation_needs_disjoint_intervals():
+    assert estimate([1, 0, 1, 1]) == Estimate(0.75, *wilson_interval(3, 4), 4, "wilson")
+    assert estimate([0.5, 1.0]).method == "bootstrap"
+    with pytest.raises(ValueError):
+        estimate([])
+    a, b, c = Estimate(0.9, 0.8, 1.0, 10, "wilson"), Estimate(0.5, 0.3, 0.7, 10, "wilson"), Estimate(0.75, 0.6, 0.85, 10, "wilson")
+    assert separation(a, b) == "above" and separation(b, a) == "below" and separation(a, c) is None
+
+
+def test_episode_estimates_take_per_episode_values():
+    episodes = play(gn.guess_number, [{"secret": s, "workflow_args": {"max_turns": 4}} for s in (8, 16)], gn.binary_search)
+    found = estimates_of(episodes)
+    assert found["workflow/success"] == Estimate(0.5, *wilson_interval(1, 2), 2, "wilson")
+    assert found["reward/mean"].method == "bootstrap" and found["reward/mean"].n == 2
+    assert found["agent/policy/reward"].mean == found["reward/mean"].mean
+
+
+# --- config, tune() and the CLI ----------------------------------------------------------------
+
+
+def test_baselines_in_the_config_are_checked_when_it_is_built():
+    config = TuneConfig(baselines={"binary_search": "sparring.envs.guess_number:binary_search"})
+    assert config.baselines == {"binary_search": "sparring.envs.guess_number:binary_search"}
+    for bad, message in [
+        ("sparring.envs.guess_number:nope", "baselines.b: cannot import 'sparring.envs.guess_number:nope'.*no attribute 'nope'"),
+        ("no_such_module:policy", "baselines.b: cannot import 'no_such_module:policy': no module named 'no_such_module'"),
+        ("sparring.envs.guess_number:RULES", "baselines.b: .*is a str, not a policy function"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            TuneConfig(baselines={"b": bad})
+    with pytest.raises(ConfigError, match="baselines.trained: .*not 'untrained' or 'trained'"):
+        TuneConfig(baselines={"trained": "sparring.envs.guess_number:binary_search"})
+
+
+@pytest.mark.parametrize("path", ["guess_number", "tictactoe", "twenty_questions", "werewolf"])
+def test_each_example_config_names_its_games_baselines(path):
+    config = TuneConfig.from_dict(yaml.safe_load(open(f"examples/{path}.yaml")))
+    assert config.baselines and all(value.startswith(f"sparring.envs.{path}:") for value in config.baselines.values())
+
+
+def test_tune_evaluates_baselines_once_beside_the_first_and_last_evaluation(tiny_model_dir, tmp_path):
+    tasks = [{"secret": s} for s in (3, 9, 12, 5)]
+    config = TuneConfig(
+        workflow="sparring.envs.guess_number:guess_number",
+        train_dataset=DatasetConfig(tasks=tasks, total_steps=2, workflow_args={"max_turns": 4}),
+        eval_dataset=DatasetConfig(tasks=tasks, workflow_args={"max_turns": 4}),
+        model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=2),
+        algorithm=AlgorithmConfig(group_size=2, batch_size=2, eval_interval_steps=1),
+        run_dir=str(tmp_path / "run"),
+        logging=QUIET,
+        baselines={"binary_search": "sparring.envs.guess_number:binary_search", "random_valid": "sparring.envs.guess_number:random_valid"},
+    )
+    result = Job.from_config(config).tune()
+    labels = [column.label for column in result.comparison.columns]
+    assert labels == ["untrained", "step 1", "trained", "binary_search", "random_valid"] and result.comparison.subject == "trained"
+    binary = result.comparison.column("binary_search")
+    assert binary.episodes == 4 and binary.estimates["workflow/success"].mean == 1.0  # 3, 9, 12 and 5 in 4 guesses
+    saved = json.loads((tmp_path / "run" / "evaluation.json").read_text())
+    assert [c["label"] for c in saved["columns"]] == labels and saved["subject_vs"].keys() == {"untrained", "step 1", "binary_search", "random_valid"}
+    logged = read_metrics(tmp_path / "run")
+    baseline_rows = [row for row in logged if "baseline/binary_search/workflow/success" in row]
+    assert len(baseline_rows) == 1 and baseline_rows[0]["step"] == 0
+    assert baseline_rows[0]["baseline/binary_search/workflow/success/ci_low"] == pytest.approx(wilson_interval(4, 4)[0])
+    evaluations = [row for row in logged if "eval/reward/mean" in row]
+    assert [row["step"] for row in evaluations] == [0, 1, 2]
+    assert all(row["eval/reward/mean/ci_low"] <= row["eval/reward/mean"] <= row["eval/reward/mean/ci_high"] for row in evaluations)
+
+
+def test_sparring_eval_shows_the_model_beside_each_baseline_with_intervals_and_markers(tiny_model_dir, tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(f'{{"secret": {n}}}\n' for n in range(1, 17)))
+    config = {
+        "workflow": "sparring.envs.guess_number:guess_number",
+        "run_dir": str(tmp_path / "run"),
+        "model": {"model_path": str(tiny_model_dir), "max_tokens": 3, "lora_rank": 2},
+        "train_dataset": {"path": str(tasks), "workflow_args": {"max_turns": 4}},
+        "eval_dataset": {"path": str(tasks), "workflow_args": {"max_turns": 4}},
+        "baselines": {"random_valid": "sparring.envs.guess_number:random_valid", "binary_search": "sparring.envs.guess_number:binary_search"},
+        "logging": {"tensorboard": False, "console": False},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = CliRunner().invoke(app, ["eval", str(path)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # the footnote wraps at the table's width
+    for expected in ["untrained", "random_valid", "binary_search", "success", "0.938 [0.717, 0.989]", "Wilson score", "bootstrap", "entirely above / below"]:
+        assert expected in text, expected
+    saved = json.loads((tmp_path / "run" / "eval.json").read_text())
+    columns = {c["label"]: c for c in saved["columns"]}
+    assert columns["binary_search"]["metrics"]["workflow/success"]["mean"] == 0.9375
+    model = columns["untrained"]["metrics"]["workflow/success"]
+    binary = columns["binary_search"]["metrics"]["workflow/success"]
+    separated = model["high"] < binary["low"]
+    assert (saved["subject_vs"]["binary_search"].get("workflow/success") == "below") == separated
+    success_line = next(line for line in result.output.splitlines() if "success" in line)
+    assert ("▼" in success_line) == separated
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**config, "baselines": {"oops": "sparring.envs.guess_number:no_such_policy"}}))
+    failed = CliRunner().invoke(app, ["eval", str(bad)])
+    assert failed.exit_code == 2 and "baselines.oops: cannot import" in failed.output
+
+
+def test_the_example_held_out_games_give_the_baselines_their_known_values():
+    config = TuneConfig.from_dict(yaml.safe_load(open("examples/guess_number.yaml")))
+    _, tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
+    episodes = play(gn.guess_number, tasks, gn.binary_search)
+    assert sum(e.metrics["success"] for e in episodes) == sum(task["secret"] != 16 for task in tasks)
