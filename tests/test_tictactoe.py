@@ -196,7 +196,13 @@ def test_the_example_configs_load():
     config = load_config_file("examples/tictactoe.yaml")
     assert import_object(config.workflow) is tictactoe and config.auxiliary_models["snapshot"].snapshot_of == "policy"
     train, held_out = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
-    assert len(train) == 256 and len(held_out) == 100 and held_out[0]["workflow_args"]["opponent"] == "random"
+    assert len(train) == 255 and len(held_out) == 200 and held_out[0]["workflow_args"]["opponent"] == "random"
+    league = [task["workflow_args"]["opponent"] for task in train]
+    assert league[:6] == ["snapshot", "random", "minimax"] * 2 and not config.train_dataset.shuffle  # one of each per step
+    games = [{key: task[key] for key in ("task_id", "seed", "side")} for task in held_out]
+    assert games == make_tasks(200, seed=2) and games[:100] == make_tasks(100, seed=2)  # the first 100: earlier results' games
+    train_seeds = {task["seed"] for task in train} | {task["seed"] for task in make_tasks(256, seed=1)}
+    assert len({task["seed"] for task in held_out}) == 200 and not train_seeds & {task["seed"] for task in held_out}
 
 
 @pytest.mark.smollm
