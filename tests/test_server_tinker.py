@@ -16,7 +16,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from typer.testing import CliRunner
 
 import sparring
 import tinker_scenario
+from sparring_server import serving
 from sparring.cli import app as cli_app
 from sparring.server.tinker_lanes import ModelLane
 
@@ -36,38 +36,11 @@ TINKER_022 = "tinker==0.22.7"
 HAS_LATEST_SDK = sys.version_info >= (3, 11)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
     """A `sparring serve` process on the tiny model, with an API key; yields its base URL."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    command = [sys.executable, "-m", "sparring.cli", "serve", "--model", str(tiny_model_dir), "--port", str(port), "--api-key", API_KEY, "--base-dir", str(log.parent / "checkpoints")]
-    with open(log, "w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            if httpx.get(f"{url}/api/v1/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"sparring serve did not come up:\n{log.read_text()}")
-        time.sleep(0.3)
-    yield url
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    with serving(tiny_model_dir, tmp_path_factory.mktemp("server"), API_KEY) as served:
+        yield served.url
 
 
 @pytest.fixture(scope="module")

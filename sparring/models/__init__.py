@@ -8,7 +8,7 @@ from sparring.models.catalogue import (
     resolve_model,
     sparring_home,
 )
-from sparring.models.loading import LoadedModel, converted_cache_dir, load_base_model
+from sparring.models.loading import LoadedModel, converted_cache_dir, load_base_model, load_tokenizer
 from sparring.models.renderer import ChatMLRenderer, ChatRenderer, TemplateRenderer, get_renderer
 from sparring.models.tiny import build_tiny_model
 
@@ -25,6 +25,7 @@ __all__ = [
     "converted_cache_dir",
     "get_renderer",
     "load_base_model",
+    "load_tokenizer",
     "resolve_model",
     "sparring_home",
 ]

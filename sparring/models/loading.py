@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from sparring.models.catalogue import KNOWN_MODELS, ModelSpec, resolve_model, sparring_home
+from sparring.models.catalogue import KNOWN_MODELS, ModelSpec, UnknownModelError, resolve_model, sparring_home
 from sparring.models.renderer import ChatRenderer, get_renderer
 
 logger = logging.getLogger(__name__)
@@ -217,3 +217,27 @@ def load_base_model(
         device=torch_device,
         dtype=torch_dtype,
     )
+
+
+def load_tokenizer(name_or_path: str) -> tuple[Any, ChatRenderer]:
+    """The tokenizer and chat renderer of a base model, without its weights (for a model served elsewhere).
+
+    A local model (catalogue name, HF directory, .gguf file) gives exactly the tokenizer ``load_base_model``
+    would: from its directory, from the converted cache, or read from the GGUF file when it was never
+    converted. Any other name is taken as a Hugging Face repository id: the user named a model that lives
+    on a remote service, so its tokenizer comes from the local HF cache or the hub (``HF_HUB_OFFLINE=1``
+    keeps it offline).
+    """
+    try:
+        spec = resolve_model(name_or_path)
+    except UnknownModelError:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    else:
+        cache_dir = converted_cache_dir(spec) if spec.kind == "gguf" else spec.path
+        if spec.kind == "gguf" and not (cache_dir / "config.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(str(spec.path.parent), gguf_file=spec.path.name)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(cache_dir, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, get_renderer(tokenizer)

@@ -6,6 +6,12 @@ directory per trainable model (adapter + optimizer, via `save_state`) and
 saved adapter and step of every snapshot opponent), written last.
 `latest.json` points at the newest complete checkpoint and is replaced
 atomically, so a run killed mid-save resumes from the previous one.
+
+For a model on a Tinker-protocol service (backend 'tinker') the training
+state is saved on the service: `trainer_state.json` records the path the
+service returned (`tinker://...`) and the model's backend, and resuming loads
+that state (weights and optimizer) into a new model on the service. Snapshot
+opponents are saved wherever their source model lives, the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..training import RemoteTrainingClient
 from .dataset import TaskStream
 
 
@@ -28,7 +35,8 @@ def save_checkpoint(run_dir: Path, step: int, models, stream: TaskStream) -> Pat
     model_paths = {key: future.result().path for key, future in futures.items()}
     torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}, directory / "rng.pt")
     snapshots = {name: {"path": snapshot.path, "step": snapshot.step} for name, snapshot in models.snapshots.items() if snapshot.path}
-    state = {"step": step, "models": model_paths, "data": stream.state_dict(), "snapshots": snapshots}
+    backends = {key: _backend(client) for key, client in models.clients.items()}
+    state = {"step": step, "models": model_paths, "backends": backends, "data": stream.state_dict(), "snapshots": snapshots}
     _write_atomically(directory / "trainer_state.json", json.dumps(state, indent=2))
     _write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
     return directory
@@ -48,6 +56,9 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> int:
     unknown = set(state["models"]) ^ set(models.clients)
     if unknown:
         raise ValueError(f"checkpoint {directory} holds models {sorted(state['models'])}, the config trains {sorted(models.clients)}")
+    for key, backend in state.get("backends", {}).items():
+        if backend != _backend(models.clients[key]):
+            raise ValueError(f"checkpoint {directory} saved model {key!r} on backend {backend!r}; the config now puts it on {_backend(models.clients[key])!r}")
     for future in [models.clients[key].load_state(path) for key, path in state["models"].items()]:
         future.result()
     for name, snapshot in state.get("snapshots", {}).items():
@@ -58,6 +69,10 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> int:
     np.random.set_state(rng["numpy"])
     random.setstate(rng["python"])
     return int(state["step"])
+
+
+def _backend(client) -> str:
+    return "tinker" if isinstance(client, RemoteTrainingClient) else "local"
 
 
 def _write_atomically(path: Path, text: str) -> None:

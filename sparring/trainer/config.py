@@ -106,7 +106,7 @@ class DatasetConfig(_Config):
 
 
 class TunerModelConfig(_Config):
-    """One model: a local base model (+ LoRA adapter) or a frozen OpenAI-compatible endpoint."""
+    """One model: a local base model (+ LoRA adapter), a model on a Tinker-protocol service, or a frozen OpenAI-compatible endpoint."""
 
     model_path: str = "smollm2-135m-instruct"
     """Catalogue name, HF model directory or .gguf file; for a remote endpoint, the model name it serves."""
@@ -126,10 +126,13 @@ class TunerModelConfig(_Config):
     """torch device that runs the model ('cpu', 'cuda', 'cuda:1')."""
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     """Weights dtype; None means float32 on CPU and bfloat16 on CUDA."""
+    backend: Literal["local", "tinker"] = "local"
+    """Where the model runs: 'local' (an engine in this process) or 'tinker' (any Tinker-protocol service, via the tinker SDK)."""
     base_url: str | None = None
-    """URL of a frozen OpenAI-compatible endpoint; when set the model is remote and never trained."""
+    """backend 'local': URL of a frozen OpenAI-compatible endpoint (never trained); backend 'tinker': the service's URL
+    (default: the TINKER_BASE_URL environment variable)."""
     api_key: str | None = None
-    """API key for `base_url`."""
+    """API key for `base_url`; with backend 'tinker' the default is the TINKER_API_KEY environment variable."""
     trainable: bool = True
     """Whether this model learns; lets `models` mix trainable and frozen entries (auxiliary models are always frozen)."""
     adapter_path: str | None = None
@@ -140,9 +143,30 @@ class TunerModelConfig(_Config):
     snapshot_interval_steps: int = Field(default=0, ge=0)
     """Retake the snapshot every N training steps; 0 keeps the one taken when the run starts."""
 
+    @model_validator(mode="after")
+    def _backend_settings(self) -> TunerModelConfig:
+        if self.backend != "tinker":
+            return self
+        if not (self.base_url or os.environ.get("TINKER_BASE_URL")):
+            raise ValueError("base_url: backend 'tinker' needs the service's URL; set base_url or the TINKER_BASE_URL environment variable")
+        if self.device != "cpu" or self.dtype is not None:
+            raise ValueError("device/dtype: with backend 'tinker' the service picks the device and dtype; leave them unset")
+        if self.adapter_path is not None and not self.adapter_path.startswith("tinker://"):
+            raise ValueError(f"adapter_path: backend 'tinker' starts from weights saved on the service (a tinker:// path), got {self.adapter_path!r}")
+        return self
+
     @property
     def is_remote(self) -> bool:
-        return self.base_url is not None
+        """A frozen OpenAI-compatible endpoint (backend 'local' with a base_url)."""
+        return self.backend == "local" and self.base_url is not None
+
+    def service_url(self) -> str | None:
+        """The Tinker-protocol service of a backend 'tinker' model (base_url, else TINKER_BASE_URL); None for 'local'."""
+        return (self.base_url or os.environ.get("TINKER_BASE_URL")) if self.backend == "tinker" else None
+
+    def service_api_key(self) -> str | None:
+        """The API key for service_url (api_key, else TINKER_API_KEY)."""
+        return self.api_key or os.environ.get("TINKER_API_KEY")
 
     def sampling_params(self) -> dict[str, Any]:
         """The sampling settings, as keyword arguments for `sparring.types.SamplingParams`."""
@@ -301,7 +325,7 @@ class TuneConfig(_Config):
 
 
 # A snapshot lives on its source's engine: these must match it, and are taken from it when not set.
-_SNAPSHOT_SHARED = ("model_path", "device", "dtype", "lora_rank", "max_model_len")
+_SNAPSHOT_SHARED = ("model_path", "device", "dtype", "lora_rank", "max_model_len", "backend")
 _SNAPSHOT_INHERITED = ("temperature", "top_p", "top_k", "max_tokens")
 
 

@@ -13,6 +13,12 @@ source, so only the LoRA matrices are copied, never the base weights.
 `refresh_snapshots` retakes it every `snapshot_interval_steps` during
 training and saves it as a PEFT directory, which the checkpoint refers to,
 so a resumed run plays against exactly the same snapshot.
+
+Every model runs on a backend chosen by `TunerModelConfig.backend`: 'local'
+(an engine in this process, one per device and dtype) or 'tinker' (a
+Tinker-protocol service, one SDK session per URL and key). Both hand out
+clients with the same interface, so nothing below `build_models` knows which
+one it has; a snapshot always lives where its source model does.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from pathlib import Path
 
 from ..engine import EngineConfig
 from ..rollout import ChatModel, FrozenChatModel, OpenAIChatModel, PolicyChatModel, TunerHandle
-from ..training import SamplingClient, ServiceClient, TrainingClient
+from ..training import RemoteTrainingClient, SamplingClient, ServiceClient, TrainingClient
 from ..types import Datum
 from .config import AlgorithmConfig, TuneConfig, TunerModelConfig
 
@@ -48,8 +54,8 @@ class Snapshot:
 class TrainingModels:
     """Trainable clients, the chat models handed to workflows, and the base-model sampler."""
 
-    clients: dict[str, TrainingClient]
-    """Training client per trainable model key."""
+    clients: dict[str, TrainingClient | RemoteTrainingClient]
+    """Training client per trainable model key (local or on a service)."""
     policies: dict[str, PolicyChatModel]
     """Chat model on each live adapter, per key."""
     auxiliary: dict[str, ChatModel] = field(default_factory=dict)
@@ -68,7 +74,7 @@ class TrainingModels:
 
     def reseed(self, seed: int, step: int) -> None:
         for client in self.clients.values():
-            client.engine.reseed(seed * 1_000_003 + step)
+            client.reseed(seed * 1_000_003 + step)
 
     async def update(self, datums: dict[str, list[Datum]], algorithm: AlgorithmConfig) -> dict[str, float]:
         """One optimizer step for every model that has data."""
@@ -79,7 +85,8 @@ class TrainingModels:
         for key, output, step in zip(keys, await asyncio.gather(*passes), await asyncio.gather(*steps)):
             prefix = "train" if len(self.clients) == 1 else f"train/{key}"
             metrics[f"{prefix}/loss"] = output.loss
-            metrics[f"{prefix}/grad_norm"] = step.metrics["grad_norm"]
+            if "grad_norm" in step.metrics:  # a remote service need not report it
+                metrics[f"{prefix}/grad_norm"] = step.metrics["grad_norm"]
             metrics[f"{prefix}/datums"] = float(len(datums[key]))
         return metrics
 
@@ -117,7 +124,12 @@ def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
     services: dict[tuple, ServiceClient] = {}
 
     def service_for(model: TunerModelConfig) -> ServiceClient:
-        key = (model.device, model.dtype)
+        if model.backend == "tinker":
+            key = ("tinker", model.service_url(), model.service_api_key())
+            if key not in services:
+                services[key] = ServiceClient(base_url=model.service_url(), api_key=model.service_api_key())
+            return services[key]
+        key = ("local", model.device, model.dtype)
         if key not in services:
             services[key] = ServiceClient(base_dir=run_dir / "checkpoints", engine_config=EngineConfig(device=model.device, dtype=model.dtype))
         return services[key]
@@ -143,7 +155,7 @@ def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
 
 
 def _frozen_model(name: str, model: TunerModelConfig, service: ServiceClient) -> ChatModel:
-    if model.base_url:
+    if model.is_remote:
         return OpenAIChatModel(model=model.model_path, base_url=model.base_url, api_key=model.api_key or "EMPTY", defaults=model.sampling_params(), agent=name)
     if model.adapter_path:
         sampler = service.create_sampling_client(model_path=model.adapter_path, base_model=model.model_path)

@@ -1,8 +1,20 @@
-"""Tinker-shaped clients: ServiceClient -> TrainingClient / SamplingClient, with futures."""
+"""Tinker-shaped clients: ServiceClient -> TrainingClient / SamplingClient, with futures; local or remote."""
 
 from .futures import APIFuture, Submitted
+from .remote_sampling import RemoteSamplingClient
+from .remote_service import RemoteServiceClient
+from .remote_training import RemoteTrainingClient
 from .sampling_client import SamplingClient
 from .service_client import ServiceClient
 from .training_client import TrainingClient
 
-__all__ = ["APIFuture", "SamplingClient", "ServiceClient", "Submitted", "TrainingClient"]
+__all__ = [
+    "APIFuture",
+    "RemoteSamplingClient",
+    "RemoteServiceClient",
+    "RemoteTrainingClient",
+    "SamplingClient",
+    "ServiceClient",
+    "Submitted",
+    "TrainingClient",
+]

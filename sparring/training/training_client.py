@@ -112,6 +112,10 @@ class TrainingClient(ReadyClient):
 
     # Info -------------------------------------------------------------------
 
+    def reseed(self, seed: int) -> None:
+        """Restart the engine's seed stream for sampling requests that carry no seed."""
+        self.engine.reseed(seed)
+
     def get_tokenizer(self):
         return self.engine.tokenizer
 
