@@ -91,6 +91,17 @@ def test_binary_search_solves_exactly_15_of_the_16_secrets_in_4_guesses_and_all_
     assert all(e.metrics["success"] == 1.0 for e in play(gn.guess_number, five, gn.binary_search))
 
 
+def test_guess_number_credits_each_guess_that_agrees_with_the_answers_so_far():
+    # Secret 5: 8 (agrees, then "lower"), 9 (contradicts "lower than 8"), None (invalid), 3 (agrees, then "higher").
+    assert gn.consistent_guesses(5, [8, 9, None, 3], 1, 16) == [True, False, False, True]
+    tasks = [{"secret": secret, "workflow_args": {"low": 1, "high": 16, "max_turns": 4, "consistency_bonus": 0.5}} for secret in range(1, 17)]
+    for episode in play(gn.guess_number, tasks, gn.binary_search):
+        (turn_rewards,) = episode.turn_rewards.values()
+        assert turn_rewards == [0.5] * len(turn_rewards) and episode.metrics["consistent_rate"] == 1.0
+    rates = [e.metrics["consistent_rate"] for e in play(gn.guess_number, tasks * 20, gn.random_valid)]
+    assert 0.4 < sum(rates) / len(rates) < 0.8
+
+
 def test_random_valid_guesses_in_range_and_solves_about_one_in_four():
     tasks = [{"secret": 1 + i % 16, "workflow_args": {"low": 1, "high": 16, "max_turns": 4}} for i in range(1600)]
     episodes = play(gn.guess_number, tasks, gn.random_valid)

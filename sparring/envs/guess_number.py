@@ -10,6 +10,13 @@ otherwise partial credit for how close the last valid guess came. A reply
 with no number in range is an invalid move: it costs `invalid_penalty` and
 the referee says so. `workflow_args` can change `low`, `high`, `max_turns`.
 
+Per-turn credit: each guess that agrees with every answer so far (it lies
+between the largest "too low" and the smallest "too high" guess) earns
+`consistency_bonus` as its turn reward (`WorkflowOutput.turn_rewards`), so
+the guess that used the feedback is the one credited. The bonus is training
+signal only: the reported `reward` is the game's score above, the same for
+the policy and for the scripted baselines.
+
     sparring train examples/guess_number.yaml
 """
 
@@ -41,7 +48,19 @@ def referee(guess: int | None, secret: int, low: int, high: int) -> str:
         return f"That is not a number from {low} to {high}. Reply with one number."
     if guess == secret:
         return "Correct!"
-    return f"{guess} is too {'high' if guess > secret else 'low'}. Guess again."
+    if guess > secret:
+        return f"{guess} is too high. My number is lower than {guess}."
+    return f"{guess} is too low. My number is higher than {guess}."
+
+
+def consistent_guesses(secret: int, guesses: list[int | None], low: int, high: int) -> list[bool]:
+    """For each guess, whether it agrees with the referee's answers to the guesses before it."""
+    agrees = []
+    for guess in guesses:
+        agrees.append(guess is not None and low <= guess <= high)
+        if guess is not None:
+            low, high = (low, min(high, guess - 1)) if guess > secret else (max(low, guess + 1), high)
+    return agrees
 
 
 def score(secret: int, guesses: list[int | None], low: int, high: int, max_turns: int, invalid_penalty: float) -> dict[str, float]:
@@ -77,7 +96,10 @@ async def guess_number(task: dict, model: ChatModel, auxiliary_models: dict[str,
             break
         history += [reply.message, {"role": "user", "content": referee(guess, secret, low, high)}]
     metrics = score(secret, guesses, low, high, max_turns, float(args.get("invalid_penalty", 0.1)))
-    return WorkflowOutput(reward=metrics.pop("reward"), metrics=metrics, response=guesses)
+    agrees = consistent_guesses(secret, guesses, low, high)
+    metrics["consistent_rate"] = sum(agrees) / len(agrees)
+    bonus = float(args.get("consistency_bonus", 0.25))
+    return WorkflowOutput(reward=metrics.pop("reward"), metrics=metrics, response=guesses, turn_rewards=[bonus * agree for agree in agrees])
 
 
 def make_tasks(count: int, seed: int, low: int = 1, high: int = 16) -> list[dict]:
