@@ -7,6 +7,14 @@ sampled in shared batches. An episode that raises or times out becomes data,
 not a dead run: it gets the penalty reward and an error, and the run goes on.
 Rewards come from the workflow's output (one for all trainable agents, or one
 per agent) or, when it gives none, from the judge.
+
+Where the workflow itself runs is the one seam: `RunnerSettings.play`, an
+`EpisodePlayer`. `play_in_process` runs it here, in this event loop; another
+player (the Ray runner, `sparring.integrations.ray_runner`) runs it elsewhere
+while its model calls still come back to this process's recorder. Either way
+the recorder, rewards, timelines and errors are handled here, the same way. A
+player that fails itself (not the episode) raises `RunnerError`, which stops
+the run instead of becoming an error episode.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import inspect
 import logging
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Awaitable, Callable
 
 from .recorder import EpisodeRecorder, recording
 from .timelines import merge_calls
@@ -24,6 +32,24 @@ from .types import Episode, JudgeOutput, WorkflowOutput
 from .workflow import EpisodeFn, TunerHandle
 
 log = logging.getLogger(__name__)
+
+EpisodePlayer = Callable[[EpisodeFn, dict, TunerHandle, float], Awaitable[Any]]
+"""`play(episode_fn, task, tuner, timeout_s) -> output`: runs one episode's workflow inside its recorder; raises
+TimeoutError once the episode's own time passes `timeout_s`."""
+
+
+class RunnerError(RuntimeError):
+    """The runner itself failed, not the episode (e.g. a workflow that cannot reach a worker): the run stops."""
+
+
+async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: TunerHandle, timeout_s: float) -> Any:
+    """Run the workflow in this event loop, cancelled after `timeout_s`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    output = await asyncio.wait_for(episode_fn(task, tuner), timeout_s)
+    if loop.time() > deadline:
+        raise asyncio.TimeoutError  # the workflow swallowed the cancellation and returned anyway
+    return output
 
 
 @dataclass
@@ -38,6 +64,8 @@ class RunnerSettings:
     """An episode running longer is stopped and counted as an error."""
     error_reward: float = -0.1
     """Reward given to the agents of an episode that raised or timed out."""
+    play: EpisodePlayer = play_in_process
+    """Where each workflow runs: in this process, or elsewhere (Ray workers) with its model calls sent back here."""
 
 
 async def run_episodes(
@@ -62,14 +90,13 @@ async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: Tune
     error, output, rewards, metrics, turn_rewards = None, None, {}, {}, {}
     with recording(recorder):
         try:
-            deadline = asyncio.get_running_loop().time() + settings.episode_timeout_s
-            output = await asyncio.wait_for(episode_fn(task, tuner), settings.episode_timeout_s)
-            if asyncio.get_running_loop().time() > deadline:
-                raise asyncio.TimeoutError  # the workflow swallowed the cancellation and returned anyway
+            output = await settings.play(episode_fn, task, tuner, settings.episode_timeout_s)
             rewards, metrics = await _rewards(output, task, tuner, judge, _trained_agents(recorder))
             turn_rewards = _turn_rewards(output.turn_rewards, recorder)
         except asyncio.TimeoutError:
             error = f"timed out after {settings.episode_timeout_s:g}s"
+        except RunnerError:
+            raise
         except Exception as exc:  # noqa: BLE001 - an episode's failure is data (penalty reward + error metric)
             error = f"{type(exc).__name__}: {exc}"
     if error is not None:

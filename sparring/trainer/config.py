@@ -218,6 +218,12 @@ class AlgorithmConfig(_Config):
     """Reward given to an episode that crashed or timed out, so a bad output is discouraged but the run goes on."""
     seed: int = 0
     """Seed for sampling and any other randomness of the run."""
+    runner: Literal["local", "ray"] = "local"
+    """Where workflows run: 'local' (this process's event loop) or 'ray' (one Ray task per episode; model calls come back here)."""
+    ray_address: str | None = None
+    """Ray cluster to run episodes on ('auto', 'host:6379'); None starts a local one (or reuses this process's `ray.init`)."""
+    ray_num_cpus: float = Field(default=1.0, gt=0.0)
+    """CPUs Ray reserves per episode; below 1 packs several episodes per core (workflows that mostly wait on the model)."""
 
     @field_validator("loss_fn_config")
     @classmethod

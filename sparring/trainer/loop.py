@@ -28,6 +28,7 @@ from pathlib import Path
 from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, compute_advantages
 from ..logging import MetricsLogger, RolloutWriter, TrainingProgress, mean_metrics
 from ..rollout import Episode, RunnerSettings, ScriptedPolicy, as_episode_fn, run_episodes
+from ..rollout.runner import EpisodePlayer, play_in_process
 from ..types import ModelInput
 from .checkpoints import latest_checkpoint, restore_checkpoint, save_checkpoint
 from .config import TuneConfig, dump_config, import_object
@@ -218,7 +219,12 @@ def _resolve(config: TuneConfig, workflow, judge):
         workflow = import_object(config.workflow)
     if judge is None and config.judge:
         judge = import_object(config.judge)
-    return as_episode_fn(workflow), judge
+    episode_fn = as_episode_fn(workflow)
+    if config.algorithm.runner == "ray":
+        from ..integrations.ray_runner import check_sendable
+
+        check_sendable(episode_fn)  # an unpicklable workflow fails here, before any model loads
+    return episode_fn, judge
 
 
 def _baselines(config: TuneConfig) -> dict[str, ScriptedPolicy]:
@@ -227,4 +233,13 @@ def _baselines(config: TuneConfig) -> dict[str, ScriptedPolicy]:
 
 
 def _settings(algorithm, group_size: int) -> RunnerSettings:
-    return RunnerSettings(group_size, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward)
+    return RunnerSettings(group_size, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward, _player(algorithm))
+
+
+def _player(algorithm) -> EpisodePlayer:
+    """Where workflows run (`algorithm.runner`): in this process, or as Ray tasks whose model calls come back here."""
+    if algorithm.runner == "local":
+        return play_in_process
+    from ..integrations.ray_runner import ray_runner
+
+    return ray_runner(algorithm.ray_address, algorithm.ray_num_cpus).play
