@@ -91,13 +91,17 @@ def test_binary_search_solves_exactly_15_of_the_16_secrets_in_4_guesses_and_all_
     assert all(e.metrics["success"] == 1.0 for e in play(gn.guess_number, five, gn.binary_search))
 
 
-def test_guess_number_credits_each_guess_that_agrees_with_the_answers_so_far():
-    # Secret 5: 8 (agrees, then "lower"), 9 (contradicts "lower than 8"), None (invalid), 3 (agrees, then "higher").
-    assert gn.consistent_guesses(5, [8, 9, None, 3], 1, 16) == [True, False, False, True]
-    tasks = [{"secret": secret, "workflow_args": {"low": 1, "high": 16, "max_turns": 4, "consistency_bonus": 0.5}} for secret in range(1, 17)]
-    for episode in play(gn.guess_number, tasks, gn.binary_search):
+def test_guess_number_credits_each_guess_by_the_share_of_possible_numbers_it_rules_out():
+    # Secret 5 in 1..16: 8 halves (1 - (49 + 64) / 256), 9 ignores "lower than 8", None is invalid,
+    # 1 is consistent but at the end of 1..7 (1 - 36 / 49), 4 is the last guess of 2..7 (1 - (4 + 9) / 36).
+    assert gn.guess_progress(5, [8, 9, None, 1, 4], 1, 16) == pytest.approx([1 - 113 / 256, 0.0, 0.0, 1 - 36 / 49, 1 - 13 / 36])
+    tasks = [{"secret": secret, "workflow_args": {"low": 1, "high": 16, "max_turns": 4, "progress_bonus": 1.0}} for secret in range(1, 17)]
+    halving = [e.metrics["progress"] for e in play(gn.guess_number, tasks, gn.binary_search)]
+    counting = [e.metrics["progress"] for e in play(gn.guess_number, tasks, lambda messages, rng: str(1 + sum(m["role"] == "assistant" for m in messages)))]
+    assert min(halving) > 0.4 and sum(halving) / 16 > 2 * sum(counting) / 16
+    for episode in play(gn.guess_number, tasks, gn.binary_search):  # bonus 1: the turn rewards are the progress
         (turn_rewards,) = episode.turn_rewards.values()
-        assert turn_rewards == [0.5] * len(turn_rewards) and episode.metrics["consistent_rate"] == 1.0
+        assert sum(turn_rewards) / len(turn_rewards) == pytest.approx(episode.metrics["progress"]) and min(turn_rewards) > 0
     rates = [e.metrics["consistent_rate"] for e in play(gn.guess_number, tasks * 20, gn.random_valid)]
     assert 0.4 < sum(rates) / len(rates) < 0.8
 
