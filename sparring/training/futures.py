@@ -106,3 +106,31 @@ class ReadyClient:
 
     def __await__(self):
         return self.result_async().__await__()
+
+
+class AsyncTrainingSpellings:
+    """The older `*_async` spellings of a training client's calls: each submits the call and returns `Submitted`.
+
+    Shared by the local and the remote training client, which define the calls themselves.
+    """
+
+    def forward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None) -> Submitted:
+        return Submitted(self.forward(data, loss_fn, loss_fn_config))
+
+    def forward_backward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None) -> Submitted:
+        return Submitted(self.forward_backward(data, loss_fn, loss_fn_config))
+
+    def optim_step_async(self, adam_params=None) -> Submitted:
+        return Submitted(self.optim_step(adam_params))
+
+    def save_state_async(self, name: str) -> Submitted:
+        return Submitted(self.save_state(name))
+
+    def load_state_async(self, path: str) -> Submitted:
+        return Submitted(self.load_state(path))
+
+    def load_state_with_optimizer_async(self, path: str) -> Submitted:
+        return Submitted(self.load_state_with_optimizer(path))
+
+    def save_weights_for_sampler_async(self, name: str) -> Submitted:
+        return Submitted(self.save_weights_for_sampler(name))

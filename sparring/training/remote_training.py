@@ -35,7 +35,7 @@ from ..types import (
     SaveWeightsForSamplerResponse,
     SaveWeightsResponse,
 )
-from .futures import APIFuture, ReadyClient, Submitted
+from .futures import APIFuture, AsyncTrainingSpellings, ReadyClient
 from .remote_sampling import RemoteSamplingClient, base_model_text
 from .remote_types import as_future, from_tinker_forward_backward, from_tinker_info, to_tinker_adam, to_tinker_datum
 from .training_client import check_name
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .remote_service import RemoteServiceClient
 
 
-class RemoteTrainingClient(ReadyClient):
+class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
     """Trains one LoRA adapter that lives on a Tinker-protocol service."""
 
     def __init__(self, service: RemoteServiceClient, client: Any, base_model: str, rank: int):
@@ -156,22 +156,3 @@ class RemoteTrainingClient(ReadyClient):
     def get_info(self) -> GetInfoResponse:
         return from_tinker_info(self.tinker_client.get_info(), self.base_model, self.rank)
 
-    # The older `*_async` spellings -------------------------------------------
-
-    def forward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None) -> Submitted[ForwardBackwardOutput]:
-        return Submitted(self.forward(data, loss_fn, loss_fn_config))
-
-    def forward_backward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None) -> Submitted[ForwardBackwardOutput]:
-        return Submitted(self.forward_backward(data, loss_fn, loss_fn_config))
-
-    def optim_step_async(self, adam_params: AdamParams | None = None) -> Submitted[OptimStepResponse]:
-        return Submitted(self.optim_step(adam_params))
-
-    def save_state_async(self, name: str) -> Submitted[SaveWeightsResponse]:
-        return Submitted(self.save_state(name))
-
-    def load_state_async(self, path: str) -> Submitted[LoadWeightsResponse]:
-        return Submitted(self.load_state(path))
-
-    def save_weights_for_sampler_async(self, name: str) -> Submitted[SaveWeightsForSamplerResponse]:
-        return Submitted(self.save_weights_for_sampler(name))

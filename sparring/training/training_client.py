@@ -28,7 +28,7 @@ from ..types import (
     SaveWeightsForSamplerResponse,
     SaveWeightsResponse,
 )
-from .futures import APIFuture, ReadyClient, Submitted
+from .futures import APIFuture, AsyncTrainingSpellings, ReadyClient
 from .sampling_client import SamplingClient
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -40,7 +40,7 @@ def check_name(name: str) -> str:
     return name
 
 
-class TrainingClient(ReadyClient):
+class TrainingClient(AsyncTrainingSpellings, ReadyClient):
     """Trains one LoRA adapter."""
 
     def __init__(self, engine: Engine, adapter: str, base_model: str, rank: int, base_dir: Path):
@@ -132,29 +132,6 @@ class TrainingClient(ReadyClient):
             lora_rank=self.rank,
             model_name=self.base_model,
         )
-
-    # The older `*_async` spellings -------------------------------------------
-
-    def forward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None) -> Submitted[ForwardBackwardOutput]:
-        return Submitted(self.forward(data, loss_fn, loss_fn_config))
-
-    def forward_backward_async(self, data, loss_fn="cross_entropy", loss_fn_config=None) -> Submitted[ForwardBackwardOutput]:
-        return Submitted(self.forward_backward(data, loss_fn, loss_fn_config))
-
-    def optim_step_async(self, adam_params: AdamParams | None = None) -> Submitted[OptimStepResponse]:
-        return Submitted(self.optim_step(adam_params))
-
-    def save_state_async(self, name: str) -> Submitted[SaveWeightsResponse]:
-        return Submitted(self.save_state(name))
-
-    def load_state_async(self, path: str) -> Submitted[LoadWeightsResponse]:
-        return Submitted(self.load_state(path))
-
-    def load_state_with_optimizer_async(self, path: str) -> Submitted[LoadWeightsResponse]:
-        return Submitted(self.load_state_with_optimizer(path))
-
-    def save_weights_for_sampler_async(self, name: str) -> Submitted[SaveWeightsForSamplerResponse]:
-        return Submitted(self.save_weights_for_sampler(name))
 
     def _call(self, operation, *args) -> APIFuture:
         return APIFuture(self.engine.call(lambda: operation(self.engine, self.adapter, *args)))
