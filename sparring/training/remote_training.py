@@ -23,7 +23,7 @@ How the local notions map onto the service:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ..types import (
     AdamParams,
@@ -40,15 +40,13 @@ from .remote_sampling import RemoteSamplingClient, base_model_text
 from .remote_types import as_future, from_tinker_forward_backward, from_tinker_info, to_tinker_adam, to_tinker_datum
 from .training_client import check_name
 
-if TYPE_CHECKING:
-    from .remote_service import RemoteServiceClient
-
 
 class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
     """Trains one LoRA adapter that lives on a Tinker-protocol service."""
 
-    def __init__(self, service: RemoteServiceClient, client: Any, base_model: str, rank: int):
+    def __init__(self, service: Any, client: Any, base_model: str, rank: int):
         self.service = service
+        """The `RemoteServiceClient` that made this client (not imported here: it imports this module)."""
         self.tinker_client = client
         """The SDK's training client (replaced by load_state / load_weights)."""
         self.base_model = base_model
