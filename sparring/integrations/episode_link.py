@@ -36,7 +36,6 @@ import os
 import secrets
 import socket
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,11 +44,11 @@ from fastapi.responses import Response
 
 from ..rollout import ChatModel, ChatResponse, EpisodeRecorder, TunerHandle
 from ..rollout.recorder import EpisodeClosedError
+from ..server.episode_server import serve_in_thread
 
 log = logging.getLogger(__name__)
 
 SESSION_KEY_PREFIX = "sk-sparring-worker-"
-_START_TIMEOUT_S = 30.0
 # Errors a model call raises in process, raised as the same type on the worker; any other arrives as RemoteModelError.
 _ERROR_TYPES = {"ValueError": ValueError, "TypeError": TypeError, "KeyError": KeyError, "EpisodeClosedError": EpisodeClosedError}
 
@@ -173,21 +172,7 @@ class ModelCallServer:
         return _json_response({"replies": [_reply_body(reply) for reply in replies]})
 
     def _serve(self) -> str:
-        import uvicorn
-
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind((self.host, 0))
-        port = listener.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, name="sparring-model-calls", daemon=True)
-        thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                listener.close()
-                raise RuntimeError(f"the model-call server for Ray workers did not start on {self.host}")
-            time.sleep(0.01)
-        self._server, self._thread = server, thread
+        self._server, self._thread, port = serve_in_thread(self.app, self.host, "sparring-model-calls")
         atexit.register(self.stop)
         return f"http://{self.host}:{port}"
 

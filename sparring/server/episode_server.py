@@ -32,6 +32,25 @@ IN_PROCESS_BASE_URL = "http://sparring.in-process/v1"
 _START_TIMEOUT_S = 30.0
 
 
+def serve_in_thread(app, host: str, name: str):
+    """Serve the ASGI `app` on a free port of `host` from a daemon thread; (uvicorn server, thread, port) once it listens."""
+    import uvicorn
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((host, 0))
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, name=name, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            listener.close()
+            raise RuntimeError(f"the {name} server did not start on {host}")
+        time.sleep(0.01)
+    return server, thread, port
+
+
 def openai_http_library():
     """The HTTP library (module) the installed `openai` SDK is built on: `httpx`, or `httpx2` in newer releases."""
     import openai
@@ -78,21 +97,7 @@ class EpisodeServer:
             return self.base_url
 
     def _start(self) -> None:
-        import uvicorn
-
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind(("127.0.0.1", 0))
-        port = listener.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, name="sparring-episode-server", daemon=True)
-        thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                listener.close()
-                raise RuntimeError("the episode endpoint's loopback server did not start")
-            time.sleep(0.01)
-        self._server, self._thread = server, thread
+        self._server, self._thread, port = serve_in_thread(self.app, "127.0.0.1", "sparring-episode-server")
         self.base_url = f"http://127.0.0.1:{port}/v1"
         atexit.register(self.stop)
 
