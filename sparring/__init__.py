@@ -4,7 +4,7 @@ from . import types
 from .engine import EngineConfig
 from .rollout import ChatModel, ChatResponse, JudgeOutput, ScriptedChatModel, TunerHandle, Workflow, WorkflowOutput
 from .trainer import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, TunerModelConfig, tune
-from .training import APIFuture, SamplingClient, ServiceClient, TrainingClient
+from .clients import APIFuture, SamplingClient, ServiceClient, TrainingClient
 
 __all__ = [
     "APIFuture",

@@ -21,7 +21,7 @@ from agentscope.model import ChatModelBase, ChatResponse
 from pydantic import BaseModel
 
 from ..rollout.chat_model import ChatModel
-from .agentscope import call_chat_model, own_turns, reply_tool_calls
+from .agentscope_bridge import call_chat_model, own_turns, reply_tool_calls
 
 STRUCTURED_TOOL = "generate_structured_output"
 

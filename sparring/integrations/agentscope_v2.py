@@ -28,7 +28,7 @@ from agentscope.tool import ToolChoice
 from pydantic import BaseModel, Field
 
 from ..rollout.chat_model import ChatModel
-from .agentscope import call_chat_model, own_turns, reply_tool_calls
+from .agentscope_bridge import call_chat_model, own_turns, reply_tool_calls
 
 # Runtime-state hints are `<key>value</key>` lines; these two keys only carry the wall clock.
 _TIME_FIELD = re.compile(r"<(current-time|timezone)>.*?</\1>\n?", re.DOTALL)

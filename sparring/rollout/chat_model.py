@@ -33,7 +33,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..training import SamplingClient
+from ..clients import SamplingClient
 from ..types import ModelInput, SamplingParams
 from .recorder import Conversation, EpisodeRecorder, current_recorder, installed
 from .tool_choice import ToolChoice

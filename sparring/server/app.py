@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 
 from ..engine import EngineConfig
 from ..models import sparring_home
-from ..training import ServiceClient
+from ..clients import ServiceClient
 from .openai_api import openai_router
 from .served_models import ServedModels
 from .tinker_futures import FutureStore

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from ..rollout import ChatModel, FrozenChatModel
-from ..training import SamplingClient, ServiceClient
+from ..clients import SamplingClient, ServiceClient
 
 
 class UnknownModelError(KeyError):

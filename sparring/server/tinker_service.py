@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..models import resolve_model
-from ..training import SamplingClient, ServiceClient, TrainingClient
+from ..clients import SamplingClient, ServiceClient, TrainingClient
 from ..types import SampleResponse
 from . import tinker_wire as wire
 from .tinker_checkpoints import CheckpointStore, adapter_dir, lora_shape, model_key

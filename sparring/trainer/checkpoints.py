@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..training import RemoteTrainingClient
+from ..clients import RemoteTrainingClient
 from .dataset import TaskStream
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..engine import EngineConfig
 from ..rollout import ChatModel, FrozenChatModel, OpenAIChatModel, PolicyChatModel, TunerHandle
-from ..training import RemoteTrainingClient, SamplingClient, ServiceClient, TrainingClient
+from ..clients import RemoteTrainingClient, SamplingClient, ServiceClient, TrainingClient
 from ..types import Datum
 from .config import AlgorithmConfig, TuneConfig, TunerModelConfig
 

@@ -1,9 +1,7 @@
 """Tinker-shaped clients: ServiceClient -> TrainingClient / SamplingClient, with futures; local or remote."""
 
 from .futures import APIFuture, Submitted
-from .remote_sampling import RemoteSamplingClient
-from .remote_service import RemoteServiceClient
-from .remote_training import RemoteTrainingClient
+from .remote import RemoteSamplingClient, RemoteServiceClient, RemoteTrainingClient
 from .sampling_client import SamplingClient
 from .service_client import ServiceClient
 from .training_client import TrainingClient

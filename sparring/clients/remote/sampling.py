@@ -25,10 +25,10 @@ import random
 import threading
 from typing import Any
 
-from ..models import load_tokenizer
-from ..types import ModelInput, SamplingParams, SampleResponse
-from .futures import APIFuture, ReadyClient, Submitted
-from .remote_types import as_future, from_tinker_sample, to_tinker_model_input, to_tinker_sampling_params
+from ...models import load_tokenizer
+from ...types import ModelInput, SamplingParams, SampleResponse
+from ..futures import APIFuture, ReadyClient, Submitted
+from .convert import as_future, from_tinker_sample, to_tinker_model_input, to_tinker_sampling_params
 
 
 @functools.lru_cache(maxsize=None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
-from ..types import (
+from ...types import (
     AdamParams,
     Datum,
     ForwardBackwardOutput,

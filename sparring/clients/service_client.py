@@ -7,7 +7,7 @@ catalogue name (`smollm2-135m-instruct`), a local Hugging Face model
 directory, or a `.gguf` file. Device and dtype come from `EngineConfig`.
 
 `ServiceClient(base_url=..., api_key=...)` hands out clients on a remote
-Tinker-protocol service instead (`remote_service.RemoteServiceClient`, through
+Tinker-protocol service instead (`remote.RemoteServiceClient`, through
 the `tinker` SDK): the same methods, arguments and result types, so code
 written for the local API scales out by changing the constructor call.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from ..engine import EngineConfig, get_engine
 from ..engine import operations as ops
 from ..models import sparring_home
-from .remote_service import RemoteServiceClient
+from .remote import RemoteServiceClient
 from .sampling_client import SamplingClient
 from .training_client import TrainingClient, load_sampling_client
 

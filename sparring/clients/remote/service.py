@@ -4,7 +4,7 @@ The service is reached with the real `tinker` SDK (`tinker.ServiceClient`),
 so anything that speaks the protocol works: Thinking Machines' Tinker, other
 implementations of it, or `sparring serve` on a GPU box. It hands out
 `RemoteTrainingClient`s and `RemoteSamplingClient`s, which have the local
-clients' methods and types; `sparring.training.ServiceClient(base_url=...)`
+clients' methods and types; `sparring.clients.ServiceClient(base_url=...)`
 delegates to it, so code written for the local API scales out unchanged.
 
 The base model is named as the service knows it (for `sparring serve`, the
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .remote_sampling import RemoteSamplingClient, SeedStream
-from .remote_training import RemoteTrainingClient
-from .remote_types import as_future, tinker_sdk
+from .sampling import RemoteSamplingClient, SeedStream
+from .training import RemoteTrainingClient
+from .convert import as_future, tinker_sdk
 
 
 class RemoteServiceClient:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from ..types import (
+from ...types import (
     AdamParams,
     Datum,
     ForwardBackwardOutput,
@@ -35,10 +35,10 @@ from ..types import (
     SaveWeightsForSamplerResponse,
     SaveWeightsResponse,
 )
-from .futures import APIFuture, AsyncTrainingSpellings, ReadyClient
-from .remote_sampling import RemoteSamplingClient, base_model_text
-from .remote_types import as_future, from_tinker_forward_backward, from_tinker_info, to_tinker_adam, to_tinker_datum
-from .training_client import check_name
+from ..futures import APIFuture, AsyncTrainingSpellings, ReadyClient
+from .sampling import RemoteSamplingClient, base_model_text
+from .convert import as_future, from_tinker_forward_backward, from_tinker_info, to_tinker_adam, to_tinker_datum
+from ..training_client import check_name
 
 
 class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
