@@ -32,7 +32,7 @@ from sparring.cli import app as cli_app
 from sparring.envs.guess_number import guess_number
 from sparring.logging import read_metrics, read_rollouts
 from sparring.logging.rollouts import sampled_spans
-from sparring.server.tinker_checkpoints import CheckpointStore
+from sparring.server.tinker.checkpoints import CheckpointStore
 from sparring.trainer import ConfigError, TuneConfig
 from sparring_server import serving
 

@@ -14,10 +14,10 @@ from sparring.algorithms import build_datums
 from sparring.logging import read_rollouts
 from sparring.logging.rollouts import sampled_spans
 from sparring.rollout import ChatModel, ChatResponse, FrozenChatModel, PolicyChatModel, RunnerSettings, TunerHandle, as_episode_fn, run_episodes
-from sparring.server.episode_keys import EPISODE_KEY_PREFIX
-from sparring.server.episode_server import IN_PROCESS_BASE_URL, episode_server, openai_http_library
-from sparring.server.openai_api import openai_router
-from sparring.server.served_models import ServedModels
+from sparring.server.openai.episode_keys import EPISODE_KEY_PREFIX
+from sparring.server.openai.episode_server import IN_PROCESS_BASE_URL, episode_server, openai_http_library
+from sparring.server.openai.routes import openai_router
+from sparring.server.openai.served_models import ServedModels
 
 http = openai_http_library()
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Look a word up.", "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}}]

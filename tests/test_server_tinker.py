@@ -29,7 +29,7 @@ import sparring
 import tinker_scenario
 from sparring_server import serving
 from sparring.cli import app as cli_app
-from sparring.server.tinker_lanes import ModelLane
+from sparring.server.tinker.lanes import ModelLane
 
 API_KEY = "tml-sparring-test"
 TINKER_022 = "tinker==0.22.7"
@@ -207,7 +207,7 @@ def test_protobuf_bodies_round_trip_through_the_sdks_own_codec():
     from tinker.proto.request_conv import forward_backward_request_to_proto
     from tinker.proto.response_conv import deserialize_forward_backward_output, deserialize_sample_response
 
-    from sparring.server.tinker_proto import decode_forward_backward_request, encode_forward_backward_output, encode_sample_response
+    from sparring.server.tinker.proto import decode_forward_backward_request, encode_forward_backward_output, encode_sample_response
 
     data = [tt.Datum(model_input=tt.ModelInput.from_ints([3, 4, 5]), loss_fn_inputs={"target_tokens": [4, 5, 6], "advantages": [0.5, -1.0, 2.0], "logprobs": [-1.0, -2.0, -3.0]})]
     request = tt.ForwardBackwardRequest(forward_backward_input=tt.ForwardBackwardInput(data=data, loss_fn="ppo", loss_fn_config={"clip_low_threshold": 0.75}), model_id="s:train:0", seq_id=7)

@@ -44,7 +44,7 @@ from fastapi.responses import Response
 
 from ..rollout import ChatModel, ChatResponse, EpisodeRecorder, TunerHandle
 from ..rollout.recorder import EpisodeClosedError
-from ..server.episode_server import serve_in_thread
+from ..server.in_thread import serve_in_thread
 
 log = logging.getLogger(__name__)
 

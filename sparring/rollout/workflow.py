@@ -105,7 +105,7 @@ class TunerHandle:
         trainable); the key stops working when the episode ends. The first call starts a loopback server in
         this process. The returned `EpisodeEndpoint` unpacks as a tuple and also has `.model`.
         """
-        from ..server.episode_server import episode_server
+        from ..server.openai.episode_server import episode_server
 
         routed = self.chat_model(agent_name, target_tag, debug_model, model)
         return episode_server().endpoint(routed, _episode_recorder("as_base_url_api_key"))
@@ -115,7 +115,7 @@ class TunerHandle:
 
         Its requests go through the same OpenAI-compatible endpoint code as `as_base_url_api_key`'s.
         """
-        from ..server.episode_server import episode_server
+        from ..server.openai.episode_server import episode_server
 
         routed = self.chat_model(agent_name, target_tag, debug_model, model)
         return episode_server().openai_client(routed, _episode_recorder("as_openai_client"))

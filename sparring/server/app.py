@@ -1,7 +1,8 @@
-"""`create_app`: the one FastAPI app behind `sparring serve`.
+"""`create_app`: the one FastAPI app behind `sparring serve`, composed of the two protocol packages.
 
 It loads the base model once (one engine), mounts the Tinker wire protocol
-under `/api/v1` and the OpenAI-compatible API under `/v1`. Two cross-cutting
+(`server.tinker`) under `/api/v1` and the OpenAI-compatible API
+(`server.openai`) under `/v1`, both on that engine. Two cross-cutting
 rules live here: an API key, when one is configured, is required on every
 route but the health checks (`X-API-Key` as the Tinker SDK sends it, or
 `Authorization: Bearer` as OpenAI clients do); and every error leaves as
@@ -22,12 +23,8 @@ from fastapi.responses import JSONResponse
 from ..engine import EngineConfig
 from ..models import sparring_home
 from ..clients import ServiceClient
-from .openai_api import openai_router
-from .served_models import ServedModels
-from .tinker_futures import FutureStore
-from .tinker_routes import tinker_router
-from .tinker_service import TinkerService
-from .tinker_wire import WireError, describe
+from .openai import ServedModels, openai_router
+from .tinker import FutureStore, TinkerService, WireError, describe, tinker_router
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..rollout import ChatModel, FrozenChatModel
-from ..clients import SamplingClient, ServiceClient
+from ...rollout import ChatModel, FrozenChatModel
+from ...clients import SamplingClient, ServiceClient
 
 
 class UnknownModelError(KeyError):

@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .. import types
+from ... import types
 
 M = TypeVar("M", bound=BaseModel)
 

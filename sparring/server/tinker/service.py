@@ -32,14 +32,14 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..models import resolve_model
-from ..clients import SamplingClient, ServiceClient, TrainingClient
-from ..types import SampleResponse
-from . import tinker_wire as wire
-from .tinker_checkpoints import CheckpointStore, adapter_dir, lora_shape, model_key
-from .tinker_futures import FutureStore
-from .tinker_lanes import ModelLane, remember_recent
-from .tinker_wire import WireError
+from ...models import resolve_model
+from ...clients import SamplingClient, ServiceClient, TrainingClient
+from ...types import SampleResponse
+from . import wire
+from .checkpoints import CheckpointStore, adapter_dir, lora_shape, model_key
+from .futures import FutureStore
+from .lanes import ModelLane, remember_recent
+from .wire import WireError
 
 logger = logging.getLogger(__name__)
 

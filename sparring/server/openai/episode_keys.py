@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..rollout import ChatModel, EpisodeRecorder
+from ...rollout import ChatModel, EpisodeRecorder
 
 EPISODE_KEY_PREFIX = "sk-sparring-episode-"
 

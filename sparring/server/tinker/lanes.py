@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from ..clients import TrainingClient
+from ...clients import TrainingClient
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The HTTP routes of the Tinker wire protocol (mounted under `/api/v1`).
 
 Each route decodes its body (JSON, or protobuf for `forward_backward`),
-validates it against the `tinker_wire` request type and calls the
+validates it against the `wire` request type and calls the
 `TinkerService`. Work-starting routes answer `{"request_id": ...}`;
 `retrieve_future` long-polls for the result and answers it as JSON, or as
 protobuf for the two result types the SDK asks that for
@@ -18,12 +18,12 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from ..types import ForwardBackwardOutput, SampleResponse
-from . import tinker_wire as wire
-from .tinker_lanes import LaneClosed
-from .tinker_proto import PROTOBUF_MEDIA_TYPE, ProtoError, decode_forward_backward_request, encode_forward_backward_output, encode_sample_response
-from .tinker_service import TinkerService
-from .tinker_wire import WireError, parse
+from ...types import ForwardBackwardOutput, SampleResponse
+from . import wire
+from .lanes import LaneClosed
+from .proto import PROTOBUF_MEDIA_TYPE, ProtoError, decode_forward_backward_request, encode_forward_backward_output, encode_sample_response
+from .service import TinkerService
+from .wire import WireError, parse
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..types import ForwardBackwardOutput, SampleResponse
+from ...types import ForwardBackwardOutput, SampleResponse
 
 PROTOBUF_MEDIA_TYPE = "application/x-protobuf"
 

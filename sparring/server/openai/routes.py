@@ -13,7 +13,7 @@
   model, saved adapter, registered live policy), served untrained; when the
   router was given an `api_key`, the bearer token must match it.
 
-Requests are validated (`openai_schema`): bad input is a 4xx in OpenAI's
+Requests are validated (`schema`): bad input is a 4xx in OpenAI's
 error shape naming the field, never a 500 trace. Streaming sends the reply as
 `chat.completion.chunk` server-sent events ending in `data: [DONE]`; the
 engine samples a reply whole, so the chunks follow once it is sampled.
@@ -32,10 +32,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
-from ..rollout import ChatModel, EpisodeRecorder
-from ..rollout.recorder import EpisodeClosedError
+from ...rollout import ChatModel, EpisodeRecorder
+from ...rollout.recorder import EpisodeClosedError
 from .episode_keys import EPISODE_KEY_PREFIX, EpisodeKeys
-from .openai_schema import ChatCompletionRequest, completion_body, error_body, stream_chunks, validation_error_body
+from .schema import ChatCompletionRequest, completion_body, error_body, stream_chunks, validation_error_body
 from .served_models import ServedModels, UnknownModelError
 
 log = logging.getLogger(__name__)

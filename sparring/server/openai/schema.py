@@ -22,7 +22,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from ..rollout import ChatResponse, ToolChoice
+from ...rollout import ChatResponse, ToolChoice
 
 MAX_N = 16
 _UNSUPPORTED = {

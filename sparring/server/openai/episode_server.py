@@ -17,38 +17,17 @@ OpenAI-compatible router over this process's `EpisodeKeys`.
 from __future__ import annotations
 
 import atexit
-import socket
 import sys
 import threading
-import time
 
 from fastapi import FastAPI
 
-from ..rollout import ChatModel, EpisodeRecorder
+from ...rollout import ChatModel, EpisodeRecorder
+from ..in_thread import serve_in_thread
 from .episode_keys import EpisodeEndpoint, EpisodeKeys
-from .openai_api import openai_router
+from .routes import openai_router
 
 IN_PROCESS_BASE_URL = "http://sparring.in-process/v1"
-_START_TIMEOUT_S = 30.0
-
-
-def serve_in_thread(app, host: str, name: str):
-    """Serve the ASGI `app` on a free port of `host` from a daemon thread; (uvicorn server, thread, port) once it listens."""
-    import uvicorn
-
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind((host, 0))
-    port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, name=name, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            listener.close()
-            raise RuntimeError(f"the {name} server did not start on {host}")
-        time.sleep(0.01)
-    return server, thread, port
 
 
 def openai_http_library():
