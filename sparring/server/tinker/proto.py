@@ -128,7 +128,7 @@ def _array(data: bytes, dtype: int, what: str) -> np.ndarray:
 
 
 def _tensor(buf: bytes, what: str) -> dict:
-    """A `Tensor` message as the JSON `TensorData` shape {data, dtype, shape} (sparse CSR made dense)."""
+    """A `Tensor` message as the JSON `WireTensorData` shape {data, dtype, shape} (sparse CSR made dense)."""
     dense = sparse = None
     dtype, shape_values = 0, []
     for number, value in _fields(buf):

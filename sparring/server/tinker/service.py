@@ -384,16 +384,15 @@ class TinkerService:
         if request.seq_id is not None and request.seq_id in sampler.request_ids:
             request_id = sampler.request_ids[request.seq_id]
         else:
-            params = request.sampling_params.to_sparring()
-            request_id = self.store.start(self._sample(sampler.client, request, params), "Sample")
+            request_id = self.store.start(self._sample(sampler.client, request), "Sample")
             if request.seq_id is not None:
                 remember_recent(sampler.request_ids, request.seq_id, request_id)
         return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}:{index}" for index in range(request.num_samples)]}
 
-    async def _sample(self, client: SamplingClient, request: wire.SampleRequest, params) -> SampleResponse:
+    async def _sample(self, client: SamplingClient, request: wire.SampleRequest) -> SampleResponse:
         prompt = request.prompt.to_sparring()
         # Sampling and scoring are two engine requests, awaited here side by side.
-        sampled = client.sample(prompt, request.num_samples, params)
+        sampled = client.sample(prompt, request.num_samples, request.sampling_params)
         scored = client.compute_logprobs(prompt) if request.prompt_logprobs else None
         response = await sampled
         if scored is None:

@@ -9,6 +9,15 @@ top-k logprobs, non-Adam optimizers) are rejected with a message naming them.
 
 `parse` validates a body and turns a pydantic error into `WireError` (HTTP
 400) whose message names each bad field by its dotted path.
+
+`WireTensorData`, `WireModelInput` and `WireDatum` are the wire forms of
+`sparring.types.TensorData`, `ModelInput` and `Datum`, not copies of them:
+the SDK may send a tensor as sparse CSR (sparring's are dense), a chunk of a
+kind sparring does not serve (it must reach the request's error result with
+a message naming the chunk, not fail the schema), and fields sparring's
+types forbid. Each converts to its sparring type in its `to_sparring` and
+nowhere else. Sampling parameters need no wire form of their own:
+`SamplingParams` is sparring's, only tolerant of unknown fields.
 """
 
 from __future__ import annotations
@@ -130,12 +139,12 @@ class SequencedRequest(_Wire):
 # Training ---------------------------------------------------------------------
 
 
-class TensorData(_Wire):
-    """A tensor as flat data + dtype + shape (optionally sparse CSR)."""
+class WireTensorData(_Wire):
+    """A tensor as the SDK sends it: flat data + dtype + shape, optionally sparse CSR; dense `types.TensorData` once converted."""
 
     data: Union[list[int], list[float]]
     """Values, row-major (only the listed values when sparse)."""
-    dtype: Literal["int64", "float32"]
+    dtype: types.TensorDtype
     """Element type."""
     shape: list[int] | None = None
     """Dense shape; None means 1-D."""
@@ -155,7 +164,7 @@ class TensorData(_Wire):
         return types.TensorData.from_numpy(dense)
 
 
-class Chunk(_Wire):
+class WireChunk(_Wire):
     """One chunk of a model input; only token chunks are served."""
 
     type: str = "encoded_text"
@@ -164,10 +173,10 @@ class Chunk(_Wire):
     """Token ids of an encoded_text chunk."""
 
 
-class ModelInput(_Wire):
-    """A token sequence as chunks."""
+class WireModelInput(_Wire):
+    """A token sequence as chunks of any kind the SDK has; `types.ModelInput` (token chunks only) once converted."""
 
-    chunks: list[Chunk]
+    chunks: list[WireChunk]
     """The chunks, in order."""
 
     def to_sparring(self) -> types.ModelInput:
@@ -177,19 +186,23 @@ class ModelInput(_Wire):
         return types.ModelInput(chunks=[types.EncodedTextChunk(tokens=chunk.tokens) for chunk in self.chunks])
 
 
-class Datum(_Wire):
-    """One training sequence and its loss inputs."""
+class WireDatum(_Wire):
+    """One training sequence and its loss inputs, in wire forms; a `types.Datum` once converted."""
 
-    model_input: ModelInput
+    model_input: WireModelInput
     """Input tokens."""
-    loss_fn_inputs: dict[str, TensorData]
+    loss_fn_inputs: dict[str, WireTensorData]
     """Loss tensors by name."""
+
+    def to_sparring(self) -> types.Datum:
+        inputs = {name: tensor.to_sparring(name) for name, tensor in self.loss_fn_inputs.items()}
+        return types.Datum(model_input=self.model_input.to_sparring(), loss_fn_inputs=inputs)
 
 
 class ForwardBackwardInput(_Wire):
     """A batch and the loss to take on it."""
 
-    data: list[Datum]
+    data: list[WireDatum]
     """The batch."""
     loss_fn: str
     """cross_entropy, importance_sampling, ppo, cispo or dro."""
@@ -200,8 +213,7 @@ class ForwardBackwardInput(_Wire):
         data = []
         for index, datum in enumerate(self.data):
             try:
-                inputs = {name: tensor.to_sparring(name) for name, tensor in datum.loss_fn_inputs.items()}
-                data.append(types.Datum(model_input=datum.model_input.to_sparring(), loss_fn_inputs=inputs))
+                data.append(datum.to_sparring())
             except (TypeError, ValueError) as error:
                 raise ValueError(f"datum {index}: {error}") from None
         return data
@@ -304,27 +316,10 @@ class CreateSamplingSessionRequest(_Wire):
     """tinker:// path of sampler weights."""
 
 
-class SamplingParams(_Wire):
-    """How to sample."""
+class SamplingParams(types.SamplingParams):
+    """sparring's `SamplingParams`, validated where the request is; unknown fields are ignored like everywhere on the wire."""
 
-    max_tokens: int | None = None
-    """Most new tokens."""
-    seed: int | None = None
-    """Seed; same seed, same tokens."""
-    stop: Union[str, list[str], list[int], None] = None
-    """Stop strings or token ids."""
-    temperature: float = 1.0
-    """Softmax temperature."""
-    top_k: int = -1
-    """Top-k; -1 for none."""
-    top_p: float = 1.0
-    """Nucleus mass."""
-
-    def to_sparring(self) -> types.SamplingParams:
-        try:
-            return types.SamplingParams(**self.model_dump())
-        except ValidationError as error:
-            raise WireError(400, f"invalid sampling_params: {describe(error)}") from None
+    model_config = ConfigDict(extra="ignore")
 
 
 class SampleRequest(_Wire):
@@ -340,7 +335,7 @@ class SampleRequest(_Wire):
     """Sample saved weights directly (without a session)."""
     num_samples: int = Field(default=1, ge=1)
     """Completions to draw."""
-    prompt: ModelInput
+    prompt: WireModelInput
     """The prompt."""
     sampling_params: SamplingParams
     """How to sample."""
