@@ -24,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from sparring import ServiceClient, WorkflowOutput
+from sparring import ServiceClient, TunerHandle, WorkflowOutput
 from sparring.integrations.ray_runner import ray_runner
 from sparring.models import build_tiny_model
-from sparring.rollout import PolicyChatModel, RunnerSettings, TunerHandle, as_episode_fn, run_episodes
+from sparring.rollout import PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
 
 
 async def no_calls(task, model, auxiliary_models):

@@ -21,10 +21,10 @@ import argparse
 import asyncio
 import time
 
-from sparring import ServiceClient, types
+from sparring import ServiceClient, TunerHandle, types
 from sparring.algorithms import build_datums
 from sparring.envs.guess_number import guess_number, make_tasks
-from sparring.rollout import PolicyChatModel, RunnerSettings, TunerHandle, as_episode_fn, run_episodes
+from sparring.rollout import PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
 
 
 def per_call_datums(merged: list[types.Datum]) -> list[types.Datum]:

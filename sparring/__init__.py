@@ -2,7 +2,8 @@
 
 from . import types
 from .engine import EngineConfig
-from .rollout import ChatModel, ChatResponse, JudgeOutput, ScriptedChatModel, TunerHandle, Workflow, WorkflowOutput
+from .integrations import TunerHandle
+from .rollout import ChatModel, ChatResponse, JudgeOutput, ScriptedChatModel, Workflow, WorkflowOutput
 from .trainer import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, TunerModelConfig, tune
 from .clients import APIFuture, SamplingClient, ServiceClient, TrainingClient
 

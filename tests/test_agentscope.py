@@ -28,7 +28,7 @@ from pydantic import BaseModel  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerModelConfig, Workflow, WorkflowOutput, tune  # noqa: E402
+from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, Workflow, WorkflowOutput, tune  # noqa: E402
 from sparring.integrations import AgentScopeChatModel, ForeignTurnsWarning, HistoryRewriteWarning, TimelineFormatter, agentscope_major, agentscope_model  # noqa: E402
 from sparring.logging import read_rollouts  # noqa: E402
 from sparring.models import get_renderer  # noqa: E402
@@ -40,7 +40,6 @@ from sparring.rollout import (  # noqa: E402
     FrozenChatModel,
     PolicyChatModel,
     RunnerSettings,
-    TunerHandle,
     as_episode_fn,
     merge_calls,
     recording,

@@ -6,13 +6,12 @@ import openai
 import pytest
 from scripted_sampler import ScriptedSampler
 
-from sparring import ServiceClient
+from sparring import ServiceClient, TunerHandle
 from sparring.algorithms import assembly_metrics, build_datums
 from sparring.rollout import (
     FrozenChatModel,
     PolicyChatModel,
     RunnerSettings,
-    TunerHandle,
     Workflow,
     WorkflowOutput,
     WorkflowSignatureError,

@@ -9,11 +9,11 @@ import openai
 import pytest
 from fastapi import FastAPI
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerModelConfig, Workflow, WorkflowOutput, tune
+from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, Workflow, WorkflowOutput, tune
 from sparring.algorithms import build_datums
 from sparring.logging import read_rollouts
 from sparring.logging.rollouts import sampled_spans
-from sparring.rollout import ChatModel, ChatResponse, FrozenChatModel, PolicyChatModel, RunnerSettings, TunerHandle, as_episode_fn, run_episodes
+from sparring.rollout import ChatModel, ChatResponse, FrozenChatModel, PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
 from sparring.server.openai.episode_keys import EPISODE_KEY_PREFIX
 from sparring.server.openai.episode_server import IN_PROCESS_BASE_URL, episode_server, openai_http_library
 from sparring.server.openai.routes import openai_router

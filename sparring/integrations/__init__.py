@@ -1,9 +1,10 @@
-"""Bridges to other agent frameworks: AgentScope chat models on sparring chat models."""
+"""Bridges to other agent frameworks: the tuner handle with a model for each, AgentScope chat models on sparring chat models."""
 
 from . import agentscope as _agentscope
 from .agentscope import EpisodeCancelledError, ForeignTurnsWarning, HistoryRewriteWarning, agentscope_major, agentscope_model, is_agentscope_model
+from .tuner_handle import TunerHandle
 
-__all__ = ["AgentScopeChatModel", "EpisodeCancelledError", "ForeignTurnsWarning", "HistoryRewriteWarning", "TimelineFormatter", "agentscope_major", "agentscope_model", "is_agentscope_model"]
+__all__ = ["AgentScopeChatModel", "EpisodeCancelledError", "ForeignTurnsWarning", "HistoryRewriteWarning", "TimelineFormatter", "TunerHandle", "agentscope_major", "agentscope_model", "is_agentscope_model"]
 
 
 def __getattr__(name: str):

@@ -42,9 +42,10 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from ..rollout import ChatModel, ChatResponse, EpisodeRecorder, TunerHandle
+from ..rollout import ChatModel, ChatResponse, EpisodeRecorder, ModelRouter
 from ..rollout.recorder import EpisodeClosedError
 from ..server.in_thread import serve_in_thread
+from .tuner_handle import TunerHandle
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class EpisodeSession:
 
     key: str
     """The session key the worker sends as its bearer token."""
-    tuner: TunerHandle
+    tuner: ModelRouter
     """The trainer's tuner handle: the chat models calls are routed to."""
     recorder: EpisodeRecorder
     """The episode's recorder in the trainer: every call is recorded here."""
@@ -122,7 +123,7 @@ class ModelCallServer:
         self.app.post("/episodes/generate")(self._generate)
         self.base_url = self._serve()
 
-    def open(self, tuner: TunerHandle, recorder: EpisodeRecorder) -> tuple[EpisodeSession, RemoteTunerSpec]:
+    def open(self, tuner: ModelRouter, recorder: EpisodeRecorder) -> tuple[EpisodeSession, RemoteTunerSpec]:
         """A session for one episode (closed with its recorder at the latest) and the spec its worker builds a tuner from."""
         session = EpisodeSession(SESSION_KEY_PREFIX + secrets.token_urlsafe(32), tuner, recorder, asyncio.get_running_loop())
         with self._lock:
@@ -183,7 +184,7 @@ class ModelCallServer:
             self._thread.join(timeout=10)
 
 
-def _routed_model(tuner: TunerHandle, named: dict) -> ChatModel:
+def _routed_model(tuner: ModelRouter, named: dict) -> ChatModel:
     kind, name = named.get("kind"), named.get("name")
     models = tuner.policies if kind == "policy" else tuner.auxiliary_models if kind == "auxiliary" else None
     if models is None or name not in models:

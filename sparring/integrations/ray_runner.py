@@ -49,7 +49,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from ..rollout.recorder import EpisodeRecorder, current_recorder, recording
 from ..rollout.runner import RunnerError, play_in_process
-from ..rollout.workflow import EpisodeFn, TunerHandle
+from ..rollout.workflow import EpisodeFn, ModelRouter
 from .episode_link import EpisodeLink, ModelCallServer, RemoteTunerSpec
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class RayRunner:
             ref = self._workflows[episode_fn] = ray.put(check_sendable(episode_fn))
         return ref
 
-    async def play(self, episode_fn: EpisodeFn, task: dict, tuner: TunerHandle, timeout_s: float) -> Any:
+    async def play(self, episode_fn: EpisodeFn, task: dict, tuner: ModelRouter, timeout_s: float) -> Any:
         """The runner's `EpisodePlayer`: run the workflow on a Ray worker, its calls recorded on this episode's recorder."""
         recorder = current_recorder()
         if recorder is None:

@@ -1,4 +1,4 @@
-"""Episodes: chat models (sampled or scripted), the recorder, timelines and their merging, workflows, the runner."""
+"""Episodes: chat models (sampled or scripted), the recorder, timelines and their merging, workflows and the model router, the runner."""
 
 from .chat_model import ChatModel, ChatResponse, FrozenChatModel, OpenAIChatModel, PolicyChatModel
 from .recorder import EpisodeRecorder, current_recorder, recording
@@ -7,7 +7,7 @@ from .scripted_model import ScriptedChatModel, ScriptedPolicy
 from .timelines import merge_calls
 from .tool_choice import ToolChoice
 from .types import Episode, JudgeOutput, ModelCall, Timeline, WorkflowOutput
-from .workflow import TunerHandle, Workflow, WorkflowSignatureError, as_episode_fn
+from .workflow import ModelRouter, Workflow, WorkflowSignatureError, as_episode_fn
 
 __all__ = [
     "ChatModel",
@@ -17,6 +17,7 @@ __all__ = [
     "FrozenChatModel",
     "JudgeOutput",
     "ModelCall",
+    "ModelRouter",
     "OpenAIChatModel",
     "PolicyChatModel",
     "RunnerSettings",
@@ -24,7 +25,6 @@ __all__ = [
     "ScriptedPolicy",
     "Timeline",
     "ToolChoice",
-    "TunerHandle",
     "Workflow",
     "WorkflowOutput",
     "WorkflowSignatureError",

@@ -29,11 +29,11 @@ from typing import Any, Awaitable, Callable
 from .recorder import EpisodeRecorder, recording
 from .timelines import merge_calls
 from .types import Episode, JudgeOutput, WorkflowOutput
-from .workflow import EpisodeFn, TunerHandle
+from .workflow import EpisodeFn, ModelRouter
 
 log = logging.getLogger(__name__)
 
-EpisodePlayer = Callable[[EpisodeFn, dict, TunerHandle, float], Awaitable[Any]]
+EpisodePlayer = Callable[[EpisodeFn, dict, ModelRouter, float], Awaitable[Any]]
 """`play(episode_fn, task, tuner, timeout_s) -> output`: runs one episode's workflow inside its recorder; raises
 TimeoutError once the episode's own time passes `timeout_s`."""
 
@@ -42,7 +42,7 @@ class RunnerError(RuntimeError):
     """The runner itself failed, not the episode (e.g. a workflow that cannot reach a worker): the run stops."""
 
 
-async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: TunerHandle, timeout_s: float) -> Any:
+async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter, timeout_s: float) -> Any:
     """Run the workflow in this event loop, cancelled after `timeout_s`."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -71,7 +71,7 @@ class RunnerSettings:
 async def run_episodes(
     episode_fn: EpisodeFn,
     tasks: list[dict],
-    make_tuner: Callable[[], TunerHandle],
+    make_tuner: Callable[[], ModelRouter],
     settings: RunnerSettings,
     judge: Callable | None = None,
 ) -> list[Episode]:
@@ -85,7 +85,7 @@ async def run_episodes(
     return list(await asyncio.gather(*(bounded(task, group) for group, task in enumerate(tasks) for _ in range(settings.group_size))))
 
 
-async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: TunerHandle, settings: RunnerSettings, judge: Callable | None) -> Episode:
+async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: ModelRouter, settings: RunnerSettings, judge: Callable | None) -> Episode:
     recorder = EpisodeRecorder()
     error, output, rewards, metrics, turn_rewards = None, None, {}, {}, {}
     with recording(recorder):
@@ -143,7 +143,7 @@ def _turn_rewards(given: list[float] | dict[str, list[float]] | None, recorder: 
     return checked
 
 
-async def _rewards(output, task: dict, tuner: TunerHandle, judge: Callable | None, agents: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+async def _rewards(output, task: dict, tuner: ModelRouter, judge: Callable | None, agents: list[str]) -> tuple[dict[str, float], dict[str, float]]:
     if not isinstance(output, WorkflowOutput):
         raise TypeError(f"the workflow returned {type(output).__name__}; it must return WorkflowOutput(reward=..., metrics=...)")
     reward, metrics = output.reward, dict(output.metrics)

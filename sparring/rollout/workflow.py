@@ -1,4 +1,4 @@
-"""Workflows and the tuner handle that gives their agents models.
+"""Workflows and the model router that gives their agents models.
 
 Two ways to write an episode, one runtime:
 
@@ -9,13 +9,18 @@ Two ways to write an episode, one runtime:
   execute(self, task, tuner)`, where `tuner.chat_model(agent_name,
   target_tag, debug_model)` routes each agent: a trainable model when its tag
   is in `trainable_targets` (every tag when that is None), else the
-  `debug_model` — never silently the policy. `tuner.as_base_url_api_key(...)`
-  and `tuner.as_openai_client(...)` route the same way for agents built on
-  other frameworks: over HTTP (or in process), with a key that records their
-  calls in this episode.
+  `debug_model` — never silently the policy.
 
-`as_episode_fn` turns either into `episode(task, tuner) -> WorkflowOutput`
-and checks its signature before any model loads.
+`ModelRouter` is that routing, and all this layer needs of the `tuner` a
+workflow gets. The handle workflows really get is its subclass
+`sparring.integrations.TunerHandle` (built by the trainer, the evaluation and
+the Ray worker), which adds the framework-facing methods
+(`as_openai_client`, `as_base_url_api_key`, `as_agentscope_model`): they need
+the OpenAI-compatible server and the AgentScope adapter, both layers above
+this one, so they live above it and this layer runs episodes with any router.
+
+`as_episode_fn` turns either style into `episode(task, tuner) ->
+WorkflowOutput` and checks its signature before any model loads.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .chat_model import ChatModel
-from .recorder import EpisodeRecorder, current_recorder
 from .types import WorkflowOutput
 
 FUNCTION_SIGNATURE = "async def workflow(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput"
@@ -43,13 +47,13 @@ class Workflow:
     trainable_targets: list[str] | None = None
     """Tags of the agents that learn; None trains every agent."""
 
-    async def execute(self, task: dict, tuner: TunerHandle) -> WorkflowOutput:
+    async def execute(self, task: dict, tuner: ModelRouter) -> WorkflowOutput:
         raise NotImplementedError("subclasses implement execute(task, tuner)")
 
 
 @dataclass
-class TunerHandle:
-    """What a workflow gets to build its agents: trainable models and frozen auxiliary ones."""
+class ModelRouter:
+    """What a workflow gets to build its agents: trainable models and frozen auxiliary ones, routed by agent tag."""
 
     policies: dict[str, ChatModel]
     """Trainable models by key ('policy' when one model is trained); scripted baselines in their place when evaluating one."""
@@ -83,52 +87,8 @@ class TunerHandle:
         frozen = self.auxiliary_models[debug_model] if isinstance(debug_model, str) else debug_model
         return frozen.as_agent(agent_name, tag)
 
-    def as_agentscope_model(self, agent_name: str, target_tag: str | None = None, debug_model: Any = None):
-        """An AgentScope chat model for this agent, routed like `chat_model`.
 
-        `debug_model` may also be an AgentScope chat model: an agent that does not train gets it as is.
-        """
-        try:
-            from ..integrations.agentscope import agentscope_model, is_agentscope_model
-        except ImportError as error:
-            raise ImportError("the AgentScope adapter is not available in this install; use tuner.chat_model(...) or tuner.as_openai_client(...)") from error
-        if is_agentscope_model(debug_model):
-            if not self.is_trainable(target_tag or agent_name):
-                return debug_model
-            debug_model = None
-        return agentscope_model(self.chat_model(agent_name, target_tag, debug_model))
-
-    def as_base_url_api_key(self, agent_name: str, target_tag: str | None = None, debug_model: ChatModel | str | None = None, model: str | None = None):
-        """`(base_url, api_key)` of an OpenAI-compatible endpoint for this agent, routed like `chat_model`.
-
-        Calls made with the key are recorded in this episode under `agent_name` (trained when the agent is
-        trainable); the key stops working when the episode ends. The first call starts a loopback server in
-        this process. The returned `EpisodeEndpoint` unpacks as a tuple and also has `.model`.
-        """
-        from ..server.openai.episode_server import episode_server
-
-        routed = self.chat_model(agent_name, target_tag, debug_model, model)
-        return episode_server().endpoint(routed, _episode_recorder("as_base_url_api_key"))
-
-    def as_openai_client(self, agent_name: str, target_tag: str | None = None, debug_model: ChatModel | str | None = None, model: str | None = None):
-        """An `openai.AsyncOpenAI` for this agent, routed like `chat_model`, that reaches sparring in process (no port).
-
-        Its requests go through the same OpenAI-compatible endpoint code as `as_base_url_api_key`'s.
-        """
-        from ..server.openai.episode_server import episode_server
-
-        routed = self.chat_model(agent_name, target_tag, debug_model, model)
-        return episode_server().openai_client(routed, _episode_recorder("as_openai_client"))
-
-
-def _episode_recorder(method: str) -> EpisodeRecorder:
-    recorder = current_recorder()
-    if recorder is None:
-        raise RuntimeError(f"tuner.{method}(...) must be called inside an episode (a workflow run by tune(), `sparring run` or run_episodes)")
-    return recorder
-
-
-EpisodeFn = Callable[[dict, TunerHandle], Any]
+EpisodeFn = Callable[[dict, ModelRouter], Any]
 
 
 def as_episode_fn(workflow: Callable | type | Workflow) -> EpisodeFn:
@@ -145,7 +105,7 @@ def as_episode_fn(workflow: Callable | type | Workflow) -> EpisodeFn:
         if not inspect.iscoroutinefunction(instance.execute):
             raise WorkflowSignatureError(f"{type(instance).__name__}.execute must be async; expected {CLASS_SIGNATURE}")
 
-        async def run_class(task: dict, tuner: TunerHandle):
+        async def run_class(task: dict, tuner: ModelRouter):
             tuner.trainable_targets = instance.trainable_targets
             return await instance.execute(task, tuner)
 
@@ -159,7 +119,7 @@ def as_episode_fn(workflow: Callable | type | Workflow) -> EpisodeFn:
         raise WorkflowSignatureError(f"{workflow.__name__}{inspect.signature(workflow)} does not match; expected {FUNCTION_SIGNATURE} (optionally with a `logger` parameter)")
     wants_logger = "logger" in parameters
 
-    async def run_function(task: dict, tuner: TunerHandle):
+    async def run_function(task: dict, tuner: ModelRouter):
         extra = {"logger": tuner.logger} if wants_logger else {}
         return await workflow(task, tuner.policy, tuner.auxiliary_models, **extra)
 

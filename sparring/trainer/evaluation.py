@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from ..algorithms import METHODS_NOTE, Estimate, estimate, separation
-from ..rollout import Episode, RunnerSettings, ScriptedChatModel, TunerHandle, run_episodes
+from ..integrations import TunerHandle
+from ..rollout import Episode, RunnerSettings, ScriptedChatModel, run_episodes
 from ..rollout.workflow import EpisodeFn
 from .models import TrainingModels
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..engine import EngineConfig
-from ..rollout import ChatModel, FrozenChatModel, OpenAIChatModel, PolicyChatModel, TunerHandle
+from ..integrations import TunerHandle
+from ..rollout import ChatModel, FrozenChatModel, OpenAIChatModel, PolicyChatModel
 from ..clients import RemoteTrainingClient, SamplingClient, ServiceClient, TrainingClient
 from ..types import Datum
 from .config import AlgorithmConfig, TuneConfig, TunerModelConfig
