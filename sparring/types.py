@@ -16,7 +16,6 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-LossFnType = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro"]
 StopReason = Literal["length", "stop"]
 TensorDtype = Literal["int64", "float32"]
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from sparring.engine.losses import LOSS_CONFIG_KEYS, LOSSES, check_loss_config
+from sparring.engine.losses import LOSSES, check_loss_config
 
 
 def reference_loss(name, target_logprobs, inputs, config):
@@ -42,7 +42,7 @@ def numeric_grad(name, values, inputs, config, eps=1e-6):
 @pytest.mark.parametrize("name", sorted(LOSSES))
 @pytest.mark.parametrize("config", [{}, {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}, {"beta": 0.3}])
 def test_loss_matches_reference_value_and_gradient(name, config):
-    config = {k: v for k, v in config.items() if k in LOSS_CONFIG_KEYS[name]}
+    config = {k: v for k, v in config.items() if k in LOSSES[name].config_keys}
     generator = torch.Generator().manual_seed(0)
     n = 12
     target = -torch.rand(n, generator=generator, dtype=torch.float64) * 3
@@ -53,7 +53,7 @@ def test_loss_matches_reference_value_and_gradient(name, config):
         "advantages": torch.randn(n, generator=generator, dtype=torch.float64),
     }
     learner = target.clone().requires_grad_(True)
-    loss = LOSSES[name](learner, inputs, config).sum()
+    loss = LOSSES[name].fn(learner, inputs, config).sum()
     loss.backward()
     plain_inputs = {k: v.tolist() for k, v in inputs.items()}
     assert loss.item() == pytest.approx(reference_loss(name, target.tolist(), plain_inputs, config), rel=1e-9, abs=1e-9)
@@ -70,7 +70,7 @@ def test_ppo_clips_only_in_the_direction_of_the_advantage():
     lp = torch.tensor([0.0, 0.0], requires_grad=True)
     inputs = {"logprobs": torch.log(torch.tensor([0.5, 2.0])), "advantages": torch.tensor([1.0, -1.0])}
     # ratio 2 with A>0 and ratio 0.5 with A<0: both beyond the clip range, both clipped: no gradient.
-    LOSSES["ppo"](lp, inputs, {}).sum().backward()
+    LOSSES["ppo"].fn(lp, inputs, {}).sum().backward()
     assert lp.grad.tolist() == [0.0, 0.0]
 
 

@@ -8,18 +8,11 @@ import types
 import pytest
 import yaml
 
-from sparring.trainer.config import (
-    AlgorithmConfig,
-    ConfigError,
-    DatasetConfig,
-    TuneConfig,
-    TunerModelConfig,
-    apply_overrides,
-    dump_config,
-    import_object,
-    load_config_file,
-)
-from sparring.trainer.job import Job, importable_path
+from sparring.trainer.config import AlgorithmConfig, DatasetConfig, TuneConfig, TunerModelConfig
+from sparring.trainer.config_file import apply_overrides, dump_config, load_config_file
+from sparring.trainer.imports import import_object, importable_path
+from sparring.trainer.job import Job
+from sparring.trainer.schema import ConfigError
 from sparring.types import AdamParams, SamplingParams
 
 

@@ -2,10 +2,11 @@
 
 An *estimator* is a pure function from the rewards of one group,
 `rewards_G`, to their advantages, `advantages_G`; `ADVANTAGE_ESTIMATORS`
-names them so a config can pick one by string. `compute_advantages` decides
-who shares a baseline: the episodes of one task (`Episode.group`), split by
-role when agents of different roles (a werewolf and a villager) should not
-be compared with each other. Keeping the estimators tiny and the grouping in
+names them so a config can pick one by string (`AlgorithmConfig.algorithm_type`
+is checked against it, so a new estimator is one function and one entry).
+`compute_advantages` decides who shares a baseline: the episodes of one task
+(`Episode.group`), split by role when agents of different roles (a werewolf
+and a villager) should not be compared with each other. Keeping the estimators tiny and the grouping in
 one place makes each easy to read and to test against hand-computed numbers.
 
 The advantage is one scalar per (episode, agent), which `assembly.build_datums`

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from ..types import Datum, ForwardBackwardOutput, TensorData
-from .losses import LOSS_INPUTS, get_loss
+from .losses import LOSSES, get_loss
 
-KNOWN_INPUTS = ("target_tokens", "weights", "logprobs", "advantages")
+KNOWN_INPUTS = tuple(dict.fromkeys(name for spec in LOSSES.values() for name in spec.required_inputs))
+"""Every input some loss reads; a datum carrying another is a mistake."""
 
 
 class DatumError(ValueError):
@@ -39,7 +40,7 @@ class PreparedDatum:
 def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[PreparedDatum]:
     if not isinstance(data, (list, tuple)) or not data:
         raise DatumError("data must be a non-empty list of Datum")
-    required = LOSS_INPUTS[loss_fn]
+    required = get_loss(loss_fn).required_inputs
     prepared = []
     for index, datum in enumerate(data):
         if not isinstance(datum, Datum):
@@ -87,15 +88,6 @@ def _check_ids(index: int, field: str, ids: list[int], vocab_size: int) -> None:
         raise DatumError(f"datum {index}: {field} has token ids out of the vocabulary [0, {vocab_size}): {bad[:5]}")
 
 
-def _grad_mask(loss_fn: str, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Positions whose loss depends on the model output (the rest need logits without gradient)."""
-    if loss_fn == "cross_entropy":
-        return inputs["weights"] != 0
-    if loss_fn == "dro":
-        return torch.ones_like(inputs["advantages"], dtype=torch.bool)
-    return inputs["advantages"] != 0
-
-
 def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
     """Group datum indices (longest first) so each padded micro-batch stays within token_budget."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
@@ -126,7 +118,7 @@ def run_forward(
     token_budget: int,
 ) -> ForwardBackwardOutput:
     """Learner logprobs and summed loss for every datum; with backward, accumulate gradients."""
-    loss_function = get_loss(loss_fn)
+    loss = get_loss(loss_fn)
     backbone, lm_head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
     device = lm_head.weight.device
     outputs: list[dict[str, TensorData] | None] = [None] * len(prepared)
@@ -140,7 +132,7 @@ def run_forward(
             tokens_B_T[row, :length] = prepared[index].tokens_N
             valid_B_T[row, :length] = True
         inputs = {key: torch.cat([prepared[i].inputs[key] for i in batch]).to(device) for key in prepared[batch[0]].inputs}
-        grad_M = _grad_mask(loss_fn, inputs) if backward else torch.zeros(int(valid_B_T.sum()), dtype=torch.bool, device=device)
+        grad_M = loss.gradient_mask(inputs) if backward else torch.zeros(int(valid_B_T.sum()), dtype=torch.bool, device=device)
         with torch.set_grad_enabled(backward):
             hidden_B_T_H = backbone(input_ids=tokens_B_T.to(device), attention_mask=valid_B_T.long().to(device), use_cache=False).last_hidden_state
             hidden_M_H = hidden_B_T_H[valid_B_T.to(device)]  # real positions, datum by datum
@@ -151,7 +143,7 @@ def run_forward(
                 with torch.no_grad():
                     rest = _target_logprobs(lm_head, hidden_M_H[~grad_M].detach(), inputs["target_tokens"][~grad_M])
                 logprobs_M = logprobs_M.index_put((~grad_M,), rest)
-            elementwise_M = loss_function(logprobs_M, inputs, loss_config)
+            elementwise_M = loss.fn(logprobs_M, inputs, loss_config)
             batch_loss = elementwise_M.sum()
             if backward and batch_loss.requires_grad:
                 batch_loss.backward()

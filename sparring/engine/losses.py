@@ -1,4 +1,4 @@
-"""Token-level losses with Tinker's semantics, as pure functions of tensors.
+"""Token-level losses with Tinker's semantics, as pure functions of tensors, and their registry.
 
 Every loss takes the learner's log-probabilities of the target tokens and the
 datum's loss inputs (all shaped `[N]` for one sequence, or any common shape),
@@ -6,12 +6,16 @@ and returns the per-token loss; the caller sums it (Tinker losses are
 sum-reduced, never averaged). Keeping them pure makes them device-agnostic and
 testable against a plain reference on the CPU.
 
-`LOSS_INPUTS` names the inputs each loss needs, so a malformed datum is
-rejected before any compute.
+`LOSSES` holds one `LossSpec` per loss name: the function, the inputs a datum
+must carry (so a malformed datum is rejected before any compute), the
+`loss_fn_config` keys it reads, and the input that gates its gradient. The
+learner and the config validation take everything from it, so a new loss is
+one function and one entry.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import torch
@@ -56,41 +60,56 @@ def dro(target_logprobs: Tensor, inputs: Mapping[str, Tensor], config: Mapping[s
     return -(target_logprobs * inputs["advantages"] - 0.5 * beta * penalty)
 
 
-LOSSES: dict[str, LossFn] = {
-    "cross_entropy": cross_entropy,
-    "importance_sampling": importance_sampling,
-    "ppo": ppo,
-    "cispo": cispo,
-    "dro": dro,
-}
+@dataclass(frozen=True)
+class LossSpec:
+    """One loss: everything the learner and the config validation need to know about it."""
+
+    fn: LossFn
+    """The per-token loss."""
+    required_inputs: tuple[str, ...]
+    """The loss_fn_inputs every datum must carry; a datum without one is rejected before any compute."""
+    config_keys: tuple[str, ...]
+    """The loss_fn_config keys it reads; any other key is a mistake and rejected."""
+    gradient_input: str | None
+    """The input whose zero positions add neither loss nor gradient, so the learner runs the LM head there without
+    gradient; None when every position counts."""
+
+    def gradient_mask(self, inputs: Mapping[str, Tensor]) -> Tensor:
+        """Positions whose loss depends on the model output (the rest need logits without gradient)."""
+        if self.gradient_input is None:
+            return torch.ones_like(inputs["target_tokens"], dtype=torch.bool)
+        return inputs[self.gradient_input] != 0
+
 
 _POLICY_INPUTS = ("target_tokens", "logprobs", "advantages")
-LOSS_INPUTS: dict[str, tuple[str, ...]] = {
-    "cross_entropy": ("target_tokens", "weights"),
-    "importance_sampling": _POLICY_INPUTS,
-    "ppo": _POLICY_INPUTS,
-    "cispo": _POLICY_INPUTS,
-    "dro": _POLICY_INPUTS,
-}
-LOSS_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
-    "cross_entropy": (),
-    "importance_sampling": (),
-    "ppo": ("clip_low_threshold", "clip_high_threshold"),
-    "cispo": ("clip_low_threshold", "clip_high_threshold"),
-    "dro": ("beta",),
+_CLIP_KEYS = ("clip_low_threshold", "clip_high_threshold")
+
+LOSSES: dict[str, LossSpec] = {
+    "cross_entropy": LossSpec(cross_entropy, ("target_tokens", "weights"), (), gradient_input="weights"),
+    "importance_sampling": LossSpec(importance_sampling, _POLICY_INPUTS, (), gradient_input="advantages"),
+    "ppo": LossSpec(ppo, _POLICY_INPUTS, _CLIP_KEYS, gradient_input="advantages"),
+    "cispo": LossSpec(cispo, _POLICY_INPUTS, _CLIP_KEYS, gradient_input="advantages"),
+    "dro": LossSpec(dro, _POLICY_INPUTS, ("beta",), gradient_input=None),
 }
 
 
-def get_loss(name: str) -> LossFn:
+def get_loss(name: str) -> LossSpec:
     if name not in LOSSES:
         raise ValueError(f"unknown loss_fn {name!r}; choose one of {sorted(LOSSES)}")
     return LOSSES[name]
 
 
+def advantage_weighted_losses() -> list[str]:
+    """The losses that add nothing where a token's advantage is 0: the ones an RL loop can train with when its
+    datums carry an advantage only on sampled tokens (prompt positions hold placeholder logprobs)."""
+    return [name for name, spec in LOSSES.items() if spec.gradient_input == "advantages"]
+
+
 def check_loss_config(name: str, config: Mapping[str, float] | None) -> dict[str, float]:
-    get_loss(name)
+    """`config` as floats, after checking that the loss `name` exists and reads every key of it."""
+    accepted = get_loss(name).config_keys
     config = dict(config or {})
-    unknown = sorted(set(config) - set(LOSS_CONFIG_KEYS[name]))
+    unknown = sorted(set(config) - set(accepted))
     if unknown:
-        raise ValueError(f"loss_fn_config keys {unknown} are not used by {name!r}; it accepts {list(LOSS_CONFIG_KEYS[name])}")
+        raise ValueError(f"loss_fn_config keys {unknown} are not used by {name!r}; it accepts {list(accepted)}")
     return {key: float(value) for key, value in config.items()}

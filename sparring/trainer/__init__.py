@@ -1,20 +1,12 @@
-"""The RL loop behind `tune()`: job configuration, task datasets and the job object."""
+"""The RL loop behind `tune()`: job configuration (records, YAML file, import paths), its resolution into a run, task datasets, the job object."""
 
-from .config import (
-    AlgorithmConfig,
-    ConfigError,
-    DatasetConfig,
-    LoggingConfig,
-    TuneConfig,
-    TunerModelConfig,
-    apply_overrides,
-    dump_config,
-    import_object,
-    load_config_file,
-)
+from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
+from .config_file import apply_overrides, dump_config, load_config_file
 from .dataset import DatasetError, TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
+from .imports import import_object
 from .job import Job
 from .loop import RunResult, run_training, run_training_async
+from .schema import ConfigError
 from .tune import tune
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The configuration of a training job, as validated objects and as YAML.
+"""The configuration of a training job: the validated records a job YAML file holds.
 
 One `TuneConfig` describes a whole run -- the workflow to execute, the models
 (trainable, several trainable, frozen auxiliaries), the RL algorithm, the
@@ -7,72 +7,35 @@ the `Job` object and `sparring train config.yaml` all meet here. Its parts
 (`DatasetConfig`, `TunerModelConfig`, `AlgorithmConfig`) take their names
 from the AgentScope tuner so code written for it reads the same.
 
-Every config validates on construction. A bad value raises `ConfigError`
-whose message names the dotted field path (and the file, when loading one),
-e.g. ``job.yaml: algorithm.group_size: Input should be greater than or equal
-to 1 (got 0)``. `apply_overrides` implements ``--set section.field=value``
-against the schema, so a typo is reported with the keys that would have
-worked. `import_object` resolves the ``module:attr`` strings that name a
-workflow or judge in YAML.
+Every config validates on construction (see `schema.ConfigRecord`: a bad
+value raises `ConfigError` naming the dotted field path). Names that pick an
+extension -- `algorithm_type`, `loss_fn` and its `loss_fn_config` keys -- are
+checked against the registries that define them (`ADVANTAGE_ESTIMATORS`,
+`engine.losses.LOSSES`), and the runner's defaults are `RunnerSettings`'s,
+so each is stated once. Reading and writing the YAML file is
+`config_file.py`; turning a config into a runnable run is `resolve.py`.
 """
 
 from __future__ import annotations
 
-import copy
-import importlib
-import importlib.util
 import os
 import re
-import sys
-import types
-from pathlib import Path
-from typing import Annotated, Any, Literal, Sequence, Union, get_args, get_origin
+from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from ..engine.losses import check_loss_config
+from ..algorithms import get_estimator
+from ..engine.losses import advantage_weighted_losses, check_loss_config
+from ..rollout import RunnerSettings
 from ..types import AdamParams
+from .imports import import_object
+from .schema import ConfigError, ConfigRecord
 
 DEFAULT_MODEL_NAME = "policy"
 _MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_NUMBER_PATTERN = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
-class ConfigError(ValueError):
-    """A configuration value, file or override is invalid; the message names the field path."""
-
-
-class _RaisesConfigError(type(BaseModel)):
-    """Turns a failed `SomeConfig(...)` call into ConfigError naming the field path.
-
-    Wrapping the call (not `__init__`) leaves nested validation untouched:
-    pydantic validates nested configs without calling the class, so their
-    errors keep their full location.
-    """
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().__call__(*args, **kwargs)
-        except ValidationError as err:
-            raise ConfigError(describe_validation_error(err, cls)) from None
-
-
-class _Config(BaseModel, metaclass=_RaisesConfigError):
-    """Base of all configs: unknown keys are errors and validation errors name the field path."""
-
-    model_config = ConfigDict(extra="forbid", protected_namespaces=(), use_attribute_docstrings=True)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str | None = None):
-        """Validate a plain dict (from YAML or JSON); `source` (a file name) prefixes every error."""
-        try:
-            return cls.model_validate(data)
-        except ValidationError as err:
-            raise ConfigError(describe_validation_error(err, cls, source)) from None
-
-
-class DatasetConfig(_Config):
+class DatasetConfig(ConfigRecord):
     """Where tasks come from and how they are iterated."""
 
     path: str | None = None
@@ -105,7 +68,7 @@ class DatasetConfig(_Config):
         return self
 
 
-class TunerModelConfig(_Config):
+class TunerModelConfig(ConfigRecord):
     """One model: a local base model (+ LoRA adapter), a model on a Tinker-protocol service, or a frozen OpenAI-compatible endpoint."""
 
     model_path: str = "smollm2-135m-instruct"
@@ -173,19 +136,20 @@ class TunerModelConfig(_Config):
         return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "max_tokens": self.max_tokens}
 
 
-class AlgorithmConfig(_Config):
+class AlgorithmConfig(ConfigRecord):
     """The RL algorithm: advantage estimation, loss, optimizer and rollout budget."""
 
-    algorithm_type: Literal["grpo", "multi_step_grpo", "rloo", "reinforce"] = "multi_step_grpo"
-    """Advantage estimator; multi_step_grpo credits every turn of an episode with its group-relative advantage."""
+    algorithm_type: str = "multi_step_grpo"
+    """Advantage estimator, a name in `sparring.algorithms.ADVANTAGE_ESTIMATORS`; multi_step_grpo credits every turn
+    of an episode with its group-relative advantage."""
     learning_rate: float = Field(default=1e-4, ge=0.0)
     """AdamW step size for the LoRA weights."""
-    group_size: int = Field(default=8, ge=1)
+    group_size: int = Field(default=RunnerSettings.group_size, ge=1)
     """Episodes run per task; advantages compare episodes within a group."""
     batch_size: int = Field(default=4, ge=1)
     """Tasks per training step."""
-    loss_fn: Literal["ppo", "importance_sampling", "cispo"] = "ppo"
-    """Policy-gradient loss, as the Tinker API names it."""
+    loss_fn: str = "ppo"
+    """Policy-gradient loss, as the Tinker API names it: one of `engine.losses.advantage_weighted_losses()`."""
     loss_fn_config: dict[str, float] = Field(default_factory=dict)
     """Loss settings, e.g. clip_low_threshold / clip_high_threshold for ppo and cispo."""
     kl_coef: float = Field(default=0.0, ge=0.0)
@@ -210,11 +174,11 @@ class AlgorithmConfig(_Config):
     """Evaluate on held-out tasks every N steps; 0 disables periodic evaluation."""
     eval_tasks: int | None = Field(default=None, ge=1)
     """Evaluate on at most this many held-out tasks; None uses them all."""
-    max_concurrency: int = Field(default=64, ge=1)
+    max_concurrency: int = Field(default=RunnerSettings.max_concurrency, ge=1)
     """Most episodes running at once."""
-    episode_timeout_s: float = Field(default=300.0, gt=0.0)
+    episode_timeout_s: float = Field(default=RunnerSettings.episode_timeout_s, gt=0.0)
     """Seconds before an episode is cancelled and scored as an error."""
-    error_reward: float = -0.1
+    error_reward: float = RunnerSettings.error_reward
     """Reward given to an episode that crashed or timed out, so a bad output is discouraged but the run goes on."""
     seed: int = 0
     """Seed for sampling and any other randomness of the run."""
@@ -224,6 +188,20 @@ class AlgorithmConfig(_Config):
     """Ray cluster to run episodes on ('auto', 'host:6379'); None starts a local one (or reuses this process's `ray.init`)."""
     ray_num_cpus: float = Field(default=1.0, gt=0.0)
     """CPUs Ray reserves per episode; below 1 packs several episodes per core (workflows that mostly wait on the model)."""
+
+    @field_validator("algorithm_type")
+    @classmethod
+    def _known_estimator(cls, value: str) -> str:
+        get_estimator(value)
+        return value
+
+    @field_validator("loss_fn")
+    @classmethod
+    def _advantage_weighted_loss(cls, value: str) -> str:
+        choices = advantage_weighted_losses()
+        if value not in choices:
+            raise ValueError(f"loss_fn {value!r} is not a loss the RL loop trains with; choose one of {choices}")
+        return value
 
     @field_validator("loss_fn_config")
     @classmethod
@@ -243,7 +221,7 @@ class AlgorithmConfig(_Config):
         )
 
 
-class LoggingConfig(_Config):
+class LoggingConfig(ConfigRecord):
     """Where metrics and rollouts go."""
 
     tensorboard: bool = True
@@ -256,7 +234,7 @@ class LoggingConfig(_Config):
     """Dump every episode's tokens, masks, logprobs and advantages for inspection."""
 
 
-class TuneConfig(_Config):
+class TuneConfig(ConfigRecord):
     """A whole training job; what a job YAML file holds."""
 
     workflow: str | None = None
@@ -355,188 +333,3 @@ def _resolve_snapshot(path: str, config: TunerModelConfig, trainable: dict[str, 
             )
     taken = {name: getattr(source, name) for name in (*_SNAPSHOT_SHARED, *_SNAPSHOT_INHERITED) if name not in config.model_fields_set}
     return config.model_copy(update={**taken, "trainable": False})
-
-
-def describe_validation_error(err: ValidationError, root: type[BaseModel], source: str | None = None) -> str:
-    """One line per problem, each starting with the dotted field path (and `source`, a file name)."""
-    lines = []
-    for error in err.errors():
-        location = ".".join(str(part) for part in error["loc"])
-        message = error["msg"]
-        if error["type"] == "value_error":
-            message = message.removeprefix("Value error, ")
-        elif error["type"] == "extra_forbidden":
-            message = f"unknown field; valid fields here: {_valid_keys_at(root, error['loc'][:-1])}"
-        elif error["type"] != "missing":
-            message = f"{message} (got {_short_repr(error['input'])})"
-        line = f"{location}: {message}" if location else message
-        lines.append(f"{source}: {line}" if source else line)
-    return "\n".join(lines)
-
-
-def _short_repr(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _unwrap_optional(annotation: Any) -> Any:
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        return _unwrap_optional(get_args(annotation)[0])
-    if origin is Union or origin is types.UnionType:
-        members = [member for member in get_args(annotation) if member is not type(None)]
-        return _unwrap_optional(members[0]) if len(members) == 1 else annotation
-    return annotation
-
-
-def _is_config_class(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
-def _child_annotation(annotation: Any, key: str, path: Sequence[str]) -> Any:
-    """The declared type of `key` inside a value of type `annotation`, or ConfigError naming `path`."""
-    annotation = _unwrap_optional(annotation)
-    dotted = ".".join(path)
-    if _is_config_class(annotation):
-        if key not in annotation.model_fields:
-            parent = ".".join(path[:-1]) or "the top level"
-            raise ConfigError(f"{dotted}: unknown field; valid fields at {parent}: {', '.join(annotation.model_fields)}")
-        return annotation.model_fields[key].annotation
-    if annotation is dict or annotation is Any:
-        return Any
-    if get_origin(annotation) is dict:
-        return get_args(annotation)[1]
-    raise ConfigError(f"{dotted}: {'.'.join(path[:-1])} holds a single value, not fields")
-
-
-def _valid_keys_at(root: type[BaseModel], location: Sequence[Any]) -> str:
-    annotation: Any = root
-    for depth, key in enumerate(location):
-        annotation = _child_annotation(annotation, str(key), [str(part) for part in location[: depth + 1]])
-    annotation = _unwrap_optional(annotation)
-    return ", ".join(annotation.model_fields) if _is_config_class(annotation) else "any"
-
-
-def _parse_override_value(text: str) -> Any:
-    value = yaml.safe_load(text) if text.strip() else None
-    # YAML 1.1 reads "3e-5" (no dot) as a string; a command line means the number.
-    if isinstance(value, str) and _NUMBER_PATTERN.match(value):
-        return float(value)
-    return value
-
-
-def apply_overrides(config_dict: dict[str, Any], overrides: Sequence[str], root: type[BaseModel] = TuneConfig) -> dict[str, Any]:
-    """Apply ``dotted.path=value`` overrides to a copy of a config dict, checking each path against `root`.
-
-    Values are parsed as YAML (numbers, booleans, lists, ``null``). Missing
-    intermediate sections are created, so ``algorithm.learning_rate=3e-5``
-    works on a file that has no ``algorithm`` section.
-    """
-    result = copy.deepcopy(config_dict)
-    for override in overrides:
-        dotted, separator, raw_value = override.partition("=")
-        keys = [key.strip() for key in dotted.split(".")]
-        if not separator or not all(keys):
-            raise ConfigError(f"override {override!r} must look like section.field=value")
-        annotation: Any = root
-        node = result
-        for depth, key in enumerate(keys):
-            path = keys[: depth + 1]
-            annotation = _child_annotation(annotation, key, path)
-            if depth == len(keys) - 1:
-                node[key] = _parse_override_value(raw_value)
-                break
-            child = node.get(key)
-            if child is None:
-                child = node[key] = {}
-            elif not isinstance(child, dict):
-                raise ConfigError(f"{'.'.join(path)}: holds {_short_repr(child)}, not a section with fields")
-            node = child
-    return result
-
-
-def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> TuneConfig:
-    """Read a job YAML file, apply ``--set`` style overrides and validate it; errors name the file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {err}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of config sections, not {type(data).__name__}")
-    try:
-        data = apply_overrides(data, overrides)
-    except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from None
-    return TuneConfig.from_dict(data, source=str(path))
-
-
-def dump_config(config: TuneConfig, path: str | os.PathLike[str]) -> Path:
-    """Write `config` as YAML (every field, defaults included, for manual editing); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def import_object(import_path: str) -> Any:
-    """Resolve 'package.module:attr', 'package.module.attr' or 'path/to/file.py:attr' to the object.
-
-    `attr` may be dotted (a class attribute). The current directory is tried
-    as a last resort for modules, as `python -m` would find them.
-    """
-    module_part, separator, attr_part = import_path.rpartition(":")
-    if not separator:
-        module_part, _, attr_part = import_path.rpartition(".")
-    if not module_part or not attr_part:
-        raise ConfigError(f"cannot import {import_path!r}: write it as 'package.module:name' or 'path/to/file.py:name'")
-    module = _import_file(module_part) if module_part.endswith(".py") else _import_module(module_part, import_path)
-    target: Any = module
-    for depth, name in enumerate(attr_part.split(".")):
-        try:
-            target = getattr(target, name)
-        except AttributeError:
-            owner = ".".join([module_part, *attr_part.split(".")[:depth]])
-            raise ConfigError(f"cannot import {import_path!r}: {owner} has no attribute {name!r}") from None
-    return target
-
-
-def _import_module(module_name: str, import_path: str) -> types.ModuleType:
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        missing_is_target = err.name is not None and (module_name == err.name or module_name.startswith(err.name + "."))
-        if not missing_is_target:
-            raise ConfigError(f"cannot import {import_path!r}: importing {module_name} failed: {err}") from err
-        if os.getcwd() not in sys.path:
-            sys.path.append(os.getcwd())
-            return _import_module(module_name, import_path)
-        raise ConfigError(f"cannot import {import_path!r}: no module named {err.name!r} (searched sys.path and the current directory)") from None
-    except Exception as err:
-        raise ConfigError(f"cannot import {import_path!r}: importing {module_name} failed: {type(err).__name__}: {err}") from err
-
-
-def _import_file(file_name: str) -> types.ModuleType:
-    path = Path(file_name).resolve()
-    if not path.is_file():
-        raise ConfigError(f"cannot import from {file_name!r}: no such file")
-    module_name = f"_sparring_user_{re.sub(r'[^0-9A-Za-z_]', '_', str(path))}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:
-        del sys.modules[module_name]
-        raise ConfigError(f"cannot import from {file_name!r}: running the file failed: {type(err).__name__}: {err}") from err
-    return module

@@ -16,42 +16,15 @@ A lambda or a function defined inside another function still trains through
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .config import (
-    AlgorithmConfig,
-    ConfigError,
-    DatasetConfig,
-    LoggingConfig,
-    TuneConfig,
-    TunerModelConfig,
-    dump_config,
-    import_object,
-    load_config_file,
-)
+from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
+from .config_file import dump_config, load_config_file
+from .imports import import_object, importable_path
+from .schema import ConfigError
 
 DatasetSpec = DatasetConfig | dict[str, Any] | list[dict[str, Any]] | str | os.PathLike[str]
 """A dataset as `set_data` takes it: a config, its fields, the tasks themselves, or a path."""
-
-
-def importable_path(obj: Any) -> str | None:
-    """'module:qualname' (or 'script.py:qualname' for a script's own objects) when importing it gives back `obj`."""
-    module_name = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    if not module_name or not qualname or "<" in qualname:  # <lambda>, <locals>
-        return None
-    module = sys.modules.get(module_name)
-    target: Any = module
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
-    if target is not obj:
-        return None
-    if module_name != "__main__":
-        return f"{module_name}:{qualname}"
-    script = getattr(module, "__file__", None)  # None in an interactive session
-    return f"{Path(script).resolve()}:{qualname}" if script else None
 
 
 def _dataset_config(spec: DatasetSpec | None) -> DatasetConfig | dict[str, Any] | None:

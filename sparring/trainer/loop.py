@@ -1,11 +1,12 @@
 """The RL loop behind `tune()`: tasks -> episodes -> advantages -> LoRA updates.
 
-`run_training` checks the workflow before any model loads, builds the
-trainable models (one LoRA adapter each on a shared base model) and the
-frozen auxiliary ones, then repeats: take a batch of tasks, run `group_size`
-episodes per task concurrently (every call batched on the engine), turn
-rewards into advantages per group and role, assemble datums per trainable
-model, `forward_backward` + `optim_step` each, log metrics and rollouts.
+`run_training` resolves the config once (`resolve.py`: the workflow checked
+before any model loads, the tasks, the trainable models -- one LoRA adapter
+each on a shared base model -- and the frozen auxiliary ones), then
+repeats: take a batch of tasks, run `group_size` episodes per task
+concurrently (every call batched on the engine), turn rewards into
+advantages per group and role, assemble datums per trainable model,
+`forward_backward` + `optim_step` each, log metrics and rollouts.
 Episodes sample from the live adapters, so each step sees the weights of the
 step before; snapshot opponents are retaken at the start of the steps they
 are due (`TunerModelConfig.snapshot_interval_steps`). Every
@@ -27,14 +28,13 @@ from pathlib import Path
 
 from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, compute_advantages
 from ..logging import MetricsLogger, RolloutWriter, TrainingProgress, mean_metrics
-from ..rollout import Episode, RunnerSettings, ScriptedPolicy, as_episode_fn, run_episodes
-from ..rollout.runner import EpisodePlayer, play_in_process
+from ..rollout import Episode, run_episodes
 from ..types import ModelInput
 from .checkpoints import latest_checkpoint, restore_checkpoint, save_checkpoint
-from .config import TuneConfig, dump_config, import_object
-from .dataset import TaskStream, load_train_and_eval_tasks
+from .config import TuneConfig
 from .evaluation import Comparison, PolicyEvaluation, evaluate_baselines, evaluate_policy
-from .models import TrainingModels, build_models
+from .models import TrainingModels
+from .resolve import resolve_run
 
 log = logging.getLogger(__name__)
 
@@ -69,38 +69,29 @@ def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Pa
 
 
 async def run_training_async(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
-    episode_fn, judge = _resolve(config, workflow, judge)  # a bad signature fails here, before any model loads
-    baselines = _baselines(config)
     run_dir = Path(resume) if resume else Path(config.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    run = resolve_run(config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        dump_config(config, run_dir / "config.yaml")
-    if config.train_dataset is None:
-        raise ValueError("train_dataset is not set: give DatasetConfig(path=...) or a list of tasks")
-    train_tasks, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
-    algorithm = config.algorithm
-    stream = TaskStream.from_config(config.train_dataset, algorithm.batch_size, tasks=train_tasks)
-    models = build_models(config, run_dir)
+    algorithm, models, stream = config.algorithm, run.models, run.stream
     start_step = 0
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is not None:
         start_step = restore_checkpoint(checkpoint, models, stream)
         log.info("resumed %s at step %d", run_dir, start_step)
-    settings = _settings(algorithm, algorithm.group_size)
     result = RunResult(run_dir=run_dir, steps=start_step)
     total_steps = stream.num_steps
     with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
         rollouts = RolloutWriter(run_dir) if config.logging.save_rollouts else None
         step = start_step
         columns: list[PolicyEvaluation] = []
+        eval_tasks = run.eval_tasks[: algorithm.eval_tasks] if algorithm.eval_tasks else run.eval_tasks
 
         async def evaluate_now(at_step: int, label: str) -> None:
-            chosen = eval_tasks[: algorithm.eval_tasks] if algorithm.eval_tasks else eval_tasks
-            columns.append(await evaluate(episode_fn, chosen, models, settings, judge, label=label, step=at_step))
+            columns.append(await evaluate_policy(run.episode_fn, eval_tasks, models.make_tuner, run.settings, run.judge, label, "model", at_step))
             result.evaluations.append({"step": at_step, **columns[-1].flat("eval/")})
             logger.log(at_step, result.evaluations[-1])
-            if baselines and not any(c.kind == "baseline" for c in columns):
-                evaluated = await evaluate_baselines(episode_fn, chosen, models, settings, judge, baselines, algorithm.seed)
+            if run.baselines and not any(c.kind == "baseline" for c in columns):
+                evaluated = await evaluate_baselines(run.episode_fn, eval_tasks, models, run.settings, run.judge, run.baselines, algorithm.seed)
                 columns.extend(evaluated)
                 logger.log(at_step, {k: v for c in evaluated for k, v in c.flat(f"baseline/{c.label}/").items()})
 
@@ -110,7 +101,7 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
                 if algorithm.eval_interval_steps and step % algorithm.eval_interval_steps == 0 and eval_tasks:
                     await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
                 models.reseed(config.algorithm.seed, step)
-                metrics = await train_step(episode_fn, next(stream), models, settings, judge, config, rollouts, step)
+                metrics = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step)
                 metrics.update(snapshot_ages)
                 result.history.append(metrics)
                 logger.log(step + 1, metrics)
@@ -163,21 +154,11 @@ async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge,
     return metrics
 
 
-async def evaluate(
-    episode_fn, tasks: list[dict], models: TrainingModels, settings: RunnerSettings, judge, limit: int | None = None, *, label: str = "model", step: int | None = None
-) -> PolicyEvaluation:
-    """One episode per held-out task with the configured models, no training: mean and 95 % interval of every metric."""
-    chosen = tasks[:limit] if limit else tasks
-    return await evaluate_policy(episode_fn, chosen, models.make_tuner, settings, judge, label, "model", step)
-
-
 async def run_debug_episodes(config: TuneConfig, workflow=None, judge=None, num_tasks: int = 2, split: str = "train") -> list[Episode]:
     """Run `num_tasks` episodes (one per task) with no training: what `sparring run` shows."""
-    episode_fn, judge = _resolve(config, workflow, judge)
-    train_tasks, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
-    tasks = (eval_tasks if split == "eval" else train_tasks)[:num_tasks]
-    models = build_models(config, Path(config.run_dir or "runs/debug"))
-    return await run_episodes(episode_fn, tasks, models.make_tuner, _settings(config.algorithm, 1), judge)
+    run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/debug"))
+    tasks = (run.eval_tasks if split == "eval" else run.train_tasks)[:num_tasks]
+    return await run_episodes(run.episode_fn, tasks, run.models.make_tuner, run.settings, run.judge)
 
 
 async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: int | None = None) -> Comparison:
@@ -185,17 +166,14 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
 
     The model's column is 'trained' when a trainable model starts from an adapter, else 'untrained'.
     """
-    episode_fn, judge = _resolve(config, workflow, judge)
-    baselines = _baselines(config)
-    _, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
-    if not eval_tasks:
+    run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/eval"))
+    if not run.eval_tasks:
         raise ValueError("no eval tasks: set eval_dataset or train_dataset.eval_fraction")
-    chosen = eval_tasks[:limit] if limit else eval_tasks
-    models = build_models(config, Path(config.run_dir or "runs/eval"))
-    settings = _settings(config.algorithm, 1)
+    chosen = run.eval_tasks[:limit] if limit else run.eval_tasks
     label = "trained" if any(m.adapter_path for m in config.trainable_models().values()) else "untrained"
-    model = await evaluate(episode_fn, chosen, models, settings, judge, label=label)
-    return Comparison([model, *await evaluate_baselines(episode_fn, chosen, models, settings, judge, baselines, config.algorithm.seed)], subject=label)
+    model = await evaluate_policy(run.episode_fn, chosen, run.models.make_tuner, run.settings, run.judge, label, "model", None)
+    baselines = await evaluate_baselines(run.episode_fn, chosen, run.models, run.settings, run.judge, run.baselines, config.algorithm.seed)
+    return Comparison([model, *baselines], subject=label)
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
@@ -209,37 +187,3 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     per_role = [{f"role/{e.roles.get(agent, agent)}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
     merged = mean_metrics([{("" if "/" in k else "workflow/") + k: v for k, v in e.metrics.items()} for e in episodes])
     return {**metrics, **mean_metrics(per_agent), **mean_metrics(per_role), **merged}
-
-
-def _resolve(config: TuneConfig, workflow, judge):
-    """The episode function (signature checked) and the judge, from arguments or the config's import paths."""
-    if workflow is None:
-        if not config.workflow:
-            raise ValueError("no workflow given: pass it to tune() or set `workflow: module:attr` in the config")
-        workflow = import_object(config.workflow)
-    if judge is None and config.judge:
-        judge = import_object(config.judge)
-    episode_fn = as_episode_fn(workflow)
-    if config.algorithm.runner == "ray":
-        from ..integrations.ray_runner import check_sendable
-
-        check_sendable(episode_fn)  # an unpicklable workflow fails here, before any model loads
-    return episode_fn, judge
-
-
-def _baselines(config: TuneConfig) -> dict[str, ScriptedPolicy]:
-    """The configured baseline policies by name (import paths already checked by the config)."""
-    return {name: import_object(path) for name, path in config.baselines.items()}
-
-
-def _settings(algorithm, group_size: int) -> RunnerSettings:
-    return RunnerSettings(group_size, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward, _player(algorithm))
-
-
-def _player(algorithm) -> EpisodePlayer:
-    """Where workflows run (`algorithm.runner`): in this process, or as Ray tasks whose model calls come back here."""
-    if algorithm.runner == "local":
-        return play_in_process
-    from ..integrations.ray_runner import ray_runner
-
-    return ray_runner(algorithm.ray_address, algorithm.ray_num_cpus).play

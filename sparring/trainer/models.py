@@ -1,11 +1,12 @@
 """The models of one training run: trainable policies and frozen auxiliary models.
 
-`TrainingModels` creates one LoRA training client per trainable model (all on
-one shared engine when they share a base model), the chat models that
-workflows call (`PolicyChatModel` on each live adapter, frozen local or
-OpenAI-compatible models for the auxiliary ones), and applies one update:
-`forward_backward` for every model first, then every `optim_step`, so the
-engine runs them back to back.
+`TrainingModels` holds one LoRA training client per trainable model (all on
+one shared engine when they share a base model, built by
+`resolve.build_models`), the chat models that workflows call
+(`PolicyChatModel` on each live adapter, frozen local or OpenAI-compatible
+models for the auxiliary ones), and applies one update: `forward_backward`
+for every model first, then every `optim_step`, so the engine runs them back
+to back.
 
 A `Snapshot` is an auxiliary model that is a frozen copy of a trainable
 adapter (`TunerModelConfig.snapshot_of`): it lives on the same engine as its
@@ -15,24 +16,20 @@ training and saves it as a PEFT directory, which the checkpoint refers to,
 so a resumed run plays against exactly the same snapshot.
 
 Every model runs on a backend chosen by `TunerModelConfig.backend`: 'local'
-(an engine in this process, one per device and dtype) or 'tinker' (a
-Tinker-protocol service, one SDK session per URL and key). Both hand out
-clients with the same interface, so nothing below `build_models` knows which
-one it has; a snapshot always lives where its source model does.
+(an engine in this process) or 'tinker' (a Tinker-protocol service). Both
+hand out clients with the same interface, so nothing here knows which one it
+has; a snapshot always lives where its source model does.
 """
-
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from ..engine import EngineConfig
+from ..clients import RemoteTrainingClient, SamplingClient, TrainingClient
 from ..integrations import TunerHandle
-from ..rollout import ChatModel, FrozenChatModel, OpenAIChatModel, PolicyChatModel
-from ..clients import RemoteTrainingClient, SamplingClient, ServiceClient, TrainingClient
+from ..rollout import ChatModel, FrozenChatModel, PolicyChatModel
 from ..types import Datum
-from .config import AlgorithmConfig, TuneConfig, TunerModelConfig
+from .config import AlgorithmConfig, TunerModelConfig
 
 
 @dataclass
@@ -118,48 +115,3 @@ class TrainingModels:
     def save_for_sampler(self, name: str) -> dict[str, str]:
         futures = {key: client.save_weights_for_sampler(name) for key, client in self.clients.items()}
         return {key: future.result().path for key, future in futures.items()}
-
-
-def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
-    trainable = config.trainable_models()
-    services: dict[tuple, ServiceClient] = {}
-
-    def service_for(model: TunerModelConfig) -> ServiceClient:
-        if model.backend == "tinker":
-            key = ("tinker", model.service_url(), model.service_api_key())
-            if key not in services:
-                services[key] = ServiceClient(base_url=model.service_url(), api_key=model.service_api_key())
-            return services[key]
-        key = ("local", model.device, model.dtype)
-        if key not in services:
-            services[key] = ServiceClient(base_dir=run_dir / "checkpoints", engine_config=EngineConfig(device=model.device, dtype=model.dtype))
-        return services[key]
-
-    clients, policies = {}, {}
-    for index, (key, model) in enumerate(trainable.items()):
-        client = service_for(model).create_lora_training_client(model.model_path, rank=model.lora_rank, seed=config.algorithm.seed + index)
-        if model.adapter_path:
-            client.load_weights(model.adapter_path).result()
-        clients[key] = client
-        policies[key] = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults=model.sampling_params(), model_key=key)
-    first = next(iter(trainable.values()))
-    base_sampler = service_for(first).create_sampling_client(base_model=first.model_path) if config.algorithm.kl_coef > 0 else None
-    models = TrainingModels(clients, policies, {}, base_sampler)
-    for name, model in config.auxiliary_models.items():
-        if model.snapshot_of is None:
-            models.auxiliary[name] = _frozen_model(name, model, service_for(model))
-            continue
-        models.snapshots[name] = Snapshot(source=model.snapshot_of, interval=model.snapshot_interval_steps, config=model)
-        # Taken now so debug and eval runs have one; training retakes it, saved, at its first step.
-        models._install(name, clients[model.snapshot_of].save_weights_and_get_sampling_client(kind="snapshot"), None, 0)
-    return models
-
-
-def _frozen_model(name: str, model: TunerModelConfig, service: ServiceClient) -> ChatModel:
-    if model.is_remote:
-        return OpenAIChatModel(model=model.model_path, base_url=model.base_url, api_key=model.api_key or "EMPTY", defaults=model.sampling_params(), agent=name)
-    if model.adapter_path:
-        sampler = service.create_sampling_client(model_path=model.adapter_path, base_model=model.model_path)
-    else:
-        sampler = service.create_sampling_client(base_model=model.model_path)
-    return FrozenChatModel(sampler, defaults=model.sampling_params(), agent=name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
+from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig
 from .job import Job
 from .loop import RunResult
 

@@ -1,0 +1,111 @@
+"""The ground every job config stands on: strict pydantic records whose errors name the dotted field path.
+
+`ConfigRecord` is the base of every config record (`sparring.trainer.config`):
+an unknown key is an error, and a failed validation raises `ConfigError`
+whose message starts with the field's dotted path (and the file, when loading
+one), e.g. ``job.yaml: algorithm.group_size: Input should be greater than or
+equal to 1 (got 0)``. `child_annotation` walks the schema one dotted key at a
+time, so an unknown field -- in a validation error or a ``--set`` override --
+is reported with the keys that would have worked.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Annotated, Any, Sequence, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class ConfigError(ValueError):
+    """A configuration value, file or override is invalid; the message names the field path."""
+
+
+class _RaisesConfigError(type(BaseModel)):
+    """Turns a failed `SomeConfig(...)` call into ConfigError naming the field path.
+
+    Wrapping the call (not `__init__`) leaves nested validation untouched:
+    pydantic validates nested configs without calling the class, so their
+    errors keep their full location.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except ValidationError as err:
+            raise ConfigError(describe_validation_error(err, cls)) from None
+
+
+class ConfigRecord(BaseModel, metaclass=_RaisesConfigError):
+    """Base of all configs: unknown keys are errors and validation errors name the field path."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), use_attribute_docstrings=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str | None = None):
+        """Validate a plain dict (from YAML or JSON); `source` (a file name) prefixes every error."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise ConfigError(describe_validation_error(err, cls, source)) from None
+
+
+def describe_validation_error(err: ValidationError, root: type[BaseModel], source: str | None = None) -> str:
+    """One line per problem, each starting with the dotted field path (and `source`, a file name)."""
+    lines = []
+    for error in err.errors():
+        location = ".".join(str(part) for part in error["loc"])
+        message = error["msg"]
+        if error["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
+        elif error["type"] == "extra_forbidden":
+            message = f"unknown field; valid fields here: {_valid_keys_at(root, error['loc'][:-1])}"
+        elif error["type"] != "missing":
+            message = f"{message} (got {short_repr(error['input'])})"
+        line = f"{location}: {message}" if location else message
+        lines.append(f"{source}: {line}" if source else line)
+    return "\n".join(lines)
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """`repr(value)`, cut to `limit` characters for an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap_optional(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        members = [member for member in get_args(annotation) if member is not type(None)]
+        return _unwrap_optional(members[0]) if len(members) == 1 else annotation
+    return annotation
+
+
+def _is_config_class(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def child_annotation(annotation: Any, key: str, path: Sequence[str]) -> Any:
+    """The declared type of `key` inside a value of type `annotation`, or ConfigError naming `path`."""
+    annotation = _unwrap_optional(annotation)
+    dotted = ".".join(path)
+    if _is_config_class(annotation):
+        if key not in annotation.model_fields:
+            parent = ".".join(path[:-1]) or "the top level"
+            raise ConfigError(f"{dotted}: unknown field; valid fields at {parent}: {', '.join(annotation.model_fields)}")
+        return annotation.model_fields[key].annotation
+    if annotation is dict or annotation is Any:
+        return Any
+    if get_origin(annotation) is dict:
+        return get_args(annotation)[1]
+    raise ConfigError(f"{dotted}: {'.'.join(path[:-1])} holds a single value, not fields")
+
+
+def _valid_keys_at(root: type[BaseModel], location: Sequence[Any]) -> str:
+    annotation: Any = root
+    for depth, key in enumerate(location):
+        annotation = child_annotation(annotation, str(key), [str(part) for part in location[: depth + 1]])
+    annotation = _unwrap_optional(annotation)
+    return ", ".join(annotation.model_fields) if _is_config_class(annotation) else "any"
