@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/sparring train examples/guess_number.yaml
+	$(VENV)/bin/sparring train guess_number
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -81,7 +81,7 @@ async def measure(args, model_name: str, url: str, directory: Path) -> dict[str,
     models = {name: build_models(config, directory / name) for name, config in configs.items()}
     episode_fn = as_episode_fn(guess_number)
     settings = RunnerSettings(group_size=args.group, max_concurrency=64, episode_timeout_s=600, error_reward=-0.1)
-    tasks = make_tasks(args.batch * (args.steps + 1), seed=7)
+    tasks = make_tasks("train", args.batch * (args.steps + 1), seed=7)
     for task in tasks:
         task["workflow_args"] = {"low": 1, "high": 16, "max_turns": args.turns}
     timings: dict[str, list[dict]] = {name: [] for name in configs}

@@ -68,7 +68,7 @@ async def main() -> None:
     service = ServiceClient()
     client = service.create_lora_training_client(args.model, rank=16, seed=0)
     policy = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults={"max_tokens": 12})
-    tasks = [{**task, "workflow_args": {"low": 1, "high": 1000, "max_turns": 4}} for task in make_tasks(args.episodes, seed=7, low=1, high=1000)]
+    tasks = [{**task, "workflow_args": {"low": 1, "high": 1000, "max_turns": 4}} for task in make_tasks("train", args.episodes, seed=7, low=1, high=1000)]
     episodes = await run_episodes(as_episode_fn(guess_number), tasks, lambda: TunerHandle(policies={"policy": policy}), RunnerSettings(group_size=1))
     # Unit advantages on every sampled token: the benchmark measures data size and time, not learning.
     merged = build_datums(episodes, {(i, agent): 1.0 for i, e in enumerate(episodes) for agent in e.rewards})["policy"]

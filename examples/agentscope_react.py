@@ -17,8 +17,7 @@ import argparse
 
 import agentscope
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, Workflow, WorkflowOutput, tune
-from sparring.integrations import TimelineFormatter
+from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TimelineFormatter, TunerModelConfig, Workflow, WorkflowOutput, tune
 
 SYSTEM = "You are a careful calculator. Call the multiply tool, then state the result as a number."
 TASKS = [{"a": a, "b": b} for a in range(3, 10) for b in range(3, 7)]

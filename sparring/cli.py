@@ -1,9 +1,12 @@
 """`sparring` on the command line: train, debug-run, evaluate and serve.
 
     sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR]
+    sparring train guess_number               # a packaged game's name: its default config
     sparring run config.yaml --tasks 2        # episodes without training, transcripts printed
     sparring eval config.yaml [--adapter PATH] [--tasks 100] [--output comparison.json]
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
+
+Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand instead.
 """
 
 from __future__ import annotations
@@ -17,19 +20,20 @@ from typing import List, Optional
 import typer
 
 from .algorithms import METHODS_NOTE
+from .envs import GAMES, load_config
 from .logging import format_transcript, print_table
-from .trainer import ConfigError, DatasetError, Job, load_config_file
+from .trainer import ConfigError, DatasetError, Job
 from .trainer.loop import run_debug_episodes, run_evaluation
 
 app = typer.Typer(add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True)
 
-CONFIG = typer.Argument(..., help="The job's YAML config (see examples/guess_number.yaml).")
+CONFIG = typer.Argument(..., help=f"The job's YAML config, or a game's name for its default config ({', '.join(GAMES)}).")
 OVERRIDES = typer.Option([], "--set", help="Override a field: --set algorithm.learning_rate=3e-5 (repeatable).")
 
 
 def _load(config: Path, overrides: list[str]):
     try:
-        return load_config_file(config, overrides)
+        return load_config(config, overrides)
     except (ConfigError, DatasetError, FileNotFoundError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
@@ -37,7 +41,7 @@ def _load(config: Path, overrides: list[str]):
 
 @app.command()
 def train(
-    config: Optional[Path] = typer.Argument(None, help="The job's YAML config; not needed with --resume."),
+    config: Optional[Path] = typer.Argument(None, help=f"The job's YAML config, or a game's name ({', '.join(GAMES)}); not needed with --resume."),
     overrides: List[str] = OVERRIDES,
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from its latest checkpoint."),
 ):
@@ -45,7 +49,7 @@ def train(
     if resume is not None:
         config = resume / "config.yaml"
     if config is None:
-        typer.echo("error: give a config file, or --resume RUN_DIR", err=True)
+        typer.echo(f"error: give a config file or a game's name ({', '.join(GAMES)}), or --resume RUN_DIR", err=True)
         raise typer.Exit(2)
     try:
         result = Job.from_config(_load(config, overrides)).tune(resume=str(resume) if resume else None)

@@ -14,12 +14,19 @@ from typer.testing import CliRunner
 from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, ScriptedChatModel, TunerHandle, TunerModelConfig, WorkflowOutput
 from sparring.algorithms import Estimate, bootstrap_interval, estimate, separation, wilson_interval
 from sparring.cli import app
+from sparring.envs import game_config_path, load_game_config
 from sparring.envs import guess_number as gn
 from sparring.envs import tictactoe as ttt
 from sparring.envs import twenty_questions as tq
 from sparring.envs import werewolf as ww
-from sparring.envs.templates import read_template
-from sparring.envs.tictactoe_rules import Board
+from sparring.envs.common import read_template
+from sparring.envs.guess_number import baselines as gn_baselines
+from sparring.envs.guess_number import rules as gn_rules
+from sparring.envs.tictactoe import baselines as ttt_baselines
+from sparring.envs.tictactoe import workflow as ttt_workflow
+from sparring.envs.tictactoe.rules import Board
+from sparring.envs.twenty_questions import baselines as tq_baselines
+from sparring.envs.twenty_questions import rules as tq_rules
 from sparring.logging import read_metrics
 from sparring.rollout import EpisodeRecorder, as_episode_fn, recording, run_episodes
 from sparring.rollout.runner import RunnerSettings
@@ -94,7 +101,7 @@ def test_binary_search_solves_exactly_15_of_the_16_secrets_in_4_guesses_and_all_
 def test_guess_number_credits_each_guess_by_the_share_of_possible_numbers_it_rules_out():
     # Secret 5 in 1..16: 8 halves (1 - (49 + 64) / 256), 9 ignores "lower than 8", None is invalid,
     # 1 is consistent but at the end of 1..7 (1 - 36 / 49), 4 is the last guess of 2..7 (1 - (4 + 9) / 36).
-    assert gn.guess_progress(5, [8, 9, None, 1, 4], 1, 16) == pytest.approx([1 - 113 / 256, 0.0, 0.0, 1 - 36 / 49, 1 - 13 / 36])
+    assert gn_rules.guess_progress(5, [8, 9, None, 1, 4], 1, 16) == pytest.approx([1 - 113 / 256, 0.0, 0.0, 1 - 36 / 49, 1 - 13 / 36])
     tasks = [{"secret": secret, "workflow_args": {"low": 1, "high": 16, "max_turns": 4, "progress_bonus": 1.0}} for secret in range(1, 17)]
     halving = [e.metrics["progress"] for e in play(gn.guess_number, tasks, gn.binary_search)]
     counting = [e.metrics["progress"] for e in play(gn.guess_number, tasks, lambda messages, rng: str(1 + sum(m["role"] == "assistant" for m in messages)))]
@@ -115,19 +122,19 @@ def test_random_valid_guesses_in_range_and_solves_about_one_in_four():
 
 
 def test_the_guess_number_baselines_follow_the_referee_and_rules_wording(monkeypatch):
-    monkeypatch.setattr(gn, "RULES", "Secret between {low} and {high} (inclusive).")
-    monkeypatch.setattr(gn, "referee", lambda guess, secret, low, high: "Bingo!" if guess == secret else ("Lower." if guess > secret else "Higher."))
+    monkeypatch.setattr(gn_rules, "RULES", "Secret between {low} and {high} (inclusive).")
+    monkeypatch.setattr(gn_rules, "referee", lambda guess, secret, low, high: "Bingo!" if guess == secret else ("Lower." if guess > secret else "Higher."))
     tasks = [{"secret": secret, "workflow_args": {"low": 1, "high": 16, "max_turns": 4}} for secret in range(1, 17)]
     assert sum(e.metrics["success"] for e in play(gn.guess_number, tasks, gn.binary_search)) == 15
-    assert gn.feedback_direction("Higher.", 5, 1, 16) == "higher" and gn.feedback_direction("Lower.", 5, 1, 16) == "lower"
-    assert gn.feedback_direction("Bingo!", 5, 1, 16) is None
+    assert gn_baselines.feedback_direction("Higher.", 5, 1, 16) == "higher" and gn_baselines.feedback_direction("Lower.", 5, 1, 16) == "lower"
+    assert gn_baselines.feedback_direction("Bingo!", 5, 1, 16) is None
 
 
 def test_read_template_recovers_the_fields_a_template_filled_in():
-    assert read_template(gn.RULES, "Hello. " + gn.RULES.format(low=3, high=40)) == {"low": "3", "high": "40"}
-    assert read_template(tq.CANDIDATES, "You have 6 questions." + tq.CANDIDATES.format(words="cat, dog")) == {"words": "cat, dog"}
+    assert read_template(gn_rules.RULES, "Hello. " + gn_rules.RULES.format(low=3, high=40)) == {"low": "3", "high": "40"}
+    assert read_template(tq_rules.CANDIDATES, "You have 6 questions." + tq_rules.CANDIDATES.format(words="cat, dog")) == {"words": "cat, dog"}
     assert read_template("{a} then {a}", "x then y") is None
-    assert read_template(gn.RULES, "nothing here") is None
+    assert read_template(gn_rules.RULES, "nothing here") is None
 
 
 # --- tic-tac-toe ------------------------------------------------------------------------------
@@ -135,10 +142,10 @@ def test_read_template_recovers_the_fields_a_template_filled_in():
 
 def test_read_board_gives_back_the_position_a_prompt_shows():
     board = Board.from_moves([5, 1, 9, 3])
-    prompt = ttt.PROMPT.format(board=board.render(), free=", ".join(map(str, board.free())))
-    assert ttt.read_board(prompt) == board
+    prompt = ttt_workflow.PROMPT.format(board=board.render(), free=", ".join(map(str, board.free())))
+    assert ttt_baselines.read_board(prompt) == board
     with pytest.raises(ValueError, match="no tic-tac-toe board"):
-        ttt.read_board("Pick a cell.")
+        ttt_baselines.read_board("Pick a cell.")
 
 
 def test_minimax_never_loses_to_random_and_random_never_beats_minimax():
@@ -158,26 +165,26 @@ def test_minimax_never_loses_to_random_and_random_never_beats_minimax():
 
 @pytest.mark.parametrize("candidates, max_questions", [(0, 20), (8, 6)])
 def test_the_halving_asker_finds_every_word_with_a_truthful_answerer(candidates, max_questions):
-    words = tq.load_words("eval")
+    words = tq_rules.load_words("eval")
     tasks = [{"word": word, "seed": i, "workflow_args": {"candidates": candidates, "max_questions": max_questions}} for i, word in enumerate(words)]
     answerer = ScriptedChatModel.seeded(tq.membership_answerer, name="truthful", baseline=False)
     episodes = play(tq.twenty_questions, tasks, tq.halving_asker, auxiliary={"answerer": answerer})
-    pool = len(tq.vocabulary()) if candidates == 0 else candidates
+    pool = len(tq_rules.vocabulary()) if candidates == 0 else candidates
     assert all(e.error is None and e.metrics["success"] == 1.0 for e in episodes)
     assert max(e.metrics["questions"] for e in episodes) <= math.ceil(math.log2(pool)) + 1
     assert all(e.metrics["invalid_action_rate"] == 0.0 and e.metrics["wrong_guesses"] == 0.0 for e in episodes)
 
 
 def test_the_halving_asker_recovers_from_unknown_and_wrong_answers():
-    opening = [{"role": "system", "content": tq.SYSTEM}, {"role": "user", "content": tq.RULES.format(max_questions=6) + tq.CANDIDATES.format(words="cat, dog, pen, sun")}]
+    opening = [{"role": "system", "content": tq_rules.SYSTEM}, {"role": "user", "content": tq_rules.RULES.format(max_questions=6) + tq_rules.CANDIDATES.format(words="cat, dog, pen, sun")}]
     first = tq.halving_asker(opening, random.Random(0))
-    assert first == tq.HALVING_QUESTION.format(words="cat, dog")
+    assert first == tq_baselines.HALVING_QUESTION.format(words="cat, dog")
     unknown = [*opening, {"role": "assistant", "content": first}, {"role": "user", "content": "I don't know. 5 questions left."}]
-    assert tq.halving_asker(unknown, random.Random(0)) == tq.HALVING_QUESTION.format(words="pen, sun")
+    assert tq.halving_asker(unknown, random.Random(0)) == tq_baselines.HALVING_QUESTION.format(words="pen, sun")
     lied = [*opening, {"role": "assistant", "content": first}, {"role": "user", "content": "Yes. 5 questions left."}]
-    lied += [{"role": "assistant", "content": tq.HALVING_QUESTION.format(words="cat")}, {"role": "user", "content": "No. 4 questions left."}]
+    lied += [{"role": "assistant", "content": tq_baselines.HALVING_QUESTION.format(words="cat")}, {"role": "user", "content": "No. 4 questions left."}]
     lied += [{"role": "assistant", "content": "Is it a dog?"}, {"role": "user", "content": "No. 3 questions left."}]
-    assert tq.halving_asker(lied, random.Random(0)) == tq.HALVING_QUESTION.format(words="cat")  # every word ruled out: start again without dog
+    assert tq.halving_asker(lied, random.Random(0)) == tq_baselines.HALVING_QUESTION.format(words="cat")  # every word ruled out: start again without dog
 
 
 @pytest.mark.parametrize("target", ["werewolf", "good_guy"])
@@ -241,7 +248,7 @@ def test_baselines_in_the_config_are_checked_when_it_is_built():
     for bad, message in [
         ("sparring.envs.guess_number:nope", "baselines.b: cannot import 'sparring.envs.guess_number:nope'.*no attribute 'nope'"),
         ("no_such_module:policy", "baselines.b: cannot import 'no_such_module:policy': no module named 'no_such_module'"),
-        ("sparring.envs.guess_number:RULES", "baselines.b: .*is a str, not a policy function"),
+        ("sparring.envs.guess_number.rules:RULES", "baselines.b: .*is a str, not a policy function"),
     ]:
         with pytest.raises(ConfigError, match=message):
             TuneConfig(baselines={"b": bad})
@@ -251,7 +258,7 @@ def test_baselines_in_the_config_are_checked_when_it_is_built():
 
 @pytest.mark.parametrize("path", ["guess_number", "tictactoe", "twenty_questions", "werewolf"])
 def test_each_example_config_names_its_games_baselines(path):
-    config = TuneConfig.from_dict(yaml.safe_load(open(f"examples/{path}.yaml")))
+    config = TuneConfig.from_dict(yaml.safe_load(game_config_path(path).read_text()))
     assert config.baselines and all(value.startswith(f"sparring.envs.{path}:") for value in config.baselines.values())
 
 
@@ -319,7 +326,7 @@ def test_sparring_eval_shows_the_model_beside_each_baseline_with_intervals_and_m
 
 
 def test_the_example_held_out_games_give_the_baselines_their_known_values():
-    config = TuneConfig.from_dict(yaml.safe_load(open("examples/guess_number.yaml")))
+    config = load_game_config("guess_number")
     _, tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     episodes = play(gn.guess_number, tasks, gn.binary_search)
     assert sum(e.metrics["success"] for e in episodes) == sum(task["secret"] != 16 for task in tasks)

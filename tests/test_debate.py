@@ -9,10 +9,12 @@ import pytest
 from safetensors.torch import load_file
 
 from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, Job, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, tune
-from sparring.envs.debate import Debate, judge_debate, parse_verdict, speaking_order
+from sparring.envs import load_game_config
+from sparring.envs.debate import Debate
+from sparring.envs.debate.rules import judge_debate, parse_verdict, speaking_order
 from sparring.logging import read_metrics
 from sparring.rollout import FrozenChatModel
-from sparring.trainer import import_object, load_config_file, load_train_and_eval_tasks
+from sparring.trainer import import_object, load_train_and_eval_tasks
 
 TOPICS = [{"topic": f"Motion number {i} is a good idea."} for i in range(4)]
 QUIET = LoggingConfig(console=False, tensorboard=False)
@@ -163,7 +165,7 @@ def test_the_debate_runs_with_a_model_as_judge(tiny_model_dir, tmp_path):
 
 
 def test_the_example_config_loads():
-    config = load_config_file("examples/debate.yaml")
+    config = load_game_config("debate")
     assert import_object(config.workflow) is Debate and set(config.trainable_models()) == {"pro", "con"}
     train, held_out = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     assert len(train) == 40 and len(held_out) == 100 and all(task["topic"] for task in train + held_out)

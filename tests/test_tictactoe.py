@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, LoggingConfig, ServiceClient, TunerModelConfig, tune
+from sparring.envs import load_game_config
+from sparring.envs.common import play_game
 from sparring.envs.tictactoe import TicTacToe, make_tasks, tictactoe
-from sparring.envs.tictactoe_rules import Board, IllegalMove, best_moves, minimax_move, parse_move, random_move
-from sparring.envs.turns import play_game
+from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, minimax_move, parse_move, random_move
 from sparring.logging import read_metrics, read_rollouts
 from sparring.rollout import FrozenChatModel
-from sparring.trainer import import_object, load_config_file, load_train_and_eval_tasks
+from sparring.trainer import import_object, load_train_and_eval_tasks
 
 
 @dataclass(eq=False)
@@ -145,17 +146,17 @@ def test_an_auxiliary_model_can_be_the_opponent_and_bad_opponents_are_named():
 
 
 def test_make_tasks_alternates_sides_and_differs_by_seed():
-    tasks = make_tasks(4, seed=1)
+    tasks = make_tasks("train", 4, seed=1)
     assert [t["side"] for t in tasks] == ["x", "o", "x", "o"]
-    assert [t["seed"] for t in tasks] != [t["seed"] for t in make_tasks(4, seed=2)]
+    assert [t["seed"] for t in tasks] != [t["seed"] for t in make_tasks("eval", 4, seed=2)]
 
 
 @pytest.mark.parametrize("opponent", ["self", "random", "snapshot"])
 def test_two_training_steps_on_the_tiny_model(tiny_model_dir, tmp_path, opponent):
     result = tune(
         workflow_func=tictactoe,
-        train_dataset=DatasetConfig(tasks=make_tasks(8, seed=1), total_steps=2, workflow_args={"opponent": opponent}),
-        eval_dataset=DatasetConfig(tasks=make_tasks(2, seed=2), workflow_args={"opponent": "minimax"}),
+        train_dataset=DatasetConfig(tasks=make_tasks("train", 8, seed=1), total_steps=2, workflow_args={"opponent": opponent}),
+        eval_dataset=DatasetConfig(tasks=make_tasks("eval", 2, seed=2), workflow_args={"opponent": "minimax"}),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=4, lora_rank=4),
         auxiliary_models={"snapshot": TunerModelConfig(snapshot_of="policy", snapshot_interval_steps=1)},
         algorithm=AlgorithmConfig(group_size=2, batch_size=2, learning_rate=1e-3, eval_interval_steps=2, episode_timeout_s=60),
@@ -193,15 +194,15 @@ def test_every_reachable_position_renders_its_free_cells():
 
 
 def test_the_example_configs_load():
-    config = load_config_file("examples/tictactoe.yaml")
+    config = load_game_config("tictactoe")
     assert import_object(config.workflow) is tictactoe and config.auxiliary_models["snapshot"].snapshot_of == "policy"
     train, held_out = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     assert len(train) == 255 and len(held_out) == 200 and held_out[0]["workflow_args"]["opponent"] == "random"
     league = [task["workflow_args"]["opponent"] for task in train]
     assert league[:6] == ["snapshot", "random", "minimax"] * 2 and not config.train_dataset.shuffle  # one of each per step
     games = [{key: task[key] for key in ("task_id", "seed", "side")} for task in held_out]
-    assert games == make_tasks(200, seed=2) and games[:100] == make_tasks(100, seed=2)  # the first 100: earlier results' games
-    train_seeds = {task["seed"] for task in train} | {task["seed"] for task in make_tasks(256, seed=1)}
+    assert games == make_tasks("eval", 200, seed=2) and games[:100] == make_tasks("eval", 100, seed=2)  # the first 100: earlier results' games
+    train_seeds = {task["seed"] for task in train} | {task["seed"] for task in make_tasks("train", 256, seed=1)}
     assert len({task["seed"] for task in held_out}) == 200 and not train_seeds & {task["seed"] for task in held_out}
 
 

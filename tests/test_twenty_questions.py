@@ -3,15 +3,14 @@ scripted games (including illegal replies and a garbled answerer), and 2 trainin
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
 from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, LoggingConfig, TunerModelConfig, tune
-from sparring.envs.twenty_questions import classify, load_words, make_tasks, normalise_answer, twenty_questions, vocabulary
+from sparring.envs import game_folder
+from sparring.envs.twenty_questions import make_tasks, twenty_questions
+from sparring.envs.twenty_questions.rules import classify, load_words, normalise_answer, vocabulary
 from sparring.logging import read_metrics
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @dataclass(eq=False)
@@ -47,7 +46,7 @@ def test_the_packaged_words_have_a_fixed_disjoint_split():
 
 def test_example_task_files_use_their_split_and_cover_it():
     for split, count in (("train", 200), ("eval", 100)):
-        rows = [json.loads(line) for line in (EXAMPLES / "data" / "twenty_questions" / f"{split}.jsonl").read_text().splitlines()]
+        rows = [json.loads(line) for line in (game_folder("twenty_questions") / "data" / f"{split}.jsonl").read_text().splitlines()]
         assert rows == make_tasks(split, count, seed=1 if split == "train" else 2)
         assert sorted(row["word"] for row in rows) == sorted(load_words(split))
 
@@ -124,7 +123,7 @@ def test_two_training_steps_on_the_tiny_model(tiny_model_dir, tmp_path):
     tiny = TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=8, lora_rank=4)
     result = tune(
         workflow_func=twenty_questions,
-        train_dataset=DatasetConfig(tasks=make_tasks("train", 4), total_steps=2, workflow_args={"max_questions": 3, "candidates": 4}),
+        train_dataset=DatasetConfig(tasks=make_tasks("train", 4, seed=0), total_steps=2, workflow_args={"max_questions": 3, "candidates": 4}),
         model=tiny,
         auxiliary_models={"answerer": TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3)},
         algorithm=AlgorithmConfig(group_size=2, batch_size=2, learning_rate=1e-3, drop_zero_variance_groups=False, episode_timeout_s=120),

@@ -5,18 +5,17 @@ the example YAML training either side for 2 steps on the tiny model by changing 
 import asyncio
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from sparring import ChatModel, ChatResponse
+from sparring.envs import game_folder, load_game_config
 from sparring.envs.werewolf import werewolf
-from sparring.envs.werewolf_rules import GOOD_GUY, WEREWOLF, GameState, parse_target, parse_witch, resolve_kill, resolve_night, resolve_vote, seer_fallback
+from sparring.envs.werewolf.rules import GOOD_GUY, WEREWOLF, GameState, parse_target, parse_witch, resolve_kill, resolve_night, resolve_vote, seer_fallback
 from sparring.logging import read_metrics
-from sparring.trainer import load_config_file, run_training
+from sparring.trainer import run_training
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "werewolf.yaml"
 NAMES = [f"Player{i}" for i in range(1, 8)]
 
 
@@ -205,8 +204,8 @@ def test_bad_arguments_are_clear_errors():
 
 @pytest.mark.parametrize("target", [WEREWOLF, GOOD_GUY])
 def test_the_example_config_trains_either_side_by_changing_trainable_target(tiny_model_dir, tmp_path, target):
-    config = load_config_file(
-        EXAMPLE,
+    config = load_game_config(
+        "werewolf",
         [
             f"model.model_path={tiny_model_dir}",
             f"auxiliary_models.participant.model_path={tiny_model_dir}",
@@ -229,7 +228,7 @@ def test_the_example_config_trains_either_side_by_changing_trainable_target(tiny
     result = run_training(config)
     assert result.steps == 2
     metrics = read_metrics(tmp_path / "run")
-    seeds = [json.loads(line)["seed"] for line in (EXAMPLE.parent / "data" / "werewolf" / "train.jsonl").open()]
+    seeds = [json.loads(line)["seed"] for line in (game_folder("werewolf") / "data" / "train.jsonl").open()]
     trained_roles = {"werewolf"} if target == WEREWOLF else {"villager", "seer", "witch"}
     trained_names = {p.name for seed in seeds for p in GameState.deal(seed).players if p.role in trained_roles}
     for row in metrics:

@@ -62,8 +62,13 @@ def apply_overrides(config_dict: dict[str, Any], overrides: Sequence[str], root:
     return result
 
 
-def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> TuneConfig:
-    """Read a job YAML file, apply ``--set`` style overrides and validate it; errors name the file."""
+def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = (), dataset_root: str | os.PathLike[str] | None = None) -> TuneConfig:
+    """Read a job YAML file, apply ``--set`` style overrides and validate it; errors name the file.
+
+    `dataset_root` is the folder the file's own relative dataset paths are read from (a packaged game's
+    folder, so its config works from any directory); without it they stay relative to the working
+    directory, as in a user's file. Paths given in `overrides` are never rebased.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -77,11 +82,21 @@ def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of config sections, not {type(data).__name__}")
+    if dataset_root is not None:
+        _rebase_dataset_paths(data, Path(dataset_root))
     try:
         data = apply_overrides(data, overrides)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     return TuneConfig.from_dict(data, source=str(path))
+
+
+def _rebase_dataset_paths(data: dict[str, Any], root: Path) -> None:
+    """Make the relative `path` of each dataset section in a config dict relative to `root` (absolute ones stay)."""
+    for section in ("train_dataset", "eval_dataset"):
+        dataset = data.get(section)
+        if isinstance(dataset, dict) and isinstance(dataset.get("path"), str):
+            dataset["path"] = str(root / dataset["path"])
 
 
 def dump_config(config: TuneConfig, path: str | os.PathLike[str]) -> Path:

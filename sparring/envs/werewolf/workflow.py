@@ -3,7 +3,7 @@
 AgentScope's multi-agent tuning example, on sparring's API with the same
 signature: `werewolf(task, model, auxiliary_models) -> WorkflowOutput`. The
 task seed deals the roles (2 werewolves, 3 villagers, a seer, a witch; rules
-in `werewolf_rules.py`). `workflow_args.trainable_target` picks the side that
+in `rules.py`). `workflow_args.trainable_target` picks the side that
 learns -- `werewolf` or `good_guy` -- so one YAML line switches it: trained
 players are `model.as_agent(player, role)` (own timeline and reward each,
 advantages per role), the others `auxiliary_models["participant"]`.
@@ -19,7 +19,7 @@ in one conversation instead. A round is a night (werewolves pick a kill,
 the seer checks a player, the witch may save the victim or poison someone,
 each potion once) and a day (every living player says one short sentence,
 then all vote; most votes is eliminated, a tie eliminates nobody). The `Game`
-runs the rounds; the rules state lives in `werewolf_rules.GameState`.
+runs the rounds; the rules state lives in `rules.GameState`.
 
 Small models break the format, so replies are read leniently (a player's
 name anywhere in the reply) and an unreadable one falls back by rule;
@@ -30,20 +30,18 @@ won, 0 otherwise (the good side wins when it survives `max_rounds`), and
 `action_tokens` (10), `full_history` (false), `participant` (the auxiliary
 model's name), `broken_reward`.
 
-    sparring train examples/werewolf.yaml     # trainable_target: werewolf; edit that one line for good_guy
+    sparring train werewolf     # this folder's config.yaml: trainable_target werewolf; edit that one line for good_guy
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import re
 from dataclasses import dataclass, field
 
 from sparring import ChatModel, WorkflowOutput
 
-from .werewolf_rules import GOOD_GUY, ROLES, WEREWOLF, GameState, parse_target, parse_witch, resolve_kill, resolve_night, resolve_vote, seer_fallback
+from .rules import GOOD_GUY, ROLES, WEREWOLF, GameState, parse_target, parse_witch, resolve_kill, resolve_night, resolve_vote, seer_fallback
 
 log = logging.getLogger(__name__)
 
@@ -266,37 +264,3 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
         return WorkflowOutput(reward={n: broken for n in trained}, metrics={**game_metrics(None, game, target, max_rounds), "broken": 1.0})
     reward = float(winner == target)
     return WorkflowOutput(reward={n: reward for n in trained}, metrics={**game_metrics(winner, game, target, max_rounds), "broken": 0.0}, response=winner)
-
-
-def make_tasks(count: int, first_seed: int) -> list[dict]:
-    """One game per seed: `first_seed`, `first_seed` + 1, ..."""
-    return [{"task_id": f"werewolf-{seed}", "seed": seed} for seed in range(first_seed, first_seed + count)]
-
-
-# --- Baselines: scripted policies for the trainable slot (`baselines:` in a config; see ScriptedChatModel) ---
-
-_ONE_NAME = re.compile(r"Reply with one name: ([^\n]*)")
-_PLAYER = re.compile(r"Player\d+")
-BASELINE_SPEECH = "I am not sure yet; let us watch the votes."
-
-
-def random_valid(messages: list[dict], rng: random.Random) -> str:
-    """Baseline: a uniformly random allowed name for every kill, check and vote; a random allowed witch action; a fixed speech.
-
-    It reads the request the game sends (the last user message): the names after "Reply with one name:",
-    the witch's SAVE / POISON / PASS options, or a call to speak.
-    """
-    request = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
-    last_line = request.splitlines()[-1] if request else ""
-    if "Reply SAVE" in last_line or "Reply POISON" in last_line:
-        options = ["PASS"]
-        if "Reply SAVE" in last_line:
-            options.append("SAVE")
-        poison = re.search(r"Reply POISON and one name to kill: ([^\n]*)", last_line)
-        if poison:
-            options += [f"POISON {name}" for name in _PLAYER.findall(poison.group(1))]
-        return rng.choice(options)
-    named = _ONE_NAME.search(last_line)
-    if named and _PLAYER.findall(named.group(1)):
-        return rng.choice(_PLAYER.findall(named.group(1)))
-    return BASELINE_SPEECH

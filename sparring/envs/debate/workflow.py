@@ -26,66 +26,14 @@ Rewards (`workflow_args`): the winner `win_reward` (1), the loser
 `agent/<side>/win_rate`, `tie_rate`, `judge_unparsable_rate`,
 `argument_words`.
 
-    sparring train examples/debate.yaml
+    sparring train debate        # this folder's config.yaml: two adapters, a frozen judge
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
-
 from sparring import ChatModel, TunerHandle, Workflow, WorkflowOutput
 
-SIDES = ("pro", "con")
-STANCE = {"pro": "for", "con": "against"}
-DEBATER_SYSTEM = 'You are a debater arguing {stance} the motion: "{topic}". Answer in one or two short sentences.'
-OPENING = "Give your opening argument {stance} the motion."
-REPLY = 'Your opponent said: "{said}"\nAnswer it and argue {stance} the motion.'
-JUDGE_SYSTEM = "You are the judge of a debate. Reply with one number only: 1 or 2."
-JUDGE_PROMPT = 'Motion: "{topic}"\n\nSpeaker 1 ({stance1} the motion):\n{speech1}\n\nSpeaker 2 ({stance2} the motion):\n{speech2}\n\nWhich speaker argued better? Answer 1 or 2.'
-# Without a worked example SmolLM2-135M names a speaker in about half its replies; with it, in all.
-JUDGE_EXAMPLE = [
-    {"role": "user", "content": JUDGE_PROMPT.format(topic="Cats are better pets than dogs.", stance1="for", speech1="Cats are quiet, clean and happy alone all day.", stance2="against", speech2="Dogs are nice.")},
-    {"role": "assistant", "content": "1"},
-]
-DEFAULT_REWARDS = {"win_reward": 1.0, "loss_reward": -0.5, "tie_reward": 0.0}
-_VERDICT = re.compile(r"[12]")
-
-
-def parse_verdict(text: str) -> int | None:
-    """The first '1' or '2' in the judge's reply (the speaker it picked), or None."""
-    match = _VERDICT.search(text)
-    return int(match.group()) if match else None
-
-
-def speaking_order(arguments: dict[str, list[str]]) -> tuple[str, str]:
-    """The sides as Speaker 1 and Speaker 2: decided by a hash of the arguments, so it is unrelated to the side."""
-    digest = hashlib.sha256("\x00".join(arguments["pro"] + ["\x01"] + arguments["con"]).encode()).digest()
-    return SIDES if digest[0] % 2 == 0 else SIDES[::-1]
-
-
-async def judge_debate(judge: ChatModel, topic: str, arguments: dict[str, list[str]], orders: int) -> tuple[str | None, float]:
-    """The winning side (None for a tie) and the fraction of the judge's replies that named no speaker."""
-    first = speaking_order(arguments)
-    votes: list[tuple[str, float | None]] = []  # (side, logprob of the reply) per parsable reply
-    for order in [first, first[::-1]][:orders]:
-        prompt = JUDGE_PROMPT.format(
-            topic=topic,
-            stance1=STANCE[order[0]],
-            speech1="\n".join(arguments[order[0]]),
-            stance2=STANCE[order[1]],
-            speech2="\n".join(arguments[order[1]]),
-        )
-        reply = await judge([{"role": "system", "content": JUDGE_SYSTEM}, *JUDGE_EXAMPLE, {"role": "user", "content": prompt}])
-        verdict = parse_verdict(reply.content)
-        if verdict is not None:
-            votes.append((order[verdict - 1], sum(reply.logprobs) if reply.logprobs else None))
-    unparsable = 1.0 - len(votes) / orders
-    if len({side for side, _ in votes}) == 1:
-        return votes[0][0], unparsable
-    if len(votes) == 2 and None not in (votes[0][1], votes[1][1]) and votes[0][1] != votes[1][1]:
-        return max(votes, key=lambda vote: vote[1])[0], unparsable
-    return None, unparsable
+from .rules import DEBATER_SYSTEM, DEFAULT_REWARDS, OPENING, REPLY, SIDES, STANCE, judge_debate
 
 
 def debaters(tuner: TunerHandle) -> dict[str, ChatModel]:

@@ -1,7 +1,7 @@
 """Tic-tac-toe: self-play, or the policy against a scripted or frozen opponent.
 
 One episode is one game between seats "x" and "o" (X moves first), driven by
-the two-player coordinator in `turns.py`. `workflow_args.opponent` picks who
+the two-player coordinator in `envs/common/turns.py`. `workflow_args.opponent` picks who
 plays against the policy:
 
 - `self` (default): the policy plays both seats, as agents "x" and "o" of
@@ -28,18 +28,17 @@ trained side, the same win rate as `role/player/win_rate`,
 `agent/<seat>/win_rate` and `vs_<opponent>/win_rate`, `invalid_action_rate`
 (illegal or unparsable replies per policy move), `forfeit_rate`, `turns`.
 
-    sparring train examples/tictactoe.yaml
+    sparring train tictactoe        # this folder's config.yaml: a league of opponents
 """
 
 from __future__ import annotations
 
 import random
-import re
 
 from sparring import ChatModel, WorkflowOutput
 
-from .tictactoe_rules import MARKS, Board, minimax_move, parse_move, random_move
-from .turns import Bot, GameRecord, TwoPlayerGame, play_game
+from ..common import Bot, GameRecord, TwoPlayerGame, play_game
+from .rules import Board, minimax_move, parse_move, random_move
 
 SEATS = ("x", "o")
 ROLE = "player"
@@ -149,40 +148,3 @@ async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, Ch
         metrics=game_metrics(record, trained, opponent),
         response=[(turn.seat, turn.move) for turn in record.turns],
     )
-
-
-def make_tasks(count: int, seed: int) -> list[dict]:
-    """Games with seeds drawn from a seeded generator; the policy's side alternates X, O, X, ..."""
-    rng = random.Random(seed)
-    return [{"task_id": f"{seed}-{i}", "seed": rng.randrange(2**31), "side": SEATS[i % 2]} for i in range(count)]
-
-
-# --- Baselines: scripted policies for the trainable slot (`baselines:` in a config; see ScriptedChatModel) ---
-
-_BOARD_ROW = re.compile(r"^([XO1-9])\|([XO1-9])\|([XO1-9])$")
-
-
-def read_board(text: str) -> Board:
-    """The position drawn in a prompt (the last three-row board in `text`, as `Board.render` draws it)."""
-    rows = [match.groups() for match in map(_BOARD_ROW.match, text.splitlines()) if match]
-    if len(rows) < 3:
-        raise ValueError(f"no tic-tac-toe board in {text!r}")
-    cells = tuple(cell if cell in MARKS else "" for row in rows[-3:] for cell in row)
-    return Board(cells)
-
-
-def _position(messages: list[dict]) -> Board:
-    last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-    if last is None:
-        raise ValueError("the conversation has no user message showing the board")
-    return read_board(last.get("content") or "")
-
-
-def random_legal(messages: list[dict], rng: random.Random) -> str:
-    """Baseline: a uniformly random free cell of the position shown."""
-    return str(random_move(_position(messages), rng))
-
-
-def minimax(messages: list[dict], rng: random.Random) -> str:
-    """Baseline: perfect play (a random one among the best moves); it never loses."""
-    return str(minimax_move(_position(messages), rng))

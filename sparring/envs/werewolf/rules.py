@@ -1,6 +1,6 @@
 """Werewolf rules: seats and roles, night and day resolution, the winner -- no models, no prompts.
 
-Kept apart from the workflow (`werewolf.py`) so the rules can be tested with
+Kept apart from the workflow (`workflow.py`) so the rules can be tested with
 scripted decisions. `GameState` is the table: seven `Player`s (2 werewolves,
 3 villagers, a seer, a witch) dealt from the task seed, the witch's two
 potions, and the seeded `rng` every fallback draws from (so the episodes of

@@ -1,0 +1,13 @@
+"""Tic-tac-toe: self-play, or the policy against a scripted or frozen opponent.
+
+The game's folder: `workflow.py` (the episode and its opponents), `rules.py`
+(the board and the scripted movers), `baselines.py` (scripted players for the
+policy's seat), `tasks.py` (`make_tasks`), `config.yaml` (the default job, a
+league: `sparring train tictactoe`) and `data/`.
+"""
+
+from .baselines import minimax, random_legal
+from .tasks import make_tasks
+from .workflow import TicTacToe, tictactoe
+
+__all__ = ["TicTacToe", "make_tasks", "minimax", "random_legal", "tictactoe"]
