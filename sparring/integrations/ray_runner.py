@@ -48,7 +48,8 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
     raise ImportError("algorithm.runner 'ray' needs Ray, which is not installed: pip install 'sparring[ray]'") from error
 
 from ..rollout.recorder import EpisodeRecorder, current_recorder, recording
-from ..rollout.runner import RunnerError, play_in_process
+from ..rollout.player import play_in_process
+from ..rollout.runner import RunnerError
 from ..rollout.workflow import EpisodeFn, ModelRouter
 from .episode_link import EpisodeLink, ModelCallServer, RemoteTunerSpec
 
