@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import json
 import logging
+import threading
 import time
 
 import pytest
@@ -54,13 +55,16 @@ async def faulty(task, model, auxiliary_models):
     fault = task["fault"]
     try:
         said = await model([{"role": "user", "content": "hi"}])
-        if fault == "healthy":
+        if fault == "healthy_slow":
+            await asyncio.sleep(BLOCK_S + 0.8)  # running (not waiting on the sampler) before, while and after another episode blocks the loop
+        if fault.startswith("healthy"):
             return WorkflowOutput(reward=float(next(REWARDS)), metrics={"length": len(said.tokens), "won": True})
         if fault == "raise":
             raise RuntimeError("scripted failure")
         if fault == "hang":
             await asyncio.sleep(60)
         if fault == "block":
+            await asyncio.sleep(0.3)
             time.sleep(BLOCK_S)
             await asyncio.sleep(60)
         if fault.startswith("swallow"):
@@ -142,9 +146,17 @@ def tuner_for(model):
 def play(model, faults, timeout_s=TIMEOUT_S):
     """Run one episode per fault concurrently; (episodes, seconds from the start to each episode's end)."""
     tasks = [{"task_id": f"{fault}-{index}", "fault": fault} for index, fault in enumerate(faults)]
+    found = {}
+
+    def run_them():
+        found["episodes"] = asyncio.run(run_episodes(as_episode_fn(faulty), tasks, tuner_for(model), RunnerSettings(group_size=1, episode_timeout_s=timeout_s)))
+
     started = time.monotonic()
-    episodes = asyncio.run(run_episodes(as_episode_fn(faulty), tasks, tuner_for(model), RunnerSettings(group_size=1, episode_timeout_s=timeout_s)))
-    return episodes, [ENDED[task["task_id"]] - started for task in tasks]
+    runner = threading.Thread(target=run_them, daemon=True)
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "the episodes never all ended: an abandoned one kept the event loop from closing"
+    return found["episodes"], [ENDED[task["task_id"]] - started for task in tasks]
 
 
 def test_hung_and_cancel_swallowing_episodes_end_at_their_own_timeout_and_the_others_complete(tiny_model_dir, tmp_path):
@@ -162,12 +174,12 @@ def test_hung_and_cancel_swallowing_episodes_end_at_their_own_timeout_and_the_ot
 
 
 def test_an_episode_that_blocks_the_loop_is_named_and_the_others_are_not_charged_for_it(tiny_model_dir, tmp_path, caplog):
-    faults = ["block"] + ["healthy"] * 4
+    faults = ["block"] + ["healthy_slow"] * 4
     with caplog.at_level(logging.WARNING, logger="sparring.rollout.loop_watchdog"):
         episodes, ended = play(policy(tiny_model_dir, tmp_path), faults)
     block, *healthy = episodes
     assert all(episode.error is None for episode in healthy)  # they waited BLOCK_S > TIMEOUT_S, not on their own time
-    assert block.error_kind == "timeout" and BLOCK_S <= ended[0] < TIMEOUT_S + CANCEL_GRACE_S
+    assert block.error_kind == "timeout" and BLOCK_S <= ended[0] < TIMEOUT_S + CANCEL_GRACE_S + 0.3
     assert any("blocked by the episode of task block-0" in record.message and "test_faults.py" in record.message for record in caplog.records)
 
 
@@ -192,8 +204,8 @@ class QueuedSampler:
 def test_time_queued_for_a_crowded_sampler_is_shared_out(tiny_model_dir, tmp_path):
     # 12 one-call episodes: the last waits 12 * 0.25 = 3 s for the sampler, but its share of that is ~0.8 s.
     episodes, ended = play(policy(tiny_model_dir, tmp_path, QueuedSampler), ["healthy"] * 12, timeout_s=2.0)
-    assert max(ended) > 2.0 * 1.4  # the queue really was longer than the timeout
     assert [episode.error for episode in episodes] == [None] * 12
+    assert max(ended) > 2.0 * 1.4  # the queue really was longer than the timeout
 
 
 def test_an_episode_clock_charges_shares_of_sampler_waits_and_none_of_others_stalls():
