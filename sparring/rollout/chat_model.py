@@ -16,6 +16,10 @@ takes OpenAI-style messages, tools and `tool_choice` ("auto", "none",
   reply (prefill included) continues the conversation token for token.
 - `OpenAIChatModel` calls any OpenAI-compatible endpoint: logged, not trained.
 
+The local kinds mark the time a call waits on the shared sampler
+(`episode_clock.sampler_wait`), so an episode's timeout counts only its share
+of that wait.
+
 `model.as_agent(name, role)` gives the same model under another agent name,
 so several players can share one policy and still keep separate timelines and
 rewards. `model.generate(messages, n=..., recorder=...)` is the general form

@@ -15,8 +15,8 @@ counts
 - not at all the time the event loop was blocked by another episode
   (`SharedTime.add_stall`, reported by the loop watchdog).
 
-`SharedTime` is the account behind every clock, one per process as the
-engines are. The running episode's clock is found in a context variable,
+`SharedTime` is the account behind the clocks of the episodes of one event
+loop (the loop watchdog holds it). The running episode's clock is found in a context variable,
 like its recorder, and every asyncio task created under it is adopted by it
 (`adopt_new_tasks` installs the task factory that does so): the watchdog
 names the episode behind a blocking task, and an episode that ignores its
@@ -37,7 +37,7 @@ _TASK_CLOCKS: weakref.WeakKeyDictionary[asyncio.Task, EpisodeClock] = weakref.We
 
 
 class SharedTime:
-    """The time account shared by every episode of the process: sampler waits shared out, event-loop stalls taken off."""
+    """The time account shared by the episodes of one event loop: sampler waits shared out, loop stalls taken off."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -84,13 +84,10 @@ class SharedTime:
             self._stalled += seconds
 
 
-SHARED_TIME = SharedTime()
-
-
 class EpisodeClock:
     """One episode's own time, and the asyncio tasks it runs."""
 
-    def __init__(self, label: str, shared: SharedTime = SHARED_TIME) -> None:
+    def __init__(self, label: str, shared: SharedTime) -> None:
         self.label = label
         """Names the episode in reports (its task id)."""
         self.blocked_at: str | None = None

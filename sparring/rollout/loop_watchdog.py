@@ -10,7 +10,8 @@ and a thread that looks at it. When the heartbeat is `BLOCK_REPORT_S`
 late, the thread looks at which task is running and where (its innermost
 frame) and logs a warning naming the episode; when the loop turns again,
 the length of the stall is taken off every episode's clock but the
-blocking one's (`SharedTime.add_stall`). The blocking episode's own time
+blocking one's (`SharedTime.add_stall`; the watchdog holds the loop's
+`SharedTime`, which the clocks of its episodes count on). The blocking episode's own time
 keeps counting, so it is cancelled at its next `await` once past its timeout.
 
 One watchdog runs per event loop while it plays episodes (`watching`).
@@ -27,7 +28,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from .episode_clock import SHARED_TIME, EpisodeClock, clock_of
+from .episode_clock import EpisodeClock, SharedTime, clock_of
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class LoopWatchdog:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        self.shared_time = SharedTime()
+        """The time account of the episodes this loop plays."""
         self._loop_thread = threading.get_ident()
         self._lock = threading.Lock()
         self._users = 0
@@ -61,7 +64,7 @@ class LoopWatchdog:
     def enter(self) -> None:
         self._users += 1
         if self._users == 1:
-            self._last_beat = time.monotonic()
+            self._last_beat, self._stall = time.monotonic(), None
             self._beat_handle = self.loop.call_later(BEAT_S, self._beat)
             self._stop = threading.Event()
             threading.Thread(target=self._watch, args=(self._stop,), name="sparring-loop-watchdog", daemon=True).start()
@@ -79,7 +82,7 @@ class LoopWatchdog:
             late = now - self._last_beat - BEAT_S
             self._last_beat = now
         if stall is not None and late > 0:
-            SHARED_TIME.add_stall(late)
+            self.shared_time.add_stall(late)
             if stall.clock is not None:
                 stall.clock.charge_stall(late, stall.where)
             log.info("the event loop was blocked for %.1fs%s; the other episodes were not charged for it", late, _culprit(stall))

@@ -39,8 +39,8 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
     """Run the workflow as a task of this event loop until it returns or its own time passes `timeout_s`."""
     loop = asyncio.get_running_loop()
     adopt_new_tasks(loop)
-    clock = EpisodeClock(label=str(task.get("task_id", task.get("id", "?"))))
-    with watching(loop):
+    with watching(loop) as watchdog:
+        clock = EpisodeClock(str(task.get("task_id", task.get("id", "?"))), watchdog.shared_time)
         with clock.current():
             workflow = asyncio.ensure_future(episode_fn(task, tuner))
         clock.adopt(workflow)
