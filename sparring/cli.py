@@ -22,7 +22,7 @@ import typer
 from .algorithms import METHODS_NOTE
 from .envs import GAMES, load_config
 from .logging import format_transcript, print_table
-from .trainer import ConfigError, DatasetError, Job
+from .trainer import ConfigError, DatasetError, EpisodesFailingError, Job
 from .trainer.loop import run_debug_episodes, run_evaluation
 
 app = typer.Typer(add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True)
@@ -57,6 +57,9 @@ def train(
         # The loop saved a checkpoint before the interrupt reached us.
         typer.echo("interrupted: checkpoint saved; continue with `sparring train --resume RUN_DIR`", err=True)
         raise typer.Exit(130) from None
+    except EpisodesFailingError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
     state = "interrupted (checkpoint saved)" if result.interrupted else "done"
     typer.echo(f"{state}: {result.steps} steps in {result.run_dir}")
     for name, path in result.sampler_paths.items():

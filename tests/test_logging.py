@@ -206,7 +206,7 @@ def _two_call_episode(tokenizer) -> Episode:
 
 def test_rollout_dump_has_tokens_text_and_completions_per_mask_run(tmp_path, tokenizer):
     episode = _two_call_episode(tokenizer)
-    failed = Episode(task={"id": 8}, group=3, timelines=[], rewards={"alice": -1.0}, error="TimeoutError: 30 s")
+    failed = Episode(task={"id": 8}, group=3, timelines=[], rewards={"alice": -1.0}, error="TimeoutError: 30 s", error_kind="timeout")
     path = RolloutWriter(tmp_path).write(5, [episode, failed], {(0, "alice"): 0.75}, tokenizer)
 
     assert path == tmp_path / "rollouts" / "step_5.jsonl"
@@ -224,6 +224,7 @@ def test_rollout_dump_has_tokens_text_and_completions_per_mask_run(tmp_path, tok
         "reward": 1.0,
         "advantage": 0.75,
         "error": None,
+        "error_kind": None,
         "num_calls": 2,
         "tokens": timeline.tokens,
         "loss_mask": timeline.loss_mask,
@@ -242,6 +243,7 @@ def test_rollout_dump_has_tokens_text_and_completions_per_mask_run(tmp_path, tok
         "rewards": {"alice": -1.0},
         "metrics": {},
         "error": "TimeoutError: 30 s",
+        "error_kind": "timeout",
     }
 
 

@@ -1,7 +1,7 @@
 """The Ray runner: each episode's workflow runs as a Ray task, its model calls come back to the trainer.
 
 `algorithm.runner: ray` makes `RayRunner.play` the runner's `EpisodePlayer`
-(see `sparring.rollout.runner`): everything around the workflow — the
+(see `sparring.rollout.player`): everything around the workflow — the
 recorder, rewards and the judge, timelines, error episodes — stays in the
 trainer, exactly as in process; only the workflow function moves to a Ray
 worker, so heavy environments (tools, sandboxes, simulators) spread over the
@@ -48,7 +48,8 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
     raise ImportError("algorithm.runner 'ray' needs Ray, which is not installed: pip install 'sparring[ray]'") from error
 
 from ..rollout.recorder import EpisodeRecorder, current_recorder, recording
-from ..rollout.runner import RunnerError, play_in_process
+from ..rollout.player import play_in_process
+from ..rollout.runner import RunnerError
 from ..rollout.workflow import EpisodeFn, ModelRouter
 from .episode_link import EpisodeLink, ModelCallServer, RemoteTunerSpec
 

@@ -5,7 +5,8 @@
 token ids, loss mask, sampler logprobs and advantage that went into the
 update, plus decoded text so a human can read it) and one line per episode
 that produced no timeline (it failed before its first call, or only frozen
-models spoke), so no episode vanishes from the record. `read_rollouts` reads
+models spoke), so no episode vanishes from the record; an error episode's
+lines carry its `error` and `error_kind`. `read_rollouts` reads
 a dump back. `format_transcript` renders one `Episode`'s per-agent
 conversations for the debug `sparring run` command.
 """
@@ -75,6 +76,7 @@ class RolloutWriter:
                         "rewards": {agent: _finite_or_none(reward) for agent, reward in episode.rewards.items()},
                         "metrics": {key: _finite_or_none(value) for key, value in episode.metrics.items()},
                         "error": episode.error,
+                        "error_kind": episode.error_kind,
                     }
                 )
         path = self.path_for(step)
@@ -93,6 +95,7 @@ class RolloutWriter:
             "reward": _finite_or_none(episode.rewards.get(timeline.agent)),
             "advantage": [_finite_or_none(value) for value in advantage] if isinstance(advantage, list) else _finite_or_none(advantage),
             "error": episode.error,
+            "error_kind": episode.error_kind,
             "num_calls": timeline.num_calls,
             "tokens": timeline.tokens,
             "loss_mask": timeline.loss_mask,
@@ -182,5 +185,5 @@ def format_transcript(episode: Episode) -> str:
     if episode.metrics:
         lines.append("metrics: " + ", ".join(f"{key}={_short_number(value)}" for key, value in episode.metrics.items()))
     if episode.error:
-        lines.append(f"error: {episode.error}")
+        lines.append(f"error: {episode.error}" + (f" [{episode.error_kind}]" if episode.error_kind else ""))
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Episodes: chat models (sampled or scripted), the recorder, timelines and their merging, workflows and the model router, the runner."""
 
 from .chat_model import ChatModel, ChatResponse, FrozenChatModel, OpenAIChatModel, PolicyChatModel
+from .outcomes import ERROR_KINDS
 from .recorder import EpisodeRecorder, current_recorder, recording
 from .runner import RunnerSettings, run_episode, run_episodes
 from .scripted_model import ScriptedChatModel, ScriptedPolicy
@@ -10,6 +11,7 @@ from .types import Episode, JudgeOutput, ModelCall, Timeline, WorkflowOutput
 from .workflow import ModelRouter, Workflow, WorkflowSignatureError, as_episode_fn
 
 __all__ = [
+    "ERROR_KINDS",
     "ChatModel",
     "ChatResponse",
     "Episode",

@@ -16,6 +16,10 @@ takes OpenAI-style messages, tools and `tool_choice` ("auto", "none",
   reply (prefill included) continues the conversation token for token.
 - `OpenAIChatModel` calls any OpenAI-compatible endpoint: logged, not trained.
 
+The local kinds mark the time a call waits on the shared sampler
+(`episode_clock.sampler_wait`), so an episode's timeout counts only its share
+of that wait.
+
 `model.as_agent(name, role)` gives the same model under another agent name,
 so several players can share one policy and still keep separate timelines and
 rewards. `model.generate(messages, n=..., recorder=...)` is the general form
@@ -35,6 +39,7 @@ from typing import Any
 
 from ..clients import SamplingClient
 from ..types import ModelInput, SamplingParams
+from .episode_clock import sampler_wait
 from .recorder import Conversation, EpisodeRecorder, current_recorder, installed
 from .tool_choice import ToolChoice
 from .types import ModelCall
@@ -170,7 +175,8 @@ class _LocalChatModel(ChatModel):
         renderer = self.renderer
         prefill = renderer.tool_call_prefill(choice.function) if choice.forces_call else ""
         prompt, normalised, tools_key = self._prompt(messages, tools, recorder, model_key, prefill)
-        response = await self.sampler.sample(ModelInput.from_ints(prompt), n, params)
+        with sampler_wait():  # the episode's clock counts only its share of the time the shared sampler takes
+            response = await self.sampler.sample(ModelInput.from_ints(prompt), n, params)
         if recorder is not None and self.role is not None:
             recorder.roles[self.agent] = self.role
         replies = []

@@ -93,7 +93,9 @@ class Episode:
     roles: dict[str, str] = field(default_factory=dict)
     """Agent name -> role (its target_tag); agents of one role share an advantage group."""
     error: str | None = None
-    """Why the episode failed (exception or timeout); its agents then get the penalty reward."""
+    """Why the episode failed (exception, timeout, an outcome that does not fit); its agents then get the penalty reward."""
+    error_kind: str | None = None
+    """The kind of failure, one of `rollout.outcomes.ERROR_KINDS` ('exception', 'timeout', 'nonfinite_reward', ...)."""
     transcripts: dict[str, list[dict]] = field(default_factory=dict)
     """Per agent, the messages and replies of every call (trainable and frozen), for logs and debug mode."""
     num_calls: int = 0

@@ -4,6 +4,7 @@ from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, T
 from .config_file import apply_overrides, dump_config, load_config_file
 from .dataset import DatasetError, TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
 from .imports import import_object
+from .failure_streak import EpisodesFailingError
 from .job import Job
 from .loop import RunResult, run_training, run_training_async
 from .schema import ConfigError
@@ -14,6 +15,7 @@ __all__ = [
     "ConfigError",
     "DatasetConfig",
     "DatasetError",
+    "EpisodesFailingError",
     "Job",
     "RunResult",
     "LoggingConfig",

@@ -177,9 +177,12 @@ class AlgorithmConfig(ConfigRecord):
     max_concurrency: int = Field(default=RunnerSettings.max_concurrency, ge=1)
     """Most episodes running at once."""
     episode_timeout_s: float = Field(default=RunnerSettings.episode_timeout_s, gt=0.0)
-    """Seconds before an episode is cancelled and scored as an error."""
+    """Seconds of an episode's own time (its share of time queued for the shared sampler, not the whole wait) before
+    it is cancelled and scored as an error; one that ignores the cancellation is abandoned 2 s later."""
     error_reward: float = RunnerSettings.error_reward
     """Reward given to an episode that crashed or timed out, so a bad output is discouraged but the run goes on."""
+    stop_after_failed_steps: int = Field(default=3, ge=0)
+    """Stop the run (after saving a checkpoint) when every episode failed in this many steps in a row; 0 never stops."""
     seed: int = 0
     """Seed for sampling and any other randomness of the run."""
     runner: Literal["local", "ray"] = "local"

@@ -15,7 +15,10 @@ are due (`TunerModelConfig.snapshot_interval_steps`). Every
 interval, see `evaluation.py`), and the comparison is written to
 `evaluation.json`; every `save_interval_steps`, at the end and on Ctrl-C, a
 checkpoint is written (see `checkpoints.py`) from which `resume` continues
-exactly.
+exactly. Failed episodes are data: a step trains its healthy episodes and
+logs the share of each error kind (`workflow/error_kind/<kind>`); a step in
+which every episode failed is warned about, and `stop_after_failed_steps`
+of them in a row stop the run after a checkpoint (`failure_streak.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +37,7 @@ from ..types import ModelInput
 from .checkpoints import latest_checkpoint, restore_checkpoint, save_checkpoint
 from .config import TuneConfig
 from .evaluation import Comparison, PolicyEvaluation, evaluate_baselines, evaluate_policy
+from .failure_streak import EpisodesFailingError, FailureStreak
 from .models import TrainingModels
 from .resolve import resolve_run
 
@@ -83,6 +88,7 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
     with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
         rollouts = RolloutWriter(run_dir) if config.logging.save_rollouts else None
         step = start_step
+        streak = FailureStreak(algorithm.stop_after_failed_steps)
         columns: list[PolicyEvaluation] = []
         eval_tasks = run.eval_tasks[: algorithm.eval_tasks] if algorithm.eval_tasks else run.eval_tasks
 
@@ -101,30 +107,42 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
                 if algorithm.eval_interval_steps and step % algorithm.eval_interval_steps == 0 and eval_tasks:
                     await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
                 models.reseed(config.algorithm.seed, step)
-                metrics = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step)
+                metrics, episodes = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step)
                 metrics.update(snapshot_ages)
+                warning = streak.observe(episodes)
+                if warning:
+                    log.warning("step %d: %s", step + 1, warning)
                 result.history.append(metrics)
                 logger.log(step + 1, metrics)
                 progress.update(step + 1, metrics)
                 result.steps = step + 1
                 if algorithm.save_interval_steps and (step + 1) % algorithm.save_interval_steps == 0:
                     save_checkpoint(run_dir, step + 1, models, stream)
+                if streak.exhausted:
+                    break
         except (KeyboardInterrupt, asyncio.CancelledError):
             result.interrupted = True
             log.warning("interrupted: saving a checkpoint at step %d", result.steps)
-        if eval_tasks and algorithm.eval_interval_steps and not result.interrupted:
+        if eval_tasks and algorithm.eval_interval_steps and not result.interrupted and not streak.exhausted:
             await evaluate_now(result.steps, "trained")
         if columns:
             # Model columns first (in step order), then the baselines; the last model evaluation is the subject.
             models_first = [c for c in columns if c.kind == "model"] + [c for c in columns if c.kind == "baseline"]
             result.comparison = Comparison(models_first, subject=[c for c in columns if c.kind == "model"][-1].label)
             result.comparison.write(run_dir)
-    save_checkpoint(run_dir, result.steps, models, stream)
+    checkpoint = save_checkpoint(run_dir, result.steps, models, stream)
     result.sampler_paths = models.save_for_sampler("final")
+    if streak.exhausted:
+        raise EpisodesFailingError(
+            f"stopped after step {result.steps}: every episode failed in {streak.steps} steps in a row "
+            f"(algorithm.stop_after_failed_steps); commonest error: {streak.commonest}. "
+            f"Checkpoint saved at {checkpoint}; fix the workflow and continue with `sparring train --resume {run_dir}`"
+        )
     return result
 
 
-async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int) -> dict[str, float]:
+async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int) -> tuple[dict[str, float], list[Episode]]:
+    """One step: run the episodes, train on them, write their rollouts; returns the step's metrics and its episodes."""
     algorithm = config.algorithm
     started = time.perf_counter()
     episodes = await run_episodes(episode_fn, tasks, models.make_tuner, settings, judge)
@@ -137,7 +155,7 @@ async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge,
         drop_zero_variance=algorithm.drop_zero_variance_groups,
     )
     datums = build_datums(episodes, advantages.advantages)
-    metrics = {**episode_metrics(episodes), **advantages.metrics, **assembly_metrics(episodes, datums)}
+    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums)}
     if algorithm.kl_coef > 0:
         sampled_masks = build_sampled_masks(episodes, advantages.advantages)
         for name, data in datums.items():
@@ -151,7 +169,7 @@ async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge,
     metrics["time/step"] = time.perf_counter() - started
     if rollouts is not None:
         rollouts.write(step, episodes, advantages.advantages, models.tokenizer)
-    return metrics
+    return metrics, episodes
 
 
 async def run_debug_episodes(config: TuneConfig, workflow=None, judge=None, num_tasks: int = 2, split: str = "train") -> list[Episode]:
@@ -176,9 +194,13 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
     return Comparison([model, *baselines], subject=label)
 
 
-def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
-    """Reward (overall, per agent, per role), errors and the workflows' own metrics, averaged over episodes."""
-    rewards = [r for e in episodes for r in e.rewards.values()]
+def episode_metrics(episodes: list[Episode], error_reward: float) -> dict[str, float]:
+    """Reward (overall, per agent, per role), errors and their kinds, and the workflows' own metrics, averaged over episodes.
+
+    An error episode in which no trainable agent spoke has no agent to reward; it still counts in `reward/mean`,
+    with `error_reward`. `workflow/error_kind/<kind>` is the share of episodes that failed with that kind.
+    """
+    rewards = [r for e in episodes for r in (e.rewards.values() if e.rewards or not e.error else [error_reward])]
     metrics = {"reward/mean": sum(rewards) / len(rewards) if rewards else 0.0, "episodes": float(len(episodes))}
     if rewards:
         mean = metrics["reward/mean"]
@@ -186,4 +208,6 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     per_agent = [{f"agent/{agent}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
     per_role = [{f"role/{e.roles.get(agent, agent)}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
     merged = mean_metrics([{("" if "/" in k else "workflow/") + k: v for k, v in e.metrics.items()} for e in episodes])
-    return {**metrics, **mean_metrics(per_agent), **mean_metrics(per_role), **merged}
+    kinds = Counter(e.error_kind for e in episodes if e.error)
+    error_kinds = {f"workflow/error_kind/{kind}": count / len(episodes) for kind, count in sorted(kinds.items())}
+    return {**metrics, **mean_metrics(per_agent), **mean_metrics(per_role), **merged, **error_kinds}

@@ -25,7 +25,7 @@ from typing import Callable
 from ..clients import ServiceClient
 from ..engine import EngineConfig
 from ..rollout import ChatModel, FrozenChatModel, OpenAIChatModel, PolicyChatModel, RunnerSettings, ScriptedPolicy, as_episode_fn
-from ..rollout.runner import EpisodePlayer, play_in_process
+from ..rollout.player import EpisodePlayer, play_in_process
 from ..rollout.workflow import EpisodeFn
 from .config import TuneConfig, TunerModelConfig
 from .config_file import dump_config

@@ -1,0 +1,181 @@
+"""Episode clocks: an episode's timeout counts its own time, not the time others take.
+
+The episodes of a step run concurrently in one event loop and share one
+sampler, so the wall time since an episode started is not its own: most of
+it may be spent queued behind the other episodes' model calls, or waiting
+while another episode blocks the event loop. `EpisodeClock.own_time()`
+counts
+
+- the time the episode runs, or waits on anything but the shared sampler, in full;
+- the time it waits on the shared sampler (a local engine or a Tinker-protocol
+  service; `sampler_wait()` marks it) divided by the number of episodes
+  waiting on it at that moment: its fair share. A crowded sampler does not
+  time every episode out, and an episode that calls the model in an endless
+  loop still runs out of time;
+- not at all the time the event loop was blocked by another episode
+  (`SharedTime.add_stall`, reported by the loop watchdog).
+
+`SharedTime` is the account behind the clocks of the episodes of one event
+loop (the loop watchdog holds it). The running episode's clock is found in a context variable,
+like its recorder, and every asyncio task created under it is adopted by it
+(`adopt_new_tasks` installs the task factory that does so): the watchdog
+names the episode behind a blocking task, and an episode that ignores its
+cancellation can be ended whole (`EpisodeClock.abandon`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import threading
+import time
+import weakref
+
+_CURRENT: contextvars.ContextVar[EpisodeClock | None] = contextvars.ContextVar("sparring_episode_clock", default=None)
+_TASK_CLOCKS: weakref.WeakKeyDictionary[asyncio.Task, EpisodeClock] = weakref.WeakKeyDictionary()
+
+
+class SharedTime:
+    """The time account shared by the episodes of one event loop: sampler waits shared out, loop stalls taken off."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stalled = 0.0
+        self._share = 0.0
+        self._waiting = 0
+        self._updated = time.monotonic()
+
+    def _advance(self, now: float) -> None:
+        if self._waiting:
+            self._share += (now - self._updated) / self._waiting
+        self._updated = now
+
+    def running_time(self, now: float) -> float:
+        """A running episode's time scale: wall time less every event-loop stall taken off so far."""
+        with self._lock:
+            return now - self._stalled
+
+    def share_time(self, now: float) -> float:
+        """A waiting episode's time scale: advances at 1 / (episodes waiting on the sampler)."""
+        with self._lock:
+            self._advance(now)
+            return self._share
+
+    def start_wait(self, now: float) -> float:
+        with self._lock:
+            self._advance(now)
+            self._waiting += 1
+            return self._share
+
+    def end_wait(self, now: float) -> float:
+        with self._lock:
+            self._advance(now)
+            self._waiting -= 1
+            return self._share
+
+    def add_stall(self, seconds: float) -> None:
+        """Take `seconds` of a blocked event loop off every clock (the blocking episode adds them back to its own)."""
+        with self._lock:
+            self._advance(time.monotonic())
+            # Nobody enters or leaves a sampler wait while the loop is blocked, so the share grew at one rate meanwhile.
+            if self._waiting:
+                self._share -= seconds / self._waiting
+            self._stalled += seconds
+
+
+class EpisodeClock:
+    """One episode's own time, and the asyncio tasks it runs."""
+
+    def __init__(self, label: str, shared: SharedTime) -> None:
+        self.label = label
+        """Names the episode in reports (its task id)."""
+        self.blocked_at: str | None = None
+        """Where the episode last blocked the event loop (file:line in function), if it did."""
+        self._shared = shared
+        self._own = 0.0
+        self._waits = 0
+        self._mark = shared.running_time(time.monotonic())
+        self._tasks: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()
+
+    def own_time(self) -> float:
+        """Seconds of the episode's own time so far."""
+        now = time.monotonic()
+        scale = self._shared.share_time(now) if self._waits else self._shared.running_time(now)
+        return self._own + scale - self._mark
+
+    @contextlib.contextmanager
+    def waiting_for_sampler(self):
+        """While inside, the episode is charged its fair share of the wait (nested and concurrent waits count once)."""
+        if self._waits == 0:
+            now = time.monotonic()
+            self._own += self._shared.running_time(now) - self._mark
+            self._mark = self._shared.start_wait(now)
+        self._waits += 1
+        try:
+            yield
+        finally:
+            self._waits -= 1
+            if self._waits == 0:
+                now = time.monotonic()
+                self._own += self._shared.end_wait(now) - self._mark
+                self._mark = self._shared.running_time(now)
+
+    def charge_stall(self, seconds: float, where: str | None) -> None:
+        """This episode blocked the event loop for `seconds` (at `where`): its own time, though taken off the others'."""
+        self._own += seconds
+        self.blocked_at = where or self.blocked_at
+
+    def adopt(self, task: asyncio.Task) -> None:
+        """Count `task` as part of this episode."""
+        _TASK_CLOCKS[task] = self
+        self._tasks.add(task)
+
+    def abandon(self) -> None:
+        """End every unfinished task of the episode: close its coroutine (so no cancellation can be caught) and cancel it."""
+        for task in list(self._tasks):
+            if task.done():
+                continue
+            with contextlib.suppress(RuntimeError):  # a coroutine that awaits in its `finally` cannot be closed cleanly
+                task.get_coro().close()
+            task.cancel()
+
+    @contextlib.contextmanager
+    def current(self):
+        """Make this the current episode's clock for the code (and the tasks it creates) inside the block."""
+        token = _CURRENT.set(self)
+        try:
+            yield self
+        finally:
+            _CURRENT.reset(token)
+
+
+def clock_of(task: asyncio.Task | None) -> EpisodeClock | None:
+    """The clock of the episode that `task` belongs to, if any."""
+    return None if task is None else _TASK_CLOCKS.get(task)
+
+
+@contextlib.contextmanager
+def sampler_wait():
+    """Mark a wait on the shared sampler in the current episode (a no-op outside episodes)."""
+    clock = _CURRENT.get()
+    if clock is None:
+        yield
+        return
+    with clock.waiting_for_sampler():
+        yield
+
+
+def _adopting_task_factory(loop: asyncio.AbstractEventLoop, coro, **options) -> asyncio.Task:
+    task = asyncio.Task(coro, loop=loop, **options)
+    context = options.get("context")
+    clock = context.get(_CURRENT) if context is not None else _CURRENT.get()
+    if clock is not None:
+        clock.adopt(task)
+    return task
+
+
+def adopt_new_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Have tasks created inside an episode adopted by its clock (unless the loop already has a task factory of its own)."""
+    if loop.get_task_factory() is None:
+        loop.set_task_factory(_adopting_task_factory)

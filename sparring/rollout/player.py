@@ -1,0 +1,78 @@
+"""Episode players: where a workflow runs, and the timeout that holds.
+
+`EpisodePlayer` is the seam between the runner and the place a workflow runs:
+`play_in_process` runs it as a task of this event loop, the Ray runner
+(`sparring.integrations.ray_runner`) on a worker. Either raises
+`TimeoutError` once the episode's own time passes its timeout.
+
+`play_in_process` measures that time on the episode's `EpisodeClock` (time
+queued for the shared sampler shared out, stalls of the event loop caused by
+other episodes left out), under the loop's watchdog (which names an episode
+that blocks the loop). Past the timeout the workflow is cancelled; one that
+has not stopped `CANCEL_GRACE_S` later (it caught the cancellation and went
+on) is abandoned: its tasks are closed, its late result ignored, and it
+counts once, as a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+from .episode_clock import EpisodeClock, adopt_new_tasks
+from .loop_watchdog import watching
+from .workflow import EpisodeFn, ModelRouter
+
+EpisodePlayer = Callable[[EpisodeFn, dict, ModelRouter, float], Awaitable[Any]]
+"""`play(episode_fn, task, tuner, timeout_s) -> output`: runs one episode's workflow inside its recorder; raises
+TimeoutError once the episode's own time passes `timeout_s`."""
+
+CANCEL_GRACE_S = 2.0
+"""How long a cancelled (timed-out) workflow has to stop before it is abandoned."""
+
+
+class EpisodeTimeout(asyncio.TimeoutError):
+    """The episode ran past its own time; the message says what happened then."""
+
+
+async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter, timeout_s: float) -> Any:
+    """Run the workflow as a task of this event loop until it returns or its own time passes `timeout_s`."""
+    loop = asyncio.get_running_loop()
+    adopt_new_tasks(loop)
+    with watching(loop) as watchdog:
+        clock = EpisodeClock(str(task.get("task_id", task.get("id", "?"))), watchdog.shared_time)
+        with clock.current():
+            workflow = asyncio.ensure_future(episode_fn(task, tuner))
+        clock.adopt(workflow)
+        try:
+            while not workflow.done():
+                remaining = timeout_s - clock.own_time()
+                if remaining <= 0:
+                    break
+                # Own time grows no faster than wall time: it cannot pass the timeout before this wait ends.
+                await asyncio.wait({workflow}, timeout=remaining)
+            if workflow.done():
+                return _outcome(workflow)
+            workflow.cancel()
+            await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
+        except asyncio.CancelledError:  # the run itself was cancelled (Ctrl-C): the episode goes with it
+            clock.abandon()
+            raise
+    blocked = f"; it blocked the event loop at {clock.blocked_at}" if clock.blocked_at else ""
+    if not workflow.done():
+        clock.abandon()
+        raise EpisodeTimeout(f"timed out after {timeout_s:g}s{blocked}; it did not stop within {CANCEL_GRACE_S:g}s of its cancellation and was abandoned")
+    if not workflow.cancelled() and workflow.exception() is not None:
+        error = workflow.exception()
+        raise EpisodeTimeout(f"timed out after {timeout_s:g}s{blocked}; then raised {type(error).__name__}: {error}")
+    raise EpisodeTimeout(f"timed out after {timeout_s:g}s{blocked}")  # a result returned after the cancellation is ignored
+
+
+def _outcome(workflow: asyncio.Task) -> Any:
+    """The finished workflow's result; its exception as an ordinary one, so no episode can end the run."""
+    if workflow.cancelled():
+        raise RuntimeError("the workflow was cancelled by its own code (a CancelledError it did not catch)")
+    error = workflow.exception()
+    if error is not None and not isinstance(error, Exception):
+        raise RuntimeError(f"the workflow raised {type(error).__name__}: {error}") from error
+    return workflow.result()
