@@ -35,6 +35,7 @@ from .config import TuneConfig
 from .evaluation import Comparison, PolicyEvaluation, evaluate_baselines, evaluate_policy
 from .models import TrainingModels
 from .resolve import resolve_run
+from .schema import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
     """
     run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/eval"))
     if not run.eval_tasks:
-        raise ValueError("no eval tasks: set eval_dataset or train_dataset.eval_fraction")
+        raise ConfigError("eval_dataset: no eval tasks; set eval_dataset, or train_dataset.eval_fraction above 0")
     chosen = run.eval_tasks[:limit] if limit else run.eval_tasks
     label = "trained" if any(m.adapter_path for m in config.trainable_models().values()) else "untrained"
     model = await evaluate_policy(run.episode_fn, chosen, run.models.make_tuner, run.settings, run.judge, label, "model", None)
