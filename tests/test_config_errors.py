@@ -80,6 +80,12 @@ def tasks_file(content: str) -> Callable[[dict, Path], None]:
     return change
 
 
+def not_a_model(job: dict, folder: Path) -> None:
+    (folder / "broken").mkdir()
+    (folder / "broken" / "config.json").write_text("{}")
+    job["model"]["model_path"] = str(folder / "broken")
+
+
 def empty_folder(job: dict, folder: Path) -> None:
     (folder / "empty").mkdir()
     job["train_dataset"]["path"] = str(folder / "empty")
@@ -108,6 +114,7 @@ CASES = [
     # models and devices
     Case("model_path_missing", ("model.model_path", "/nonexistent/model", "Known models"), put("model.model_path", "/nonexistent/model")),
     Case("model_name_unknown", ("model.model_path", "gpt-17-turbo", "Known models"), put("model.model_path", "gpt-17-turbo")),
+    Case("model_folder_does_not_load", ("model.model_path", "{folder}/broken", "does not load"), not_a_model),
     Case("auxiliary_model_unknown", ("auxiliary_models.helper.model_path", "nope-7b"), put("auxiliary_models", {"helper": {"model_path": "nope-7b"}})),
     Case("device_unknown", ("model.device", "'gpu' is not a torch device", "'cpu'"), put("model.device", "gpu")),
     Case("device_absent", ("model.device", "cuda:99"), put("model.device", "cuda:99")),

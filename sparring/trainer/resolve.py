@@ -9,7 +9,8 @@ signature (and, with the Ray runner, that it pickles and that the cluster
 answers) before any data loads, the tasks before any model is located, every
 model's path or name, device and adapter before anything is written or
 loaded. Every such failure is a `ConfigError` (or `DatasetError`), one line
-that starts with the config field it is about, and a run directory this
+that starts with the config field it is about -- so is a local model or
+adapter that is there but does not load -- and a run directory this
 resolution created is removed again when a model then fails to load.
 Training, debug episodes (`sparring run`) and evaluation (`sparring eval`)
 all start here, so they cannot disagree about what a config means.
@@ -23,9 +24,10 @@ and each snapshot opponent taken from its source adapter.
 from __future__ import annotations
 
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..clients import ServiceClient
 from ..engine import EngineConfig
@@ -169,9 +171,12 @@ def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
 
     clients, policies = {}, {}
     for index, (key, model) in enumerate(trainable.items()):
-        client = service_for(model).create_lora_training_client(model.model_path, rank=model.lora_rank, seed=config.algorithm.seed + index)
+        field = "model" if config.models is None else f"models.{key}"
+        with _loads(f"{field}.model_path", model):
+            client = service_for(model).create_lora_training_client(model.model_path, rank=model.lora_rank, seed=config.algorithm.seed + index)
         if model.adapter_path:
-            client.load_weights(model.adapter_path).result()
+            with _loads(f"{field}.adapter_path", model):
+                client.load_weights(model.adapter_path).result()
         clients[key] = client
         policies[key] = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults=model.sampling_params(), model_key=key)
     first = next(iter(trainable.values()))
@@ -187,8 +192,23 @@ def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
             # Taken now, unsaved, so debug and eval runs have one; training retakes it, saved, at its first step.
             sampler = clients[model.snapshot_of].save_weights_and_get_sampling_client(kind="snapshot")
         elif model.adapter_path:
-            sampler = service_for(model).create_sampling_client(model_path=model.adapter_path, base_model=model.model_path)
+            with _loads(f"auxiliary_models.{name}.adapter_path", model):
+                sampler = service_for(model).create_sampling_client(model_path=model.adapter_path, base_model=model.model_path)
         else:
-            sampler = service_for(model).create_sampling_client(base_model=model.model_path)
+            with _loads(f"auxiliary_models.{name}.model_path", model):
+                sampler = service_for(model).create_sampling_client(base_model=model.model_path)
         auxiliary[name] = FrozenChatModel(sampler, defaults=model.sampling_params(), agent=name)
     return TrainingModels(clients, policies, auxiliary, base_sampler, snapshots)
+
+
+@contextmanager
+def _loads(field: str, model: TunerModelConfig) -> Iterator[None]:
+    """A local model or adapter that is there but does not load is a config error naming `field`, on one line."""
+    try:
+        yield
+    except (OSError, ValueError) as error:
+        if model.backend != "local" or isinstance(error, ConfigError):
+            raise
+        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        reason = reason if len(reason) <= 300 else reason[:297] + "..."
+        raise ConfigError(f"{field}: {getattr(model, field.rpartition('.')[2])!r} does not load: {reason}") from error
