@@ -111,6 +111,7 @@ CASES = [
     Case("jsonl_line_not_json", ("train_dataset.path", "{folder}/tasks.jsonl:2", "invalid JSON"), tasks_file('{"secret": 3}\n{"secret": \n')),
     Case("jsonl_line_not_an_object", ("train_dataset.path", "{folder}/tasks.jsonl:1", "expected an object"), tasks_file("[1, 2]\n")),
     Case("eval_dataset_missing_in_eval", ("eval_dataset.path", "nowhere.jsonl"), put("eval_dataset.path", "nowhere.jsonl"), ["eval", "job.yaml"]),
+    Case("eval_without_eval_tasks", ("eval_dataset", "no eval tasks"), lambda job, folder: job.pop("eval_dataset"), ["eval", "job.yaml"]),
     # models and devices
     Case("model_path_missing", ("model.model_path", "/nonexistent/model", "Known models"), put("model.model_path", "/nonexistent/model")),
     Case("model_name_unknown", ("model.model_path", "gpt-17-turbo", "Known models"), put("model.model_path", "gpt-17-turbo")),

@@ -35,7 +35,6 @@ from .config import TuneConfig
 from .evaluation import Comparison, PolicyEvaluation, evaluate_baselines, evaluate_policy
 from .models import TrainingModels
 from .resolve import resolve_run
-from .schema import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -167,9 +166,7 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
 
     The model's column is 'trained' when a trainable model starts from an adapter, else 'untrained'.
     """
-    run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/eval"))
-    if not run.eval_tasks:
-        raise ConfigError("eval_dataset: no eval tasks; set eval_dataset, or train_dataset.eval_fraction above 0")
+    run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/eval"), evaluation=True)
     chosen = run.eval_tasks[:limit] if limit else run.eval_tasks
     label = "trained" if any(m.adapter_path for m in config.trainable_models().values()) else "untrained"
     model = await evaluate_policy(run.episode_fn, chosen, run.models.make_tuner, run.settings, run.judge, label, "model", None)

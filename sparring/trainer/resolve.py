@@ -71,14 +71,15 @@ class ResolvedRun:
     """The trainable and auxiliary models, loaded."""
 
 
-def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path, training: bool = False, write_config: bool = False) -> ResolvedRun:
+def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path, training: bool = False, evaluation: bool = False, write_config: bool = False) -> ResolvedRun:
     """Import, load and build everything `config` names; `workflow`/`judge` objects take the place of its import paths.
 
     For `training`, episodes run `algorithm.group_size` per task and the
     training tasks come as a stream of batches; otherwise (evaluation, debug
-    episodes) one per task. With `write_config` the config is saved as
-    `run_dir/config.yaml` once everything but loading the models has been
-    checked; the folders that writing it created are removed if loading fails.
+    episodes) one per task; for `evaluation` there must be eval tasks. With
+    `write_config` the config is saved as `run_dir/config.yaml` once
+    everything but loading the models has been checked; the folders that
+    writing it created are removed if loading fails.
     """
     episode_fn, judge = _workflow_and_judge(config, workflow, judge)
     algorithm = config.algorithm
@@ -94,6 +95,8 @@ def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path,
     if config.train_dataset is None:
         raise ConfigError("train_dataset: not set; give a dataset (path: a .jsonl/.json/.csv/.parquet file or directory, or tasks: a list of dicts)")
     train_tasks, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
+    if evaluation and not eval_tasks:
+        raise ConfigError("eval_dataset: no eval tasks; set eval_dataset, or train_dataset.eval_fraction above 0")
     stream = TaskStream.from_config(config.train_dataset, algorithm.batch_size, tasks=train_tasks) if training else None
     check_models(config)
     created = next((folder for folder in reversed([run_dir, *run_dir.parents]) if not folder.exists()), None) if write_config else None
