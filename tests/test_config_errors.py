@@ -5,7 +5,8 @@ unknown field, the file, the workflow's import path, a dataset file, a model's p
 device) and runs `sparring train` (or `run` / `eval`) in a fresh folder. It must exit with code 2
 and print exactly one non-empty line on stderr that names the field or the file, with no
 traceback, and leave the folder exactly as it was: no run directory behind. The errors are found
-before any model loads. Every case runs in process (an interpreter start costs seconds of CPU);
+before any model loads (but in the one case that is a folder which does not load as a model).
+Every case runs in process (an interpreter start costs seconds of CPU);
 two run again as real processes. `tune()` raises the same one-line ConfigError / DatasetError
 instead of printing.
 """
