@@ -7,6 +7,10 @@
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
 
 Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand instead.
+A bad config -- a field, the file, the workflow's import path, a dataset file,
+a model's path or name, a device -- is one line on stderr (`error: ` and the
+field path, what is wrong and what would work) and exit code 2, found before
+any model loads and before a run directory is left behind.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 
@@ -31,12 +36,20 @@ CONFIG = typer.Argument(..., help=f"The job's YAML config, or a game's name for 
 OVERRIDES = typer.Option([], "--set", help="Override a field: --set algorithm.learning_rate=3e-5 (repeatable).")
 
 
-def _load(config: Path, overrides: list[str]):
+@contextmanager
+def _config_errors(source: Path | None = None) -> Iterator[None]:
+    """A config or dataset error becomes `error: [source: ]message` on one stderr line and exit code 2."""
     try:
+        yield
+    except (ConfigError, DatasetError) as error:
+        message = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        typer.echo(f"error: {source}: {message}" if source is not None else f"error: {message}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _load(config: Path, overrides: list[str]):
+    with _config_errors():  # the messages of a file name it already
         return load_config(config, overrides)
-    except (ConfigError, DatasetError, FileNotFoundError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from error
 
 
 @app.command()
@@ -51,8 +64,10 @@ def train(
     if config is None:
         typer.echo(f"error: give a config file or a game's name ({', '.join(GAMES)}), or --resume RUN_DIR", err=True)
         raise typer.Exit(2)
+    loaded = _load(config, overrides)
     try:
-        result = Job.from_config(_load(config, overrides)).tune(resume=str(resume) if resume else None)
+        with _config_errors(config):
+            result = Job.from_config(loaded).tune(resume=str(resume) if resume else None)
     except KeyboardInterrupt:
         # The loop saved a checkpoint before the interrupt reached us.
         typer.echo("interrupted: checkpoint saved; continue with `sparring train --resume RUN_DIR`", err=True)
@@ -72,7 +87,12 @@ def train(
 @app.command()
 def run(config: Path = CONFIG, overrides: List[str] = OVERRIDES, tasks: int = typer.Option(2, help="How many tasks to run."), split: str = typer.Option("train", help="train or eval tasks.")):
     """Run episodes without training and print every agent's transcript, reward and token counts."""
-    episodes = asyncio.run(run_debug_episodes(_load(config, overrides), num_tasks=tasks, split=split))
+    if split not in ("train", "eval"):
+        typer.echo(f"error: --split {split!r}: use 'train' or 'eval'", err=True)
+        raise typer.Exit(2)
+    loaded = _load(config, overrides)
+    with _config_errors(config):
+        episodes = asyncio.run(run_debug_episodes(loaded, num_tasks=tasks, split=split))
     for episode in episodes:
         typer.echo(format_transcript(episode))
         typer.echo("")
@@ -94,7 +114,8 @@ def evaluate(
             typer.echo(f"error: --adapter needs a config with one trainable model; this one trains {keys}: use --set models.<name>.adapter_path=PATH", err=True)
             raise typer.Exit(2)
         loaded = _load(config, [*overrides, f"{_trainable_field(loaded)}.adapter_path={adapter}"])
-    comparison = asyncio.run(run_evaluation(loaded, limit=tasks))
+    with _config_errors(config):
+        comparison = asyncio.run(run_evaluation(loaded, limit=tasks))
     _print_comparison("Held-out evaluation", comparison)
     written = comparison.write(output if output is not None else Path(loaded.run_dir or "runs/eval") / "eval.json")
     typer.echo(f"comparison: {written}")

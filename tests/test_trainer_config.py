@@ -50,8 +50,9 @@ def test_unknown_field_lists_valid_fields():
 def test_every_problem_is_reported():
     with pytest.raises(ConfigError) as caught:
         TuneConfig(algorithm={"group_size": 0, "batch_size": 0}, model={"max_tokens": 0})
-    lines = str(caught.value).splitlines()
-    assert [line.split(":")[0] for line in lines] == ["model.max_tokens", "algorithm.group_size", "algorithm.batch_size"]
+    problems = caught.value.problems  # one line for the command line, each problem listed here
+    assert "\n" not in str(caught.value) and str(caught.value) == "; ".join(problems)
+    assert [problem.split(":")[0] for problem in problems] == ["model.max_tokens", "algorithm.group_size", "algorithm.batch_size"]
 
 
 def test_config_error_is_a_value_error():

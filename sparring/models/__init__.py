@@ -8,7 +8,7 @@ from sparring.models.catalogue import (
     resolve_model,
     sparring_home,
 )
-from sparring.models.loading import LoadedModel, converted_cache_dir, load_base_model, load_tokenizer
+from sparring.models.loading import LoadedModel, converted_cache_dir, load_base_model, load_tokenizer, parse_device
 from sparring.models.renderer import ChatMLRenderer, ChatRenderer, TemplateRenderer, get_renderer
 from sparring.models.tiny import build_tiny_model
 
@@ -26,6 +26,7 @@ __all__ = [
     "get_renderer",
     "load_base_model",
     "load_tokenizer",
+    "parse_device",
     "resolve_model",
     "sparring_home",
 ]

@@ -104,6 +104,8 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         problem = f"directory {name_or_path!r} has no config.json, so it is not a Hugging Face model directory"
     elif path.is_file():
         problem = f"file {name_or_path!r} is not a .gguf file"
+    elif path.is_absolute() or os.sep in name_or_path or name_or_path.startswith(("~", ".")):
+        problem = f"no such file or directory {name_or_path!r}"
     else:
         problem = f"unknown model {name_or_path!r}"
     known = ", ".join(sorted(KNOWN_MODELS))

@@ -57,13 +57,19 @@ class LoadedModel:
     """Dtype of the weights."""
 
 
-def _parse_device(device: str | torch.device) -> torch.device:
+def parse_device(device: str | torch.device) -> torch.device:
+    """`device` as a torch.device that exists on this machine; ValueError (one line, what would work) otherwise."""
     try:
         parsed = torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        raise ValueError(f"device: {device!r} is not a torch device ({error})") from None
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} requested but CUDA is not available on this machine")
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {device!r} requested but CUDA is not available on this machine; use 'cpu'")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ValueError(f"device: {device!r} requested but this machine has {torch.cuda.device_count()} CUDA device(s); use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device: {device!r} requested but MPS is not available on this machine; use 'cpu'")
     return parsed
 
 
@@ -183,7 +189,7 @@ def load_base_model(
 
     ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA (also what "auto" means).
     """
-    torch_device = _parse_device(device)
+    torch_device = parse_device(device)
     torch_dtype = _parse_dtype(dtype, torch_device)
     spec = resolve_model(name_or_path)
     model_dir = _hf_model_dir(spec)

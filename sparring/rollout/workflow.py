@@ -111,7 +111,8 @@ def as_episode_fn(workflow: Callable | type | Workflow) -> EpisodeFn:
 
         return run_class
     if not callable(workflow) or not inspect.iscoroutinefunction(workflow):
-        raise WorkflowSignatureError(f"{workflow!r} is not an async function or Workflow subclass; expected {FUNCTION_SIGNATURE}")
+        what = f"{workflow.__qualname__}" if callable(workflow) and hasattr(workflow, "__qualname__") else f"a {type(workflow).__name__}"
+        raise WorkflowSignatureError(f"{what} is not an async function or Workflow subclass; expected {FUNCTION_SIGNATURE}")
     parameters = inspect.signature(workflow).parameters
     positional = [p for p in parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     extra_required = [p.name for p in list(parameters.values())[3:] if p.default is p.empty and p.name != "logger"]

@@ -8,7 +8,10 @@ the `Job` object and `sparring train config.yaml` all meet here. Its parts
 from the AgentScope tuner so code written for it reads the same.
 
 Every config validates on construction (see `schema.ConfigRecord`: a bad
-value raises `ConfigError` naming the dotted field path). Names that pick an
+value raises `ConfigError`, one line naming the dotted field path). Every
+number has an upper bound (the `MAX_*` constants) far beyond any sane run
+and low enough that a typo -- an extra zero, `group_size: 1e12` -- is
+refused before anything runs. Names that pick an
 extension -- `algorithm_type`, `loss_fn` and its `loss_fn_config` keys -- are
 checked against the registries that define them (`ADVANTAGE_ESTIMATORS`,
 `engine.losses.LOSSES`), and the runner's defaults are `RunnerSettings`'s,
@@ -22,6 +25,7 @@ import os
 import re
 from typing import Any, Literal
 
+import torch
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..algorithms import get_estimator
@@ -33,6 +37,27 @@ from .schema import ConfigError, ConfigRecord
 
 DEFAULT_MODEL_NAME = "policy"
 _MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+# Upper bounds of the numeric fields (each error message states its bound).
+MAX_STEPS = 1_000_000
+MAX_EPOCHS = 100_000
+MAX_TASKS = 100_000_000
+MAX_SEED = 2**32 - 1
+MAX_CONTEXT_TOKENS = 1_048_576
+MAX_NEW_TOKENS = 131_072
+MAX_TEMPERATURE = 10.0
+MAX_VOCABULARY = 1_048_576
+MAX_LORA_RANK = 1024
+MAX_LEARNING_RATE = 1.0
+MAX_GROUP_SIZE = 1024
+MAX_BATCH_SIZE = 4096
+MAX_EPISODES_PER_STEP = 65_536
+MAX_COEFFICIENT = 100.0
+MAX_GRAD_CLIP_NORM = 1e6
+MAX_CONCURRENCY = 4096
+MAX_EPISODE_TIMEOUT_S = 86_400.0
+MAX_ABS_REWARD = 1e6
+MAX_RAY_CPUS = 1024.0
 
 
 class DatasetConfig(ConfigRecord):
@@ -46,19 +71,19 @@ class DatasetConfig(ConfigRecord):
     """Which split to read: a DatasetDict split, a JSON top-level key, or the files whose names contain it."""
     tasks: list[dict[str, Any]] | None = None
     """The tasks as an in-memory list, instead of `path`; exactly one of the two is given."""
-    total_epochs: int = Field(default=1, ge=1)
+    total_epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)
     """Passes over the tasks when `total_steps` is not set."""
-    total_steps: int | None = Field(default=None, ge=1)
+    total_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
     """Exact number of training steps; when set it replaces `total_epochs` (epochs repeat as needed)."""
     shuffle: bool = True
     """Shuffle the task order every epoch (deterministically, from `seed` and the epoch number)."""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed of the per-epoch shuffle and of the eval hold-out split."""
     eval_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
     """Fraction of the tasks held out for evaluation when no eval dataset is configured."""
     workflow_args: dict[str, Any] = Field(default_factory=dict)
     """Extra arguments for the workflow, merged into every task's `workflow_args` (task values win)."""
-    limit: int | None = Field(default=None, ge=1)
+    limit: int | None = Field(default=None, ge=1, le=MAX_TASKS)
     """Use only the first `limit` tasks (before shuffling): quick experiments on a large file."""
 
     @model_validator(mode="after")
@@ -73,17 +98,17 @@ class TunerModelConfig(ConfigRecord):
 
     model_path: str = "smollm2-135m-instruct"
     """Catalogue name, HF model directory or .gguf file; for a remote endpoint, the model name it serves."""
-    max_model_len: int | None = Field(default=None, ge=1)
+    max_model_len: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
     """Longest prompt + completion in tokens; None means the model's own context length."""
-    temperature: float = Field(default=1.0, ge=0.0)
+    temperature: float = Field(default=1.0, ge=0.0, le=MAX_TEMPERATURE)
     """Sampling temperature used by the agents; 0 means greedy."""
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     """Nucleus sampling mass."""
-    top_k: int = Field(default=-1, ge=-1)
+    top_k: int = Field(default=-1, ge=-1, le=MAX_VOCABULARY)
     """Keep only the k most likely tokens; -1 for no limit."""
-    max_tokens: int = Field(default=128, ge=1)
+    max_tokens: int = Field(default=128, ge=1, le=MAX_NEW_TOKENS)
     """Most new tokens per model call."""
-    lora_rank: int = Field(default=16, ge=1)
+    lora_rank: int = Field(default=16, ge=1, le=MAX_LORA_RANK)
     """Rank of the LoRA adapter that is trained."""
     device: str = "cpu"
     """torch device that runs the model ('cpu', 'cuda', 'cuda:1')."""
@@ -103,8 +128,25 @@ class TunerModelConfig(ConfigRecord):
     snapshot_of: str | None = None
     """Auxiliary models only: a frozen snapshot of the trainable model of this name (an opponent from an earlier
     step); it copies that adapter's LoRA weights, never the base weights, and unset fields are taken from it."""
-    snapshot_interval_steps: int = Field(default=0, ge=0)
+    snapshot_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     """Retake the snapshot every N training steps; 0 keeps the one taken when the run starts."""
+
+    @field_validator("device")
+    @classmethod
+    def _torch_device(cls, value: str) -> str:
+        try:
+            torch.device(value)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"{value!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from None
+        return value
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _room_for_the_prompt(cls, value: int, info: ValidationInfo) -> int:
+        context = info.data.get("max_model_len")
+        if context is not None and value >= context:
+            raise ValueError(f"{value} new tokens leave no room for the prompt in max_model_len {context}; use fewer than {context}")
+        return value
 
     @model_validator(mode="after")
     def _backend_settings(self) -> TunerModelConfig:
@@ -142,25 +184,25 @@ class AlgorithmConfig(ConfigRecord):
     algorithm_type: str = "multi_step_grpo"
     """Advantage estimator, a name in `sparring.algorithms.ADVANTAGE_ESTIMATORS`; multi_step_grpo credits every turn
     of an episode with its group-relative advantage."""
-    learning_rate: float = Field(default=1e-4, ge=0.0)
+    learning_rate: float = Field(default=1e-4, ge=0.0, le=MAX_LEARNING_RATE)
     """AdamW step size for the LoRA weights."""
-    group_size: int = Field(default=RunnerSettings.group_size, ge=1)
+    group_size: int = Field(default=RunnerSettings.group_size, ge=1, le=MAX_GROUP_SIZE)
     """Episodes run per task; advantages compare episodes within a group."""
-    batch_size: int = Field(default=4, ge=1)
+    batch_size: int = Field(default=4, ge=1, le=MAX_BATCH_SIZE)
     """Tasks per training step."""
     loss_fn: str = "ppo"
     """Policy-gradient loss, as the Tinker API names it: one of `engine.losses.advantage_weighted_losses()`."""
     loss_fn_config: dict[str, float] = Field(default_factory=dict)
     """Loss settings, e.g. clip_low_threshold / clip_high_threshold for ppo and cispo."""
-    kl_coef: float = Field(default=0.0, ge=0.0)
+    kl_coef: float = Field(default=0.0, ge=0.0, le=MAX_COEFFICIENT)
     """Weight of a KL penalty towards the base model; 0 disables it (and its extra forward pass)."""
     adam_beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
     """AdamW first-moment decay."""
     adam_beta2: float = Field(default=0.95, ge=0.0, lt=1.0)
     """AdamW second-moment decay."""
-    weight_decay: float = Field(default=0.0, ge=0.0)
+    weight_decay: float = Field(default=0.0, ge=0.0, le=MAX_COEFFICIENT)
     """AdamW decoupled weight decay."""
-    grad_clip_norm: float = Field(default=1.0, ge=0.0)
+    grad_clip_norm: float = Field(default=1.0, ge=0.0, le=MAX_GRAD_CLIP_NORM)
     """Clip the global gradient norm to this value; 0 disables clipping."""
     normalize_advantages_by_std: bool = True
     """Divide group-relative advantages by the group's reward std (GRPO); off gives Dr. GRPO-style advantages."""
@@ -168,29 +210,37 @@ class AlgorithmConfig(ConfigRecord):
     """Skip groups whose episodes all got the same reward: they carry no learning signal."""
     per_role_advantages: bool = True
     """Compute advantages separately per agent role when agents receive different rewards."""
-    save_interval_steps: int = Field(default=0, ge=0)
+    save_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     """Write a checkpoint every N steps; 0 writes one only at the end."""
-    eval_interval_steps: int = Field(default=0, ge=0)
+    eval_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     """Evaluate on held-out tasks every N steps; 0 disables periodic evaluation."""
-    eval_tasks: int | None = Field(default=None, ge=1)
+    eval_tasks: int | None = Field(default=None, ge=1, le=MAX_TASKS)
     """Evaluate on at most this many held-out tasks; None uses them all."""
-    max_concurrency: int = Field(default=RunnerSettings.max_concurrency, ge=1)
+    max_concurrency: int = Field(default=RunnerSettings.max_concurrency, ge=1, le=MAX_CONCURRENCY)
     """Most episodes running at once."""
-    episode_timeout_s: float = Field(default=RunnerSettings.episode_timeout_s, gt=0.0)
+    episode_timeout_s: float = Field(default=RunnerSettings.episode_timeout_s, gt=0.0, le=MAX_EPISODE_TIMEOUT_S)
     """Seconds of an episode's own time (its share of time queued for the shared sampler, not the whole wait) before
     it is cancelled and scored as an error; one that ignores the cancellation is abandoned 2 s later."""
-    error_reward: float = RunnerSettings.error_reward
+    error_reward: float = Field(default=RunnerSettings.error_reward, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
     """Reward given to an episode that crashed or timed out, so a bad output is discouraged but the run goes on."""
-    stop_after_failed_steps: int = Field(default=3, ge=0)
+    stop_after_failed_steps: int = Field(default=3, ge=0, le=MAX_STEPS)
     """Stop the run (after saving a checkpoint) when every episode failed in this many steps in a row; 0 never stops."""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed for sampling and any other randomness of the run."""
     runner: Literal["local", "ray"] = "local"
     """Where workflows run: 'local' (this process's event loop) or 'ray' (one Ray task per episode; model calls come back here)."""
     ray_address: str | None = None
     """Ray cluster to run episodes on ('auto', 'host:6379'); None starts a local one (or reuses this process's `ray.init`)."""
-    ray_num_cpus: float = Field(default=1.0, gt=0.0)
+    ray_num_cpus: float = Field(default=1.0, gt=0.0, le=MAX_RAY_CPUS)
     """CPUs Ray reserves per episode; below 1 packs several episodes per core (workflows that mostly wait on the model)."""
+
+    @field_validator("batch_size")
+    @classmethod
+    def _episodes_per_step(cls, value: int, info: ValidationInfo) -> int:
+        group_size = info.data.get("group_size", 1)  # absent when group_size itself failed validation
+        if group_size * value > MAX_EPISODES_PER_STEP:
+            raise ValueError(f"group_size {group_size} x batch_size {value} = {group_size * value} episodes per step, more than {MAX_EPISODES_PER_STEP}; lower one of them")
+        return value
 
     @field_validator("algorithm_type")
     @classmethod

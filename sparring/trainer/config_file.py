@@ -74,10 +74,12 @@ def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"cannot read config file {path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {err}") from None
+        raise ConfigError(_describe_yaml_error(path, err)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -89,6 +91,14 @@ def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     return TuneConfig.from_dict(data, source=str(path))
+
+
+def _describe_yaml_error(path: Path, err: yaml.YAMLError) -> str:
+    """`file:line:column: invalid YAML: problem`, on one line."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    return f"{where}: invalid YAML: {problem}"
 
 
 def _rebase_dataset_paths(data: dict[str, Any], root: Path) -> None:

@@ -22,6 +22,7 @@ import copy
 import csv
 import json
 import math
+import os
 import random
 import re
 from pathlib import Path
@@ -32,6 +33,10 @@ from .config import DatasetConfig
 SUPPORTED_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 # Split names that, found in a file name, mean the file belongs to some split.
 KNOWN_SPLIT_NAMES = frozenset({"train", "training", "validation", "valid", "val", "dev", "test", "eval", "evaluation"})
+# A dataset directory is searched this many folders deep (HF layouts: data/train-*.parquet) and no further,
+# and a folder with more entries than this is no dataset: a path like `.` or `~` is refused, not crawled.
+MAX_SEARCH_DEPTH = 2
+MAX_SEARCH_ENTRIES = 10_000
 
 
 class DatasetError(ValueError):
@@ -93,11 +98,24 @@ def split_eval(tasks: Sequence[dict[str, Any]], fraction: float, seed: int) -> t
 
 
 def load_train_and_eval_tasks(train: DatasetConfig, evaluation: DatasetConfig | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Training and eval tasks: the eval dataset when given, else `train.eval_fraction` held out."""
-    tasks = load_tasks(train)
+    """Training and eval tasks: the eval dataset when given, else `train.eval_fraction` held out.
+
+    Errors name the config field first (``train_dataset.path: data/train.jsonl:3: invalid JSON ...``).
+    """
+    tasks = _load_section("train_dataset", train)
     if evaluation is not None:
-        return tasks, load_tasks(evaluation)
-    return split_eval(tasks, train.eval_fraction, train.seed)
+        return tasks, _load_section("eval_dataset", evaluation)
+    try:
+        return split_eval(tasks, train.eval_fraction, train.seed)
+    except DatasetError as err:
+        raise DatasetError(f"train_dataset.eval_fraction: {err}") from None
+
+
+def _load_section(field: str, config: DatasetConfig) -> list[dict[str, Any]]:
+    try:
+        return load_tasks(config)
+    except DatasetError as err:
+        raise DatasetError(f"{field}.{'tasks' if config.path is None else 'path'}: {err}") from None
 
 
 class TaskStream:
@@ -212,7 +230,7 @@ class TaskStream:
 
 def _read_path(path: Path, config: DatasetConfig) -> list[dict[str, Any]]:
     if not path.exists():
-        raise DatasetError(f"dataset path {path} does not exist")
+        raise DatasetError(f"dataset path {path} does not exist; give a {'/'.join(SUPPORTED_SUFFIXES)} file or a directory of them")
     if not path.is_dir():
         if config.name is not None:
             raise DatasetError(f"{path}: `name` selects a subdirectory of a dataset directory, but the path is a file")
@@ -231,15 +249,9 @@ def _read_path(path: Path, config: DatasetConfig) -> list[dict[str, Any]]:
 
 def _files_for_split(directory: Path, split: str) -> list[Path]:
     """The data files of `split`: those naming it, else all files when none names any split."""
-    files = sorted(
-        file
-        for file in directory.rglob("*")
-        if file.is_file()
-        and file.suffix in SUPPORTED_SUFFIXES
-        and not any(part.startswith(".") for part in file.relative_to(directory).parts)
-    )
+    files = _data_files(directory)
     if not files:
-        raise DatasetError(f"{directory}: no {'/'.join(SUPPORTED_SUFFIXES)} files in this directory")
+        raise DatasetError(f"{directory}: no {'/'.join(SUPPORTED_SUFFIXES)} files in this directory (searched {MAX_SEARCH_DEPTH} folders deep)")
 
     def name_tokens(file: Path) -> set[str]:
         return set(re.split(r"[^a-z0-9]+", str(file.relative_to(directory).with_suffix("")).lower()))
@@ -253,12 +265,42 @@ def _files_for_split(directory: Path, split: str) -> list[Path]:
     return files
 
 
+def _data_files(directory: Path) -> list[Path]:
+    """The data files in `directory` and up to MAX_SEARCH_DEPTH folders below it, hidden ones left out, sorted."""
+    files: list[Path] = []
+    entries = 0
+    folders = [(directory, 0)]
+    while folders:
+        folder, depth = folders.pop()
+        try:
+            with os.scandir(folder) as listing:
+                for entry in listing:
+                    entries += 1
+                    if entries > MAX_SEARCH_ENTRIES:
+                        raise DatasetError(f"{directory}: more than {MAX_SEARCH_ENTRIES} files and folders, so not a dataset directory; give the dataset's own folder or file")
+                    if entry.name.startswith("."):
+                        continue
+                    if entry.is_dir():
+                        if depth < MAX_SEARCH_DEPTH:
+                            folders.append((Path(entry.path), depth + 1))
+                    elif Path(entry.name).suffix in SUPPORTED_SUFFIXES:
+                        files.append(Path(entry.path))
+        except OSError as err:
+            raise DatasetError(f"{folder}: cannot list the folder: {err.strerror}") from None
+    return sorted(files)
+
+
 def _read_file(path: Path, split: str) -> list[dict[str, Any]]:
     readers = {".jsonl": _read_jsonl, ".json": lambda file: _read_json(file, split), ".csv": _read_csv, ".parquet": _read_parquet}
     reader = readers.get(path.suffix.lower())
     if reader is None:
         raise DatasetError(f"{path}: unsupported dataset format {path.suffix!r}; use one of {', '.join(SUPPORTED_SUFFIXES)}")
-    return reader(path)
+    try:
+        return reader(path)
+    except OSError as err:
+        raise DatasetError(f"{path}: cannot read the file: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
 def _require_object(row: Any, where: str) -> dict[str, Any]:
@@ -278,7 +320,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise DatasetError(f"{path}:{line_number}: invalid JSON: {err.msg}") from None
+                raise DatasetError(f"{path}:{line_number}: invalid JSON ({err.msg} at column {err.colno}); each line must be one JSON object") from None
             rows.append(_require_object(row, f"{path}:{line_number}"))
     return rows
 

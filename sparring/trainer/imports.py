@@ -67,13 +67,13 @@ def _import_module(module_name: str, import_path: str) -> types.ModuleType:
     except ModuleNotFoundError as err:
         missing_is_target = err.name is not None and (module_name == err.name or module_name.startswith(err.name + "."))
         if not missing_is_target:
-            raise ConfigError(f"cannot import {import_path!r}: importing {module_name} failed: {err}") from err
+            raise ConfigError(f"cannot import {import_path!r}: importing {module_name} failed: {_one_line(err)}") from err
         if os.getcwd() not in sys.path:
             sys.path.append(os.getcwd())
             return _import_module(module_name, import_path)
         raise ConfigError(f"cannot import {import_path!r}: no module named {err.name!r} (searched sys.path and the current directory)") from None
     except Exception as err:
-        raise ConfigError(f"cannot import {import_path!r}: importing {module_name} failed: {type(err).__name__}: {err}") from err
+        raise ConfigError(f"cannot import {import_path!r}: importing {module_name} failed: {type(err).__name__}: {_one_line(err)}") from err
 
 
 def _import_file(file_name: str) -> types.ModuleType:
@@ -91,5 +91,9 @@ def _import_file(file_name: str) -> types.ModuleType:
         spec.loader.exec_module(module)
     except Exception as err:
         del sys.modules[module_name]
-        raise ConfigError(f"cannot import from {file_name!r}: running the file failed: {type(err).__name__}: {err}") from err
+        raise ConfigError(f"cannot import from {file_name!r}: running the file failed: {type(err).__name__}: {_one_line(err)}") from err
     return module
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())

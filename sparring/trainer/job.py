@@ -88,18 +88,21 @@ class Job:
 
     def set_workflow(self, workflow: Callable[..., Any] | type | str, judge: Callable[..., Any] | str | None = None) -> Job:
         """Set the workflow (function, Workflow class or import path) and the judge (or None)."""
-        workflow_object, workflow_path = self._resolve(workflow)
-        judge_object, judge_path = self._resolve(judge) if judge is not None else (None, None)
+        workflow_object, workflow_path = self._resolve("workflow", workflow)
+        judge_object, judge_path = self._resolve("judge", judge) if judge is not None else (None, None)
         self._replace(workflow=workflow_path, judge=judge_path)
         self._workflow, self._judge = workflow_object, judge_object
         return self
 
     @staticmethod
-    def _resolve(target: Callable[..., Any] | type | str) -> tuple[Any, str | None]:
+    def _resolve(field: str, target: Callable[..., Any] | type | str) -> tuple[Any, str | None]:
         if isinstance(target, str):
-            return import_object(target), target
+            try:
+                return import_object(target), target
+            except ConfigError as error:
+                raise ConfigError(f"{field}: {error}") from None
         if not callable(target):
-            raise ConfigError(f"expected a function, a class or an import path, got {type(target).__name__}")
+            raise ConfigError(f"{field}: expected a function, a class or an import path, got {type(target).__name__}")
         return target, importable_path(target)
 
     def set_data(self, train: DatasetSpec | None = None, eval: DatasetSpec | None = None) -> Job:
@@ -123,7 +126,7 @@ class Job:
     def tune(self, resume: str | None = None) -> Any:
         """Run the training loop in this process and return its RunResult; `resume` is a checkpoint to continue from."""
         if self._workflow is None and self.config.workflow is None:
-            raise ConfigError("no workflow to train: call set_workflow(...) first")
+            raise ConfigError("workflow: not set; call set_workflow(...), or give `workflow: package.module:function` in the YAML file")
         from .loop import run_training
 
         return run_training(self.config, workflow=self._workflow, judge=self._judge, resume=resume)

@@ -184,9 +184,7 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
 
     The model's column is 'trained' when a trainable model starts from an adapter, else 'untrained'.
     """
-    run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/eval"))
-    if not run.eval_tasks:
-        raise ValueError("no eval tasks: set eval_dataset or train_dataset.eval_fraction")
+    run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/eval"), evaluation=True)
     chosen = run.eval_tasks[:limit] if limit else run.eval_tasks
     label = "trained" if any(m.adapter_path for m in config.trainable_models().values()) else "untrained"
     model = await evaluate_policy(run.episode_fn, chosen, run.models.make_tuner, run.settings, run.judge, label, "model", None)

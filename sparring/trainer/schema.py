@@ -1,12 +1,14 @@
 """The ground every job config stands on: strict pydantic records whose errors name the dotted field path.
 
 `ConfigRecord` is the base of every config record (`sparring.trainer.config`):
-an unknown key is an error, and a failed validation raises `ConfigError`
-whose message starts with the field's dotted path (and the file, when loading
-one), e.g. ``job.yaml: algorithm.group_size: Input should be greater than or
-equal to 1 (got 0)``. `child_annotation` walks the schema one dotted key at a
-time, so an unknown field -- in a validation error or a ``--set`` override --
-is reported with the keys that would have worked.
+an unknown key is an error, a float must be finite, and a failed validation
+raises `ConfigError` whose message is one line that starts with the field's
+dotted path (and the file, when loading one), e.g. ``job.yaml:
+algorithm.group_size: Input should be less than or equal to 1024 (got
+1000000000000)``; several problems share that line, separated by ``; ``.
+`child_annotation` walks the schema one dotted key at a time, so an unknown
+field -- in a validation error or a ``--set`` override -- is reported with
+the keys that would have worked.
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class ConfigError(ValueError):
-    """A configuration value, file or override is invalid; the message names the field path."""
+    """A configuration value, file or override is invalid; the message is one line that names the field path."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems) or [message]
+        """Each problem on its own, starting with its field path: several when one validation found several."""
 
 
 class _RaisesConfigError(type(BaseModel)):
@@ -33,25 +40,31 @@ class _RaisesConfigError(type(BaseModel)):
         try:
             return super().__call__(*args, **kwargs)
         except ValidationError as err:
-            raise ConfigError(describe_validation_error(err, cls)) from None
+            raise _config_error(err, cls) from None
 
 
 class ConfigRecord(BaseModel, metaclass=_RaisesConfigError):
     """Base of all configs: unknown keys are errors and validation errors name the field path."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=(), use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, protected_namespaces=(), use_attribute_docstrings=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str | None = None):
-        """Validate a plain dict (from YAML or JSON); `source` (a file name) prefixes every error."""
+        """Validate a plain dict (from YAML or JSON); `source` (a file name) prefixes the error message."""
         try:
             return cls.model_validate(data)
         except ValidationError as err:
-            raise ConfigError(describe_validation_error(err, cls, source)) from None
+            raise _config_error(err, cls, source) from None
 
 
-def describe_validation_error(err: ValidationError, root: type[BaseModel], source: str | None = None) -> str:
-    """One line per problem, each starting with the dotted field path (and `source`, a file name)."""
+def _config_error(err: ValidationError, root: type[BaseModel], source: str | None = None) -> ConfigError:
+    problems = describe_validation_error(err, root)
+    prefix = f"{source}: " if source else ""
+    return ConfigError(prefix + "; ".join(problems), problems)
+
+
+def describe_validation_error(err: ValidationError, root: type[BaseModel]) -> list[str]:
+    """One line per problem, each starting with the dotted field path."""
     lines = []
     for error in err.errors():
         location = ".".join(str(part) for part in error["loc"])
@@ -62,9 +75,8 @@ def describe_validation_error(err: ValidationError, root: type[BaseModel], sourc
             message = f"unknown field; valid fields here: {_valid_keys_at(root, error['loc'][:-1])}"
         elif error["type"] != "missing":
             message = f"{message} (got {short_repr(error['input'])})"
-        line = f"{location}: {message}" if location else message
-        lines.append(f"{source}: {line}" if source else line)
-    return "\n".join(lines)
+        lines.append(f"{location}: {message}" if location else message)
+    return lines
 
 
 def short_repr(value: Any, limit: int = 80) -> str:
