@@ -41,7 +41,8 @@ CLIENT_CONFIG = {
     "custom_loss_server_side": False,
     "sample_join_sampling_session": False,
 }
-DYNAMIC_CONFIG = {"refresh_interval_sec": 300, "sample_cancel_enabled": False}
+# sample_cancel_enabled: the SDK sends cancel_future for a sampling request its caller abandoned.
+DYNAMIC_CONFIG = {"refresh_interval_sec": 300, "sample_cancel_enabled": True}
 # Errors a request's own input causes; anything else is the server's fault.
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, WireError, LaneClosed)
 
@@ -149,7 +150,7 @@ def tinker_router(service: TinkerService) -> APIRouter:
 
     @router.post("/session_heartbeat")
     async def session_heartbeat(request: Request):
-        service.session(parse(wire.SessionRequest, await json_body(request)).session_id)
+        service.heartbeat(parse(wire.SessionRequest, await json_body(request)).session_id)
         return {"type": "session_heartbeat"}
 
     @router.post("/sessions/{session_id}/finish")
@@ -246,7 +247,10 @@ def tinker_router(service: TinkerService) -> APIRouter:
 
     @router.post("/cancel_future")
     async def cancel_future(request: Request):
-        store.cancel(parse(wire.RequestIdRequest, await json_body(request)).request_id)
+        request_id = parse(wire.RequestIdRequest, await json_body(request)).request_id
+        if not store.known(request_id):
+            raise WireError(404, f"unknown or expired request_id {request_id!r}")
+        store.cancel(request_id)
         return json_response(None)
 
     return router
