@@ -189,6 +189,24 @@ def test_a_cancelled_sampling_request_stops_and_frees_the_engine(abuser, long_mo
     refused(abuser.tinker("cancel_future", {"request_id": "req-guessed"}), 404, "req-guessed")
 
 
+def test_the_requests_of_a_client_whose_heartbeat_stopped_are_cancelled(long_model_dir, tmp_path):
+    app = create_app(str(long_model_dir), base_dir=tmp_path)
+    app.state.tinker.abandon_s = 0.5  # the SDK heartbeats every 10 s; the default is 120 s
+    with TestClient(app, headers={"X-API-Key": API_KEY}) as client:  # its lifespan drains, never closes the shared engine
+        inside = Abuser("http://testserver")
+        inside.client = client
+        gone = inside.session()
+        inside.tinker("session_heartbeat", {"session_id": gone})
+        running = inside.sample(inside.sampler(gone, base_model=str(long_model_dir)), [5, 6, 7], num_samples=16, **LONG)
+        time.sleep(1.0)
+        alive = inside.session()
+        inside.tinker("session_heartbeat", {"session_id": alive})  # any request sweeps: the silent client's work is cancelled
+        assert "cancelled" in inside.result(running)["error"]
+        started = time.monotonic()
+        inside.result(inside.sample(inside.sampler(alive, base_model=str(long_model_dir)), [5, 6, 7], max_tokens=2, stop=[]))
+        assert time.monotonic() - started < 5.0, "the engine went on decoding the abandoned request"
+
+
 def test_a_chat_completion_whose_client_hung_up_is_not_computed(served, abuser):
     with pytest.raises(httpx.TimeoutException):
         Abuser.sent += 1
@@ -295,6 +313,8 @@ def test_the_openai_api_serves_only_base_models_named_and_saved_adapters_and_lis
 
 def test_every_route_answers_malformed_bodies_with_a_4xx(abuser, served):
     schema = abuser.request("GET", "/openapi.json").json()
+    declared = [route for route, methods in schema["paths"].items() if "requestBody" in methods.get("post", {})]
+    assert "/api/v1/asample" in declared and "/v1/chat/completions" in declared and len(declared) >= 18  # for schemathesis
     bodies = [None, [], "x", 0, {}, {"model_id": None}, {"session_id": 5, "model_id": [], "request_id": {}}, {"x": [[[[[]]]]] * 100}, {"sampling_params": "hot", "prompt": 1}]
     sent = 0
     for route, methods in schema["paths"].items():
@@ -358,6 +378,7 @@ def test_sigterm_drains_for_the_bound_and_exits_while_sampling_runs(long_model_d
         os.kill(server.process.pid, signal.SIGTERM)
         server.process.wait(timeout=2 + 15)
         took = time.monotonic() - started
+        print(f"\nSIGTERM: exited {took:.1f} s after the signal, status {server.process.returncode} (--drain-s 2)")
     assert took < 2 + 8, f"exited {took:.1f} s after SIGTERM with --drain-s 2"
 
 

@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from ...rollout import ChatModel, EpisodeRecorder
 from ...rollout.recorder import EpisodeClosedError
 from ..limits import LimitExceeded, ServerLimits, check_sampling_room
+from ..openapi_body import declared_body
 from .episode_keys import EPISODE_KEY_PREFIX, EpisodeKeys
 from .schema import ChatCompletionRequest, completion_body, error_body, stream_chunks, validation_error_body
 from .served_models import ServedModels, UnknownModelError
@@ -122,7 +123,7 @@ def openai_router(
         names = [binding.chat_model.agent] if binding is not None else served.names()
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "sparring"} for name in names]}
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", openapi_extra=declared_body(ChatCompletionRequest))
     async def chat_completions(request: Request):
         try:
             binding = episode_of(request)
