@@ -152,8 +152,8 @@ def serve(
     device: str = typer.Option("cpu", help="torch device for the model ('cpu', 'cuda')."),
     base_dir: Optional[Path] = typer.Option(None, help="Where checkpoints saved through the API go (default $SPARRING_HOME/server); no client can read or write outside it."),
     adapter: List[str] = typer.Option([], help="NAME=PATH: also serve the PEFT adapter at PATH as model NAME on the OpenAI API (repeatable)."),
-    max_request_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a forward_backward batch [default: 1048576]."),
-    drain_s: Optional[float] = typer.Option(None, min=0.0, help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server exits [default: 10]."),
+    max_request_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a forward_backward batch (default 1048576)."),
+    drain_s: Optional[float] = typer.Option(None, min=0.0, help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server exits (default 10)."),
 ):
     """Serve the Tinker training API (and the OpenAI-compatible chat API) on one base model.
 

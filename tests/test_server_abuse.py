@@ -355,7 +355,7 @@ def test_schemathesis_finds_no_5xx_in_60_seconds(served):
         @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def check(case) -> None:
             Abuser.sent += 1
-            response = case.call(headers={"X-API-Key": API_KEY}, timeout=BOUND_S)
+            response = case.call(base_url=served.url, headers={"X-API-Key": API_KEY}, timeout=BOUND_S)
             if response.status_code >= 500:
                 failures.append(f"{case.method} {case.path}: {response.status_code} {response.text[:200]}")
 
@@ -380,6 +380,15 @@ def test_sigterm_drains_for_the_bound_and_exits_while_sampling_runs(long_model_d
         took = time.monotonic() - started
         print(f"\nSIGTERM: exited {took:.1f} s after the signal, status {server.process.returncode} (--drain-s 2)")
     assert took < 2 + 8, f"exited {took:.1f} s after SIGTERM with --drain-s 2"
+
+
+def test_serve_refuses_a_malformed_adapter_option_in_one_line():
+    from typer.testing import CliRunner
+
+    from sparring.cli import app as cli_app
+
+    outcome = CliRunner().invoke(cli_app, ["serve", "--adapter", "no-equals-sign"])
+    assert outcome.exit_code == 2 and "NAME=PATH" in outcome.output and "Traceback" not in outcome.output
 
 
 def _poll_once(url: str, request_id: str) -> None:
