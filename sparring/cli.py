@@ -166,17 +166,27 @@ def _shown_metrics(comparison) -> list[str]:
 def serve(
     model: str = typer.Option("smollm2-135m-instruct", help="Base model: catalogue name, Hugging Face directory or .gguf file."),
     port: int = typer.Option(8000, help="TCP port."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind; anything but loopback needs --api-key."),
-    api_key: Optional[str] = typer.Option(None, envvar="SPARRING_API_KEY", help="Key every request must carry (X-API-Key or Authorization: Bearer)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind; anything but loopback (127.0.0.1, ::1, localhost) needs --api-key."),
+    api_key: Optional[str] = typer.Option(
+        None,
+        envvar="SPARRING_API_KEY",
+        help="Key every request must carry (X-API-Key or Authorization: Bearer). Without one, ANY key (or none) is accepted, "
+        "so the server refuses to bind beyond loopback: everyone who can reach a loopback port can use it.",
+    ),
     device: str = typer.Option("cpu", help="torch device for the model ('cpu', 'cuda')."),
-    base_dir: Optional[Path] = typer.Option(None, help="Where checkpoints saved through the API go (default $SPARRING_HOME/server)."),
+    base_dir: Optional[Path] = typer.Option(None, help="Where checkpoints saved through the API go (default $SPARRING_HOME/server); no client can read or write outside it."),
+    adapter: List[str] = typer.Option([], help="NAME=PATH: also serve the PEFT adapter at PATH as model NAME on the OpenAI API (repeatable)."),
+    max_request_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a forward_backward batch (default 1048576)."),
+    drain_s: Optional[float] = typer.Option(None, min=0.0, help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server exits (default 10)."),
 ):
-    """Serve the Tinker training API (and the OpenAI-compatible chat API) on one base model."""
+    """Serve the Tinker training API (and the OpenAI-compatible chat API) on one base model.
+
+    Every request is bounded before it is accepted (context length, --max-request-tokens, LoRA rank, names), each
+    Tinker session sees only its own models, samplers, requests and checkpoints, and SIGTERM drains for --drain-s.
+    """
     import ipaddress
 
-    import uvicorn
-
-    from .server import create_app
+    from .server import ServerLimits, create_app, serve_until_stopped
 
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
@@ -185,13 +195,19 @@ def serve(
     if not loopback and not api_key:
         typer.echo(f"error: refusing to serve on {host} without an API key; pass --api-key KEY (or set SPARRING_API_KEY)", err=True)
         raise typer.Exit(2)
+    named = [entry.partition("=") for entry in adapter]
+    if any(not name or not sep or not path for name, sep, path in named):
+        typer.echo(f"error: --adapter takes NAME=PATH, got {adapter}", err=True)
+        raise typer.Exit(2)
+    given = {"max_request_tokens": max_request_tokens, "drain_s": drain_s}
+    limits = ServerLimits(**{name: value for name, value in given.items() if value is not None})
     try:
-        server_app = create_app(model, api_key=api_key, device=device, base_dir=base_dir)
+        server_app = create_app(model, api_key=api_key, device=device, base_dir=base_dir, limits=limits, adapters={name: path for name, _, path in named})
     except (ValueError, RuntimeError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
-    typer.echo(f"serving {model} on http://{host}:{port} (Tinker API: TINKER_BASE_URL=http://{host}:{port})")
-    uvicorn.run(server_app, host=host, port=port, log_level="warning")
+    typer.echo(f"serving {model} on http://{host}:{port} (Tinker API: TINKER_BASE_URL=http://{host}:{port})" + ("" if api_key else "; no API key: any key is accepted"))
+    serve_until_stopped(server_app, host, port, server_app.state.drain_clock)
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """A real `sparring serve` process on loopback, for the tests that talk to it over HTTP.
 
-`serving(model_dir, directory, api_key)` starts the server on a free port
+`serving(model_dir, directory, api_key, extra_args=())` starts the server (with any further
+`sparring serve` options) on a free port
 (checkpoints under `directory/checkpoints`, its output in
 `directory/server.log`), waits until it answers, yields a `Served`, and
 stops it afterwards. Used by the Tinker-protocol tests and the remote
@@ -43,11 +44,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(model_dir: str | Path, directory: Path, api_key: str, timeout_s: float = 180) -> Iterator[Served]:
+def serving(model_dir: str | Path, directory: Path, api_key: str, timeout_s: float = 180, extra_args: tuple[str, ...] = ()) -> Iterator[Served]:
     port = free_port()
     log = directory / "server.log"
     base_dir = directory / "checkpoints"
-    command = [sys.executable, "-m", "sparring.cli", "serve", "--model", str(model_dir), "--port", str(port), "--api-key", api_key, "--base-dir", str(base_dir)]
+    command = [sys.executable, "-m", "sparring.cli", "serve", "--model", str(model_dir), "--port", str(port), "--api-key", api_key, "--base-dir", str(base_dir), *extra_args]
     with open(log, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -6,9 +6,11 @@ client execute in the order they were made and the model is never touched
 from two threads. Sampling requests are the exception to one-at-a-time: when
 the worker reaches a sampling request it also takes every sampling request
 queued right behind it (and those arriving within a short window) and runs
-them as one batch per adapter. `get_engine` shares one engine per
-(model, device, dtype) in the process, which is how several training clients
-share a base model in memory.
+them as one batch per adapter. An inference request whose caller gave up
+(its future cancelled) is skipped while queued and stops at the next decode
+step while running, so an abandoned request costs nothing more.
+`get_engine` shares one engine per (model, device, dtype) in the process,
+which is how several training clients share a base model in memory.
 """
 
 from __future__ import annotations
@@ -224,6 +226,8 @@ class Engine:
                 continue
             by_adapter: dict[str | None, list] = {}
             for request in self._take_batch(item):
+                if request.future.cancelled():  # its caller gave up while it was queued: never computed
+                    continue
                 by_adapter.setdefault(request.adapter, []).append(request)
             run = self._generate if isinstance(item, _SampleRequest) else self._score
             for adapter, requests in by_adapter.items():
@@ -261,7 +265,7 @@ class Engine:
         jobs = [request.job for request in requests]
         with self.bank.inference(adapter, self._merge):
             decoder = make_decoder(self.bank.base_model, self.config.fast_decoder)
-            return generate(decoder, jobs, self.tokenizer, self.tokenizer.pad_token_id)
+            return generate(decoder, jobs, self.tokenizer, self.tokenizer.pad_token_id, [request.future.cancelled for request in requests])
 
 
 def _rows(request) -> int:

@@ -21,6 +21,7 @@ and again only when rows are dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -203,8 +204,14 @@ def _common_prefix_length(prompts: list[list[int]]) -> int:
 
 
 @torch.no_grad()
-def generate(decoder: FastDecoder | HFDecoder, jobs: list[SampleJob], tokenizer, pad_token_id: int) -> list[SampleResponse]:
-    """Sample every job's completions in one batched decode loop."""
+def generate(
+    decoder: FastDecoder | HFDecoder, jobs: list[SampleJob], tokenizer, pad_token_id: int, abandoned: Sequence[Callable[[], bool]] = ()
+) -> list[SampleResponse]:
+    """Sample every job's completions in one batched decode loop.
+
+    `abandoned[j]()` is asked before every decode step: once it is true, job j's rows stop there (its caller
+    gave up: a cancelled request, a client that left), so a huge request stops costing at once.
+    """
     device = next(decoder.causal_lm.parameters()).device
     max_new = max(job.max_tokens for job in jobs)
     cache, logits_J_V, last_position_J = _prefill(decoder, [job.prompt_tokens for job in jobs], max_new, pad_token_id, device)
@@ -219,12 +226,17 @@ def generate(decoder: FastDecoder | HFDecoder, jobs: list[SampleJob], tokenizer,
     settings = _RowSettings.of([jobs[row.job].params for row in rows], device)
     finished_since_compaction = 0
     for _ in range(max_new):
+        gone = {job for job, is_abandoned in enumerate(abandoned) if is_abandoned()}
         uniform_R = torch.cat([torch.rand(1, generator=row_generators[i]) for i in live]).to(device)
         tokens_R, logprobs_R = _draw(logits_R_V, settings, uniform_R)
         keep = []
         for slot, (row_index, token, logprob) in enumerate(zip(live, tokens_R.tolist(), logprobs_R.tolist())):
             row = rows[row_index]
             if row.stop_reason is not None:  # finished, but its cache row is not dropped yet
+                continue
+            if row.job in gone:
+                row.stop_reason = "length"
+                finished_since_compaction += 1
                 continue
             row.tokens.append(token)
             row.logprobs.append(logprob)

@@ -2,33 +2,44 @@
 
 It loads the base model once (one engine), mounts the Tinker wire protocol
 (`server.tinker`) under `/api/v1` and the OpenAI-compatible API
-(`server.openai`) under `/v1`, both on that engine. Two cross-cutting
-rules live here: an API key, when one is configured, is required on every
-route but the health checks (`X-API-Key` as the Tinker SDK sends it, or
-`Authorization: Bearer` as OpenAI clients do); and every error leaves as
-JSON with a status code — 4xx naming the bad input, 500 with a one-line
-message and never a traceback.
+(`server.openai`) under `/v1`, both on that engine. The cross-cutting rules
+live here: an API key, when one is configured, is required on every route
+but the health checks (`X-API-Key` as the Tinker SDK sends it, or
+`Authorization: Bearer` as OpenAI clients do; compared in constant time);
+every request is bounded (`ServerLimits`: a body over `max_body_bytes` is a
+413 before it is read, and each protocol checks its requests' work against
+the rest); every error leaves as JSON with a status code — 4xx naming the
+bad input, 500 with a one-line message and never a traceback; and the app's
+lifespan sweeps abandoned Tinker sessions and, when the server stops,
+drains in-flight work until the `DrainClock` runs out.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import logging
-import secrets
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from ..clients import ServiceClient
 from ..engine import EngineConfig
 from ..models import sparring_home
-from ..clients import ServiceClient
+from .limits import ServerLimits
 from .openai import ServedModels, openai_router
+from .shutdown import DrainClock
 from .tinker import FutureStore, TinkerService, WireError, describe, tinker_router
 
 logger = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/api/v1/healthz", "/healthz"})
+SWEEP_EVERY_S = 5.0
+"""How often abandoned Tinker sessions are looked for."""
 
 
 def create_app(
@@ -38,21 +49,40 @@ def create_app(
     device: str = "cpu",
     base_dir: str | Path | None = None,
     engine_config: EngineConfig | None = None,
+    limits: ServerLimits | None = None,
+    adapters: Mapping[str, str | Path] | None = None,
 ) -> FastAPI:
     """The app serving `model` (catalogue name, HF directory or .gguf); loads the model now.
 
     Checkpoints saved through the Tinker API go under `base_dir` (default
-    `$SPARRING_HOME/server`). With `api_key`, requests must carry it.
+    `$SPARRING_HOME/server`). With `api_key`, requests must carry it. `adapters` (name -> PEFT directory)
+    are served by name on the OpenAI API besides the base model and adapters saved through the server.
     """
+    limits = limits or ServerLimits()
     base_dir = Path(base_dir) if base_dir is not None else sparring_home() / "server"
     service_client = ServiceClient(base_dir=base_dir, engine_config=engine_config or EngineConfig(device=device))
-    tinker = TinkerService(model, service_client, FutureStore())
+    tinker = TinkerService(model, service_client, FutureStore(), limits=limits)
+    served = ServedModels(service=service_client, base_models=[model], samplers=tinker.sampling_client, adapters=adapters, saved_adapter=tinker.saved_adapter)
+    clock = DrainClock(limits.drain_s)
 
-    app = FastAPI(title="sparring", summary=f"Tinker and OpenAI-compatible APIs on {model}")
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        sweeper = asyncio.ensure_future(_sweep_forever(tinker))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            cancelled = await tinker.store.drain(clock.remaining())
+            if cancelled:
+                logger.warning("stopped: %d requests still running after the drain were cancelled", cancelled)
+
+    app = FastAPI(title="sparring", summary=f"Tinker and OpenAI-compatible APIs on {model}", lifespan=lifespan)
     app.state.tinker = tinker
+    app.state.drain_clock = clock
     _install_error_handlers(app)
     if api_key:
         _require_api_key(app, api_key)
+    app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
 
     @app.get("/healthz")
     async def healthz():
@@ -60,11 +90,51 @@ def create_app(
 
     app.include_router(tinker_router(tinker), prefix="/api/v1")
 
-    # OpenAI-compatible API (/v1/chat/completions, /v1/models): the base model, the Tinker API's
-    # sampling sessions by id, and saved adapter directories, on the same engine (the API key is checked above).
-    app.include_router(openai_router(ServedModels(service=service_client, base_models=[model], samplers=tinker.sampling_client)))
+    # OpenAI-compatible API (/v1/chat/completions, /v1/models): the base model, the Tinker API's sampling sessions
+    # by id, the operator's adapters by name and adapters saved through the server by tinker:// path, on the same
+    # engine (the API key is checked above).
+    app.include_router(openai_router(served, limits=limits, context_length=tinker.engine.max_context))
 
     return app
+
+
+async def _sweep_forever(tinker: TinkerService) -> None:
+    while True:
+        await asyncio.sleep(SWEEP_EVERY_S)
+        tinker.sweep()
+
+
+class _BodyLimit:
+    """ASGI middleware: a request body over `max_bytes` is refused with 413, declared or streamed."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._too_large(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise WireError(413, self._message())
+            return message
+
+        await self.app(scope, counted, send)
+
+    def _message(self) -> str:
+        return f"request body larger than this server's limit of {self.max_bytes} bytes"
+
+    async def _too_large(self, scope, receive, send):
+        await JSONResponse({"detail": self._message()}, status_code=413)(scope, receive, send)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -88,6 +158,6 @@ def _require_api_key(app: FastAPI, api_key: str) -> None:
         if request.url.path in OPEN_PATHS:
             return await call_next(request)
         given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-        if not given or not secrets.compare_digest(given.encode(), api_key.encode()):
+        if not given or not hmac.compare_digest(given.encode(), api_key.encode()):
             return JSONResponse({"detail": "missing or wrong API key: send it as X-API-Key or Authorization: Bearer"}, status_code=401)
         return await call_next(request)

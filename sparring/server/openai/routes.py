@@ -14,19 +14,23 @@
   router was given an `api_key`, the bearer token must match it.
 
 Requests are validated (`schema`): bad input is a 4xx in OpenAI's
-error shape naming the field, never a 500 trace. Streaming sends the reply as
+error shape naming the field, never a 500 trace; with `ServerLimits`, one
+that asks for more than the model's context or the server's bounds is
+refused before sampling starts. A client that disconnects before its reply
+is sampled cancels the sampling (nobody would read it). Streaming sends the reply as
 `chat.completion.chunk` server-sent events ending in `data: [DONE]`; the
 engine samples a reply whole, so the chunks follow once it is sampled.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Awaitable, Mapping, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -34,11 +38,15 @@ from pydantic import ValidationError
 
 from ...rollout import ChatModel, EpisodeRecorder
 from ...rollout.recorder import EpisodeClosedError
+from ..limits import LimitExceeded, ServerLimits, check_sampling_room
+from ..openapi_body import declared_body
 from .episode_keys import EPISODE_KEY_PREFIX, EpisodeKeys
 from .schema import ChatCompletionRequest, completion_body, error_body, stream_chunks, validation_error_body
 from .served_models import ServedModels, UnknownModelError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class OpenAIError(Exception):
@@ -67,11 +75,18 @@ def _unauthorised(message: str) -> OpenAIError:
     return OpenAIError(401, message, kind="authentication_error", code="invalid_api_key")
 
 
-def openai_router(models: ServedModels | Mapping[str, ChatModel] | None = None, episodes: EpisodeKeys | None = None, api_key: str | None = None) -> APIRouter:
+def openai_router(
+    models: ServedModels | Mapping[str, ChatModel] | None = None,
+    episodes: EpisodeKeys | None = None,
+    api_key: str | None = None,
+    limits: ServerLimits | None = None,
+    context_length: int | None = None,
+) -> APIRouter:
     """`/v1/models` and `/v1/chat/completions` for episode keys (`episodes`) and named models (`models`).
 
     With `models=None` only episode keys are served. `api_key`, when set, is required of every caller
-    that has no episode key.
+    that has no episode key. With `limits`, requests to named models are bounded (and, with the models'
+    `context_length`, prompt + max_tokens must fit it) before any sampling starts.
     """
     served = models if isinstance(models, ServedModels) or models is None else ServedModels(models)
     router = APIRouter()
@@ -90,9 +105,10 @@ def openai_router(models: ServedModels | Mapping[str, ChatModel] | None = None, 
             raise _unauthorised("missing or wrong API key (send it as 'Authorization: Bearer <key>')")
         return None
 
-    def served_model(name: str) -> ChatModel:
+    async def served_model(name: str) -> ChatModel:
         try:
-            return served.resolve(name)
+            # In a thread: loading an adapter waits for the engine, which must not stop the event loop.
+            return await asyncio.to_thread(served.resolve, name)
         except UnknownModelError as error:
             raise OpenAIError(404, error.args[0], param="model", code="model_not_found") from None
         except (OSError, ValueError) as error:
@@ -107,13 +123,15 @@ def openai_router(models: ServedModels | Mapping[str, ChatModel] | None = None, 
         names = [binding.chat_model.agent] if binding is not None else served.names()
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "sparring"} for name in names]}
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", openapi_extra=declared_body(ChatCompletionRequest))
     async def chat_completions(request: Request):
         try:
             binding = episode_of(request)
             chat = ChatCompletionRequest.model_validate(await _json_body(request))
-            target = _Target(binding.chat_model, binding.recorder) if binding is not None else _Target(served_model(chat.model), None)
-            replies = await _generate(target, chat)
+            target = _Target(binding.chat_model, binding.recorder) if binding is not None else _Target(await served_model(chat.model), None)
+            if binding is None and limits is not None:
+                _check_bounds(target.chat_model, chat, limits, context_length)
+            replies = await _unless_client_leaves(request, _generate(target, chat))
         except OpenAIError as error:
             return error.response()
         except ValidationError as error:
@@ -159,3 +177,40 @@ async def _sse(chunks: list[dict]):
     for chunk in chunks:
         yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
     yield "data: [DONE]\n\n"
+
+
+def _check_bounds(chat_model: ChatModel, chat: ChatCompletionRequest, limits: ServerLimits, context_length: int | None) -> None:
+    """The request's work fits the server's limits and the model's context (OpenAIError 400 naming the field if not)."""
+    max_tokens = chat.max_completion_tokens or chat.max_tokens
+    field = "max_completion_tokens" if chat.max_completion_tokens else "max_tokens"
+    try:
+        limits.check_num_samples("n", chat.n)
+        if context_length is not None and chat_model.renderer is not None:
+            try:
+                prompt = len(chat_model.renderer.render(chat.chat_messages(), tools=chat.tool_dicts()))
+            except (ValueError, TypeError, KeyError):
+                return  # sampling reports what is wrong with the messages
+            check_sampling_room(field, prompt, max_tokens, context_length)
+            limits.check_tokens(field, prompt + chat.n * (max_tokens or context_length - prompt), f"the prompt ({prompt}) + n ({chat.n}) x {field}")
+    except LimitExceeded as error:
+        raise OpenAIError(400, str(error), param=error.field) from None
+
+
+async def _unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """The result of `work`, cancelled as soon as the client disconnects: nobody would read what it computes."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not task.done():
+        task.cancel()
+        log.warning("client left before its reply was sampled; sampling cancelled")
+        raise OpenAIError(499, "the client closed the request")
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

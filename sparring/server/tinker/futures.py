@@ -8,16 +8,19 @@ the result is there. `FutureStore` keeps one asyncio task per request id.
 sees a result within milliseconds of it existing without hammering the
 server. Results are kept until fetched and for `fetched_ttl_s` after (a
 client whose reply got lost asks again); results never fetched expire after
-`unfetched_ttl_s`. Waiting never cancels the work.
+`unfetched_ttl_s`. Waiting never cancels the work; `cancel` does, and so
+does the end of the session that owns the request (`cancel_owned`): work
+nobody will fetch is not computed. Request ids are random, so no client can
+name another's request by counting from its own. `drain` is the stopping
+server's last word: finish what runs within a deadline, cancel the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
+import secrets
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable
 
@@ -30,6 +33,8 @@ class _Entry:
     """The work; its result is the wire result."""
     kind: str
     """What the request was (logged)."""
+    owner: str | None
+    """The session whose request it is (its end cancels the work); None for session-less work."""
     done_at: float | None = None
     """When the task finished."""
     fetched_at: float | None = None
@@ -38,7 +43,7 @@ class _Entry:
 
 @dataclass
 class FutureStore:
-    """Request id -> running or finished work, with long-poll waiting and expiry."""
+    """Request id -> running or finished work, with long-poll waiting, cancellation and expiry."""
 
     poll_s: float = 20.0
     """Longest a retrieve_future call waits before answering try_again (the SDK's read timeout is 45 s)."""
@@ -47,16 +52,14 @@ class FutureStore:
     unfetched_ttl_s: float = 24 * 3600.0
     """How long a finished result nobody fetched is kept."""
     _entries: dict[str, _Entry] = field(default_factory=dict)
-    _counter: itertools.count = field(default_factory=itertools.count)
-    _prefix: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     _last_sweep: float = 0.0
 
-    def start(self, work: Awaitable[Any], kind: str) -> str:
-        """Run `work` (on the running loop) under a new request id."""
+    def start(self, work: Awaitable[Any], kind: str, owner: str | None = None) -> str:
+        """Run `work` (on the running loop) under a new request id, owned by session `owner`."""
         self._sweep()
-        request_id = f"{self._prefix}-{next(self._counter)}"
+        request_id = f"req-{secrets.token_hex(16)}"
         task = asyncio.ensure_future(work)
-        entry = self._entries[request_id] = _Entry(task=task, kind=kind)
+        entry = self._entries[request_id] = _Entry(task=task, kind=kind, owner=owner)
 
         def finished(done: asyncio.Task) -> None:
             entry.done_at = time.monotonic()
@@ -87,6 +90,25 @@ class FutureStore:
         entry = self._entries.get(request_id)
         if entry is not None and not entry.task.done():
             entry.task.cancel()
+
+    def cancel_owned(self, owner: str) -> int:
+        """Cancel every unfinished request of session `owner`; how many there were."""
+        running = [entry.task for entry in self._entries.values() if entry.owner == owner and not entry.task.done()]
+        for task in running:
+            task.cancel()
+        return len(running)
+
+    async def drain(self, timeout_s: float) -> int:
+        """Let running work finish for up to `timeout_s`, then cancel what is left; how many were cancelled."""
+        running = {entry.task for entry in self._entries.values() if not entry.task.done()}
+        if not running:
+            return 0
+        _, left = await asyncio.wait(running, timeout=max(timeout_s, 0.0))
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left, timeout=1.0)
+        return len(left)
 
     def _sweep(self) -> None:
         now = time.monotonic()

@@ -7,7 +7,10 @@ validates it against the `wire` request type and calls the
 protobuf for the two result types the SDK asks that for
 (`Accept: application/x-protobuf`), `{"type": "try_again", ...}` while the
 work runs, and `{"error": ..., "category": "user" | "server"}` when it
-failed. `client/config` tells the SDK which encodings and features to use.
+failed. `cancel_future` cancels a request (queued or running); the SDK sends
+it for a sampling request its caller abandoned (`sample_cancel_enabled`).
+Each route declares its JSON body in `/openapi.json` (`declared_body`).
+`client/config` tells the SDK which encodings and features to use.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from ...types import ForwardBackwardOutput, SampleResponse
+from ..openapi_body import declared_body
 from . import wire
 from .lanes import LaneClosed
 from .proto import PROTOBUF_MEDIA_TYPE, ProtoError, decode_forward_backward_request, encode_forward_backward_output, encode_sample_response
@@ -41,7 +45,8 @@ CLIENT_CONFIG = {
     "custom_loss_server_side": False,
     "sample_join_sampling_session": False,
 }
-DYNAMIC_CONFIG = {"refresh_interval_sec": 300, "sample_cancel_enabled": False}
+# sample_cancel_enabled: the SDK sends cancel_future for a sampling request its caller abandoned.
+DYNAMIC_CONFIG = {"refresh_interval_sec": 300, "sample_cancel_enabled": True}
 # Errors a request's own input causes; anything else is the server's fault.
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, WireError, LaneClosed)
 
@@ -130,7 +135,7 @@ def tinker_router(service: TinkerService) -> APIRouter:
         model = {"model_name": service.base_model, "max_context_length": service.engine.max_context, "trainable": True, "sampleable": True}
         return {"supported_models": [model]}
 
-    @router.post("/client/config")
+    @router.post("/client/config", openapi_extra=declared_body(wire.ClientConfigRequest))
     async def client_config(request: Request):
         parse(wire.ClientConfigRequest, await json_body(request))
         return CLIENT_CONFIG
@@ -143,13 +148,13 @@ def tinker_router(service: TinkerService) -> APIRouter:
     async def telemetry(request: Request):
         return {"status": "accepted"}
 
-    @router.post("/create_session")
+    @router.post("/create_session", openapi_extra=declared_body(wire.CreateSessionRequest))
     async def create_session(request: Request):
         return service.create_session(parse(wire.CreateSessionRequest, await json_body(request)))
 
-    @router.post("/session_heartbeat")
+    @router.post("/session_heartbeat", openapi_extra=declared_body(wire.SessionRequest))
     async def session_heartbeat(request: Request):
-        service.session(parse(wire.SessionRequest, await json_body(request)).session_id)
+        service.heartbeat(parse(wire.SessionRequest, await json_body(request)).session_id)
         return {"type": "session_heartbeat"}
 
     @router.post("/sessions/{session_id}/finish")
@@ -159,43 +164,43 @@ def tinker_router(service: TinkerService) -> APIRouter:
 
     # Training ----------------------------------------------------------------------
 
-    @router.post("/create_model")
+    @router.post("/create_model", openapi_extra=declared_body(wire.CreateModelRequest))
     async def create_model(request: Request):
         return service.create_model(parse(wire.CreateModelRequest, await json_body(request)))
 
-    @router.post("/get_info")
+    @router.post("/get_info", openapi_extra=declared_body(wire.ModelRequest))
     async def get_info(request: Request):
         return await service.get_info(parse(wire.ModelRequest, await json_body(request)).model_id)
 
-    @router.post("/unload_model")
+    @router.post("/unload_model", openapi_extra=declared_body(wire.ModelRequest))
     async def unload_model(request: Request):
         return service.unload_model(parse(wire.ModelRequest, await json_body(request)).model_id)
 
-    @router.post("/forward_backward")
+    @router.post("/forward_backward", openapi_extra=declared_body(wire.ForwardBackwardRequest))
     async def forward_backward(request: Request):
         body = await forward_backward_body(request)
         parsed = await sequenced(request, wire.ForwardBackwardRequest, body)
         return service.forward_backward(parsed, forward_only=parsed.forward_only)
 
-    @router.post("/forward")
+    @router.post("/forward", openapi_extra=declared_body(wire.ForwardRequest))
     async def forward(request: Request):
         parsed = await sequenced(request, wire.ForwardRequest)
         as_fwdbwd = wire.ForwardBackwardRequest(model_id=parsed.model_id, seq_id=parsed.seq_id, forward_backward_input=parsed.forward_input)
         return service.forward_backward(as_fwdbwd, forward_only=True)
 
-    @router.post("/optim_step")
+    @router.post("/optim_step", openapi_extra=declared_body(wire.OptimStepRequest))
     async def optim_step(request: Request):
         return service.optim_step(await sequenced(request, wire.OptimStepRequest))
 
-    @router.post("/save_weights")
+    @router.post("/save_weights", openapi_extra=declared_body(wire.SaveWeightsRequest))
     async def save_weights(request: Request):
         return service.save_state(await sequenced(request, wire.SaveWeightsRequest))
 
-    @router.post("/save_weights_for_sampler")
+    @router.post("/save_weights_for_sampler", openapi_extra=declared_body(wire.SaveWeightsForSamplerRequest))
     async def save_weights_for_sampler(request: Request):
         return service.save_for_sampler(await sequenced(request, wire.SaveWeightsForSamplerRequest))
 
-    @router.post("/load_weights")
+    @router.post("/load_weights", openapi_extra=declared_body(wire.LoadWeightsRequest))
     async def load_weights(request: Request):
         body = await json_body(request)
         try:
@@ -209,13 +214,13 @@ def tinker_router(service: TinkerService) -> APIRouter:
             service.reject(body)
             raise
 
-    @router.post("/weights_info")
+    @router.post("/weights_info", openapi_extra=declared_body(wire.WeightsInfoRequest))
     async def weights_info(request: Request):
         return service.weights_info(parse(wire.WeightsInfoRequest, await json_body(request)).tinker_path)
 
     # Sampling ---------------------------------------------------------------------
 
-    @router.post("/create_sampling_session")
+    @router.post("/create_sampling_session", openapi_extra=declared_body(wire.CreateSamplingSessionRequest))
     async def create_sampling_session(request: Request):
         return await service.create_sampling_session(parse(wire.CreateSamplingSessionRequest, await json_body(request)))
 
@@ -223,13 +228,13 @@ def tinker_router(service: TinkerService) -> APIRouter:
     async def get_sampler(sampler_id: str):
         return service.get_sampler(sampler_id)
 
-    @router.post("/asample")
+    @router.post("/asample", openapi_extra=declared_body(wire.SampleRequest))
     async def asample(request: Request):
         return service.sample(parse(wire.SampleRequest, await json_body(request)))
 
     # Futures ----------------------------------------------------------------------
 
-    @router.post("/retrieve_future")
+    @router.post("/retrieve_future", openapi_extra=declared_body(wire.RequestIdRequest))
     async def retrieve_future(request: Request):
         request_id = parse(wire.RequestIdRequest, await json_body(request)).request_id
         if not store.known(request_id):
@@ -244,9 +249,12 @@ def tinker_router(service: TinkerService) -> APIRouter:
             return json_response(error_result(task.exception()))
         return result_response(task.result(), PROTOBUF_MEDIA_TYPE in request.headers.get("accept", ""))
 
-    @router.post("/cancel_future")
+    @router.post("/cancel_future", openapi_extra=declared_body(wire.RequestIdRequest))
     async def cancel_future(request: Request):
-        store.cancel(parse(wire.RequestIdRequest, await json_body(request)).request_id)
+        request_id = parse(wire.RequestIdRequest, await json_body(request)).request_id
+        if not store.known(request_id):
+            raise WireError(404, f"unknown or expired request_id {request_id!r}")
+        store.cancel(request_id)
         return json_response(None)
 
     return router

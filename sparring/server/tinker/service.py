@@ -6,10 +6,10 @@ engine (one base model):
 - a session (`create_session`) groups what one `tinker.ServiceClient` made;
   it lives while the SDK heartbeats, and finishing or abandoning it releases
   its adapters;
-- a training model `<session>:train:<n>` is a sparring `TrainingClient`
-  behind a `ModelLane` (requests in `seq_id` order);
-- a sampling session `<session>:sample:<n>` is a sparring `SamplingClient`
-  on a snapshot, the live adapter, saved sampler weights, or the base model.
+- a training model `<session>:train:<n>` (the SDK builds that id itself) is a
+  sparring `TrainingClient` behind a `ModelLane` (requests in `seq_id` order);
+- a sampling session `sample-<random>` is a sparring `SamplingClient` on a
+  snapshot, the live adapter, saved sampler weights, or the base model.
 
 Every request that does work returns a request id from the `FutureStore`.
 Bad input found while decoding a request is a `WireError` (HTTP 4xx); what
@@ -17,7 +17,20 @@ sparring itself rejects (a datum of the wrong length, an unknown loss)
 becomes that request's error result, so one client's bad request never
 touches another's model. sparring's TrainingClient writes checkpoints under
 `<base_dir>/<model_id>/`; the service sets each client's `model_id` to the
-wire model's directory key, so `tinker://` paths map onto those directories.
+wire model's weights key, so `tinker://` paths map onto those directories.
+
+Isolation: the protocol names a session only when something is created in
+it; every later request names just the model, sampler or request it acts
+on. So those ids are the credentials: the session id is a random 128-bit
+token, a model id embeds it (the SDK builds `<session>:train:<n>` itself),
+and everything else a session is handed is a random token that reveals no
+other id: sampler ids, request ids, and checkpoint paths (named by the
+model's random weights key, never its id, so a path handed around grants
+reading those weights and nothing else). An id nobody was handed is a 404,
+and the end of a session (finished, or silent for `session_idle_s`)
+releases its models and samplers and cancels its unfinished requests.
+Every request is bounded by `ServerLimits` (and the model's context) before
+any work is queued.
 """
 
 from __future__ import annotations
@@ -25,8 +38,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import secrets
 import time
-import uuid
 from collections import deque
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -35,8 +48,9 @@ from typing import Any, Callable
 from ...models import resolve_model
 from ...clients import SamplingClient, ServiceClient, TrainingClient
 from ...types import SampleResponse
+from ..limits import LimitExceeded, ServerLimits, check_sampling_room
 from . import wire
-from .checkpoints import CheckpointStore, adapter_dir, lora_shape, model_key
+from .checkpoints import CheckpointStore, adapter_dir, check_name, lora_shape
 from .futures import FutureStore
 from .lanes import ModelLane, remember_recent
 from .wire import WireError
@@ -54,6 +68,8 @@ class _Model:
     """The owning session."""
     rank: int
     """LoRA rank."""
+    weights_key: str
+    """Directory of its checkpoints under the base dir (the first part of their tinker:// paths); not its id."""
     creation_request: str = ""
     """Request id of its creation (answered again to a retried create)."""
     snapshots: deque = field(default_factory=deque)
@@ -80,10 +96,14 @@ class _Session:
 
     last_seen: float
     """Monotonic time of the last heartbeat or request."""
+    heartbeat_at: float | None = None
+    """Monotonic time of the last heartbeat; None for a client that never sends them."""
     models: list[str] = field(default_factory=list)
     """Its training model ids."""
     samplers: list[str] = field(default_factory=list)
     """Its sampling session ids."""
+    sampler_ids: dict[int, str] = field(default_factory=dict)
+    """sampling_session_seq_id -> sampler id (a retried create gets the same sampler)."""
 
 
 class TinkerService:
@@ -95,17 +115,21 @@ class TinkerService:
         service: ServiceClient,
         store: FutureStore,
         *,
+        limits: ServerLimits | None = None,
         gap_s: float = 120.0,
         max_snapshots_per_model: int = 8,
         session_idle_s: float = 3600.0,
+        abandon_s: float = 120.0,
     ):
         self.base_model = base_model
         self.service = service
         self.store = store
+        self.limits = limits or ServerLimits()
         self.checkpoints = CheckpointStore(service.base_dir)
         self.gap_s = gap_s
         self.max_snapshots_per_model = max_snapshots_per_model
         self.session_idle_s = session_idle_s
+        self.abandon_s = abandon_s
         self.base_sampler = service.create_sampling_client(base_model=base_model)  # loads the model now
         self.engine = self.base_sampler.engine
         self.names = {base_model, self.engine.loaded.spec.name}
@@ -127,7 +151,7 @@ class TinkerService:
         raise WireError(400, f"base_model {name!r} is not served here; this server serves {self.base_model!r}")
 
     def session(self, session_id: str) -> _Session:
-        self._expire_idle_sessions()
+        self.sweep()
         session = self.sessions.get(session_id)
         if session is None:
             raise WireError(404, f"unknown session_id {session_id!r} (the server may have restarted; create a new ServiceClient)")
@@ -151,7 +175,7 @@ class TinkerService:
     # Sessions -------------------------------------------------------------------------
 
     def create_session(self, request: wire.CreateSessionRequest) -> dict:
-        session_id = uuid.uuid4().hex
+        session_id = secrets.token_hex(16)
         self.sessions[session_id] = _Session(last_seen=time.monotonic())
         logger.info("session %s created (sdk %s)", session_id, request.sdk_version)
         return {"type": "create_session", "session_id": session_id}
@@ -164,14 +188,27 @@ class TinkerService:
             self._release_model(model_id)
         for sampler_id in session.samplers:
             self.samplers.pop(sampler_id, None)
-        logger.info("session %s finished; %d models released", session_id, len(session.models))
+        cancelled = self.store.cancel_owned(session_id)
+        logger.info("session %s finished; %d models released, %d unfinished requests cancelled", session_id, len(session.models), cancelled)
 
-    def _expire_idle_sessions(self) -> None:
+    def heartbeat(self, session_id: str) -> None:
+        self.session(session_id).heartbeat_at = time.monotonic()
+
+    def sweep(self) -> None:
+        """Release sessions silent for `session_idle_s`; cancel the requests of heartbeating clients gone quiet for `abandon_s`.
+
+        The SDK heartbeats every 10 s and calls a session lost after 120 s without one: its process is gone, and
+        nobody will fetch what it asked for. (A client that never heartbeats is judged by `session_idle_s` alone.)
+        """
         now = time.monotonic()
         for session_id, session in list(self.sessions.items()):
             if now - session.last_seen > self.session_idle_s:
                 logger.warning("session %s sent nothing for %.0f s; releasing it", session_id, now - session.last_seen)
                 self.finish_session(session_id)
+            elif session.heartbeat_at is not None and now - session.heartbeat_at > self.abandon_s:
+                silent, session.heartbeat_at = now - session.heartbeat_at, None
+                cancelled = self.store.cancel_owned(session_id)
+                logger.warning("session %s sent no heartbeat for %.0f s; %d unfinished requests cancelled", session_id, silent, cancelled)
 
     # Training models -------------------------------------------------------------------
 
@@ -182,6 +219,8 @@ class TinkerService:
         if family != "adamw":
             raise WireError(400, f"optimizer_config.type {family!r} is not served; sparring trains with AdamW")
         lora = request.lora_config or wire.LoraConfig(rank=32)
+        if lora.rank > self.limits.max_lora_rank:
+            raise WireError(400, f"lora_config.rank: {lora.rank} is above this server's limit of {self.limits.max_lora_rank}")
         options = {"rank": lora.rank, "seed": lora.seed, "train_mlp": lora.train_mlp, "train_attn": lora.train_attn, "train_unembed": lora.train_unembed}
         return self._new_model(session, request.session_id, request.model_seq_id, options, None, "CreateModel")
 
@@ -195,26 +234,27 @@ class TinkerService:
         return self._new_model(session, request.session_id, request.model_seq_id, options, load, "LoadWeights")
 
     def _new_model(self, session: _Session, session_id: str, seq: int, options: dict, load: tuple | None, kind: str) -> dict:
-        model_id = f"{session_id}:train:{seq}"
+        model_id = f"{session_id}:train:{seq}"  # the SDK builds this id itself (creating a model from a checkpoint)
         if model_id in self.models:  # a retried create
             return {"request_id": self.models[model_id].creation_request, "model_id": model_id}
+        weights_key = f"weights-{secrets.token_hex(16)}"
 
         def create() -> TrainingClient:
             client = self.service.create_lora_training_client(self.base_model, **options)
-            client.model_id = model_key(model_id)  # checkpoints go to <base_dir>/<model key>/
+            client.model_id = weights_key  # checkpoints go to <base_dir>/<weights key>/
             if load is not None:
                 path, with_optimizer = load
                 (client.load_state(str(path)) if with_optimizer else client.load_weights(str(path))).result()
             return client
 
         creation = asyncio.ensure_future(asyncio.to_thread(create))
-        model = _Model(lane=ModelLane(model_id, creation, self.gap_s), session_id=session_id, rank=options["rank"])
+        model = _Model(lane=ModelLane(model_id, creation, self.gap_s), session_id=session_id, rank=options["rank"], weights_key=weights_key)
 
         async def created() -> dict:
             await creation
             return {"type": "load_weights" if load else "create_model", "model_id": model_id, "path": None}
 
-        model.creation_request = self.store.start(created(), kind)
+        model.creation_request = self.store.start(created(), kind, owner=session_id)
         self.models[model_id] = model
         session.models.append(model_id)
         return {"request_id": model.creation_request, "model_id": model_id}
@@ -229,12 +269,28 @@ class TinkerService:
         model_data = {"arch": getattr(config, "model_type", None), "model_name": self.base_model, "tokenizer_id": str(self.engine.loaded.model.name_or_path)}
         return {"type": "get_info", "model_id": model_id, "model_data": model_data, "is_lora": True, "lora_rank": model.rank, "model_name": self.base_model}
 
-    def sequenced(self, request: wire.SequencedRequest, kind: str, start: Callable[[TrainingClient], Any], finish: Callable[[Any], Any]) -> dict:
-        """Queue one per-model request; its result is finish(result of the work start submitted)."""
+    def sequenced(
+        self,
+        request: wire.SequencedRequest,
+        kind: str,
+        start: Callable[[TrainingClient], Any],
+        finish: Callable[[Any], Any],
+        check: Callable[[], None] | None = None,
+    ) -> dict:
+        """Queue one per-model request; its result is finish(result of the work start submitted).
+
+        `check` runs first: a ValueError it raises refuses the request (HTTP 400) and gives up its seq_id.
+        """
         model = self.model(request.model_id)
         seq_id = request.seq_id
         if seq_id is not None and (earlier := model.lane.request_id(seq_id)) is not None:
             return {"request_id": earlier, "model_id": request.model_id}
+        if check is not None:
+            try:
+                check()
+            except ValueError as error:
+                model.lane.skip(seq_id)
+                raise WireError(400, str(error)) from None
 
         async def submit(client: TrainingClient) -> Any:
             handle = start(client)
@@ -245,7 +301,7 @@ class TinkerService:
             handle = await submitted
             return finish(await handle if inspect.isawaitable(handle) else handle)
 
-        request_id = self.store.start(work(model.lane.submit(seq_id, submit)), kind)
+        request_id = self.store.start(work(model.lane.submit(seq_id, submit)), kind, owner=model.session_id)
         model.lane.remember(seq_id, request_id)
         return {"request_id": request_id, "model_id": request.model_id}
 
@@ -261,7 +317,16 @@ class TinkerService:
             run = client.forward if forward_only else client.forward_backward
             return run(batch.to_sparring(), batch.loss_fn, batch.config())
 
-        return self.sequenced(request, "Forward" if forward_only else "ForwardBackward", start, lambda output: output)
+        def check() -> None:
+            context, total = self.engine.max_context, 0
+            for index, datum in enumerate(batch.data):
+                length = datum.model_input.token_count()
+                if length > context:
+                    raise LimitExceeded(f"forward_backward_input.data[{index}].model_input", f"{length} tokens exceed the model's context length of {context}")
+                total += length
+            self.limits.check_tokens("forward_backward_input.data", total, f"the {len(batch.data)} datums")
+
+        return self.sequenced(request, "Forward" if forward_only else "ForwardBackward", start, lambda output: output, check)
 
     def optim_step(self, request: wire.OptimStepRequest) -> dict:
         finish = lambda response: {"type": "optim_step", "metrics": response.metrics}  # noqa: E731
@@ -269,17 +334,18 @@ class TinkerService:
 
     def save_state(self, request: wire.SaveWeightsRequest) -> dict:
         name = request.path or f"state-{request.seq_id or int(time.time())}"
-        path = self.checkpoints.tinker_path(request.model_id, "weights", name)
-        return self.sequenced(request, "SaveWeights", lambda client: client.save_state(name), lambda _: {"type": "save_weights", "path": path})
+        path = self.checkpoints.tinker_path(self.model(request.model_id).weights_key, "weights", name)
+        finish = lambda _: {"type": "save_weights", "path": path}  # noqa: E731
+        return self.sequenced(request, "SaveWeights", lambda client: client.save_state(name), finish, lambda: check_name("path", name))
 
     def save_for_sampler(self, request: wire.SaveWeightsForSamplerRequest) -> dict:
-        model_id = request.model_id
+        model = self.model(request.model_id)
         if request.path is not None:
-            path = self.checkpoints.tinker_path(model_id, "sampler_weights", request.path)
+            path = self.checkpoints.tinker_path(model.weights_key, "sampler_weights", request.path)
             finish = lambda _: {"type": "save_weights_for_sampler", "path": path, "sampling_session_id": None}  # noqa: E731
-            return self.sequenced(request, "SaveWeightsForSampler", lambda client: client.save_weights_for_sampler(request.path), finish)
-        model = self.model(model_id)
-        sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id if request.sampling_session_seq_id is not None else uuid.uuid4().hex}"
+            save = lambda client: client.save_weights_for_sampler(request.path)  # noqa: E731
+            return self.sequenced(request, "SaveWeightsForSampler", save, finish, lambda: check_name("path", request.path))
+        sampler_id = f"sample-{secrets.token_hex(16)}"
 
         async def start(client: TrainingClient) -> SamplingClient:
             return await client.save_weights_and_get_sampling_client_async(kind=request.kind)
@@ -302,13 +368,13 @@ class TinkerService:
         return self.sequenced(envelope, "LoadWeights", load, finish)
 
     def unload_model(self, model_id: str) -> dict:
-        self.model(model_id)
+        model = self.model(model_id)
         self._release_model(model_id)
 
         async def done() -> dict:
             return {"type": "unload_model", "model_id": model_id}
 
-        return {"request_id": self.store.start(done(), "UnloadModel"), "model_id": model_id}
+        return {"request_id": self.store.start(done(), "UnloadModel", owner=model.session_id), "model_id": model_id}
 
     def weights_info(self, tinker_path: str) -> dict:
         shape = self._lora_shape(self._local(tinker_path))
@@ -352,9 +418,10 @@ class TinkerService:
             session.samplers.append(sampler_id)
 
     async def create_sampling_session(self, request: wire.CreateSamplingSessionRequest) -> dict:
-        self.session(request.session_id)
-        sampler_id = f"{request.session_id}:sample:{request.sampling_session_seq_id}"
+        session = self.session(request.session_id)
+        sampler_id = session.sampler_ids.get(request.sampling_session_seq_id)
         if sampler_id not in self.samplers:
+            sampler_id = f"sample-{secrets.token_hex(16)}"
             self.check_base_model(request.base_model)
             if request.model_path is not None:
                 path = adapter_dir(self._local(request.model_path))
@@ -365,7 +432,12 @@ class TinkerService:
             else:
                 client = self.base_sampler
             self._add_sampler(sampler_id, _Sampler(client=client, session_id=request.session_id, model_path=request.model_path))
+            session.sampler_ids[request.sampling_session_seq_id] = sampler_id
         return {"type": "create_sampling_session", "sampling_session_id": sampler_id}
+
+    def saved_adapter(self, tinker_path: str) -> Path:
+        """The PEFT directory of a checkpoint saved through this server (how the OpenAI API serves it by path)."""
+        return adapter_dir(self.checkpoints.local(tinker_path))
 
     def sampling_client(self, sampler_id: str) -> SamplingClient | None:
         """The sampler of a sampling session id, or None (how the OpenAI API finds them by `model` name)."""
@@ -384,23 +456,36 @@ class TinkerService:
         if request.seq_id is not None and request.seq_id in sampler.request_ids:
             request_id = sampler.request_ids[request.seq_id]
         else:
-            request_id = self.store.start(self._sample(sampler.client, request), "Sample")
+            try:
+                self._check_sample(request)
+            except LimitExceeded as error:
+                raise WireError(400, str(error)) from None
+            request_id = self.store.start(self._sample(sampler.client, request), "Sample", owner=sampler.session_id)
             if request.seq_id is not None:
                 remember_recent(sampler.request_ids, request.seq_id, request_id)
         return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}:{index}" for index in range(request.num_samples)]}
 
     async def _sample(self, client: SamplingClient, request: wire.SampleRequest) -> SampleResponse:
         prompt = request.prompt.to_sparring()
-        # Sampling and scoring are two engine requests, awaited here side by side.
         sampled = client.sample(prompt, request.num_samples, request.sampling_params)
-        scored = client.compute_logprobs(prompt) if request.prompt_logprobs else None
-        response = await sampled
-        if scored is None:
-            return response
-        logprobs = await scored
+        if not request.prompt_logprobs:
+            return await sampled
+        # Sampling and scoring are two engine requests, awaited side by side (cancelling this cancels both).
+        response, logprobs = await asyncio.gather(sampled.result_async(), client.compute_logprobs(prompt).result_async())
         last_n = request.prompt_logprobs_last_n
         if last_n is not None:
             if last_n >= len(logprobs):
                 raise ValueError(f"prompt_logprobs_last_n must be below the prompt length {len(logprobs)}, got {last_n}")
             logprobs = [None] * (len(logprobs) - last_n) + logprobs[-last_n:]
         return SampleResponse(sequences=response.sequences, prompt_logprobs=logprobs)
+
+    def _check_sample(self, request: wire.SampleRequest) -> None:
+        """The request's work fits the model's context and the server's limits (LimitExceeded naming the field if not)."""
+        prompt = request.prompt.token_count()
+        max_tokens = request.sampling_params.max_tokens
+        check_sampling_room("sampling_params.max_tokens", prompt, max_tokens, self.engine.max_context)
+        self.limits.check_num_samples("num_samples", request.num_samples)
+        completion = min(max_tokens or self.engine.config.default_max_tokens, self.engine.max_context - prompt)
+        scoring = prompt if request.prompt_logprobs else 0
+        what = f"prompt ({prompt}) + num_samples ({request.num_samples}) x max_tokens ({completion})" + (" + prompt scoring" if scoring else "")
+        self.limits.check_tokens("num_samples", prompt + scoring + request.num_samples * completion, what)

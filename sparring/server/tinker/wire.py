@@ -22,14 +22,20 @@ nowhere else. Sampling parameters need no wire form of their own:
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ... import types
 
 M = TypeVar("M", bound=BaseModel)
+
+Id = Annotated[str, Field(max_length=128)]
+"""A session, model, sampler or request id, or a checkpoint name: ids this server mints are far shorter."""
+PathText = Annotated[str, Field(max_length=1024)]
+"""A `tinker://` path or a base model name."""
+MAX_STOPS, MAX_STOP_LENGTH = 64, 256
 
 
 class WireError(Exception):
@@ -68,25 +74,25 @@ def describe(error: ValidationError) -> str:
 class ClientConfigRequest(_Wire):
     """Asks for the feature flags that steer the SDK (encodings, auth, chunking)."""
 
-    sdk_version: str | None = None
+    sdk_version: Id | None = None
     """Version of the calling SDK."""
 
 
 class CreateSessionRequest(_Wire):
     """Opens a session: the scope of a ServiceClient's training and sampling clients."""
 
-    tags: list[str] = Field(default_factory=list)
+    tags: list[Id] = Field(default_factory=list, max_length=64)
     """Free-form labels."""
     user_metadata: dict[str, Any] | None = None
     """Free-form metadata."""
-    sdk_version: str | None = None
+    sdk_version: Id | None = None
     """Version of the calling SDK (logged)."""
 
 
 class SessionRequest(_Wire):
     """Names a session (heartbeat)."""
 
-    session_id: str
+    session_id: Id
     """The session."""
 
 
@@ -108,11 +114,11 @@ class LoraConfig(_Wire):
 class CreateModelRequest(_Wire):
     """Creates a training model (a LoRA adapter) in a session."""
 
-    session_id: str
+    session_id: Id
     """The owning session."""
     model_seq_id: int = Field(ge=0)
     """Index of this model in its session; with the session it makes the model id."""
-    base_model: str
+    base_model: PathText
     """Must name the base model this server serves."""
     lora_config: LoraConfig | None = None
     """Adapter shape; None means rank 32 on every layer group."""
@@ -123,14 +129,14 @@ class CreateModelRequest(_Wire):
 class ModelRequest(_Wire):
     """Names a training model (get_info, unload_model)."""
 
-    model_id: str
+    model_id: Id
     """The model."""
 
 
 class SequencedRequest(_Wire):
     """The envelope every per-model request shares: the model and its place in the model's order."""
 
-    model_id: str
+    model_id: Id
     """The model this request acts on."""
     seq_id: int | None = None
     """1, 2, 3, ... per model: requests run in this order whatever order they arrive in."""
@@ -178,6 +184,9 @@ class WireModelInput(_Wire):
 
     chunks: list[WireChunk]
     """The chunks, in order."""
+
+    def token_count(self) -> int:
+        return sum(len(chunk.tokens or ()) for chunk in self.chunks)
 
     def to_sparring(self) -> types.ModelInput:
         for index, chunk in enumerate(self.chunks):
@@ -268,14 +277,14 @@ class OptimStepRequest(SequencedRequest):
 class SaveWeightsRequest(SequencedRequest):
     """save_state: adapter + optimizer under a name."""
 
-    path: str | None = None
+    path: Id | None = None
     """Checkpoint name (a single path component); None picks one."""
 
 
 class SaveWeightsForSamplerRequest(SequencedRequest):
     """save_weights_for_sampler (with a name) or a sampling session on the current weights (without)."""
 
-    path: str | None = None
+    path: Id | None = None
     """Checkpoint name; None asks for a sampling session instead of a file."""
     sampling_session_seq_id: int | None = None
     """Index of the new sampling session in its session (when path is None)."""
@@ -286,15 +295,15 @@ class SaveWeightsForSamplerRequest(SequencedRequest):
 class LoadWeightsRequest(_Wire):
     """load_state on a model, or (with session_id) a new model created from a checkpoint."""
 
-    model_id: str | None = None
+    model_id: Id | None = None
     """The model to load into (with seq_id)."""
     seq_id: int | None = None
     """Its place in the model's order."""
-    session_id: str | None = None
+    session_id: Id | None = None
     """Create-via-load: the session of the new model (with model_seq_id)."""
     model_seq_id: int | None = None
     """Create-via-load: the new model's index in its session."""
-    path: str
+    path: PathText
     """A tinker:// path returned by save_state (or save_weights_for_sampler)."""
     optimizer: bool = False
     """Also restore the optimizer state."""
@@ -306,13 +315,13 @@ class LoadWeightsRequest(_Wire):
 class CreateSamplingSessionRequest(_Wire):
     """A sampler on saved weights (model_path) or on the base model."""
 
-    session_id: str
+    session_id: Id
     """The owning session."""
     sampling_session_seq_id: int = Field(ge=0)
     """Index of the sampler in its session."""
-    base_model: str | None = None
+    base_model: PathText | None = None
     """The base model (when sampling it directly)."""
-    model_path: str | None = None
+    model_path: PathText | None = None
     """tinker:// path of sampler weights."""
 
 
@@ -321,17 +330,25 @@ class SamplingParams(types.SamplingParams):
 
     model_config = ConfigDict(extra="ignore")
 
+    @field_validator("stop")
+    @classmethod
+    def _few_short_stops(cls, stop):
+        stops = [stop] if isinstance(stop, str) else stop or []
+        if len(stops) > MAX_STOPS or any(isinstance(s, str) and len(s) > MAX_STOP_LENGTH for s in stops):
+            raise ValueError(f"at most {MAX_STOPS} stops of at most {MAX_STOP_LENGTH} characters each (every one is checked at every decode step)")
+        return stop
+
 
 class SampleRequest(_Wire):
     """asample: completions (and optionally prompt logprobs) from a sampling session."""
 
-    sampling_session_id: str | None = None
+    sampling_session_id: Id | None = None
     """The sampler."""
     seq_id: int | None = None
     """Index of the request in its sampler (used to recognise retries)."""
-    base_model: str | None = None
+    base_model: PathText | None = None
     """Sample the base model directly (without a session)."""
-    model_path: str | None = None
+    model_path: PathText | None = None
     """Sample saved weights directly (without a session)."""
     num_samples: int = Field(default=1, ge=1)
     """Completions to draw."""
@@ -363,7 +380,7 @@ class SampleRequest(_Wire):
 class RequestIdRequest(_Wire):
     """Names a future (retrieve_future, cancel_future)."""
 
-    request_id: str
+    request_id: Id
     """The future."""
     allow_metadata_only: bool = False
     """Ignored: results are always sent whole."""
@@ -372,5 +389,5 @@ class RequestIdRequest(_Wire):
 class WeightsInfoRequest(_Wire):
     """What a checkpoint holds (older SDKs ask before creating a client from it)."""
 
-    tinker_path: str
+    tinker_path: PathText
     """tinker:// path of the checkpoint."""

@@ -1,0 +1,55 @@
+"""`ServerLimits`: the bounds `sparring serve` checks before it accepts any work.
+
+A served request costs what its client asks for: decode steps, activation
+memory, disk. Every request is checked against these bounds (and against the
+model's context length) when it arrives, and one that exceeds any of them is
+refused with a 4xx naming the field and the bound, so no client can tie up
+the one engine every client shares. `LimitExceeded` is that refusal; each
+protocol turns it into its own error shape. The same record holds how long
+a stopping server drains (`drain_s`).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LimitExceeded(ValueError):
+    """A request over one of the server's bounds; the message names the field and the bound."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class ServerLimits(BaseModel):
+    """Per-request bounds of a served app (and its shutdown grace)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_request_tokens: int = Field(default=1_048_576, ge=1)
+    """Most tokens one request may make the engine process: prompt + num_samples x max_tokens for sampling, all datums' tokens for forward_backward."""
+    max_num_samples: int = Field(default=64, ge=1)
+    """Most completions one sampling request (or `n` of a chat request) asks for."""
+    max_lora_rank: int = Field(default=256, ge=1)
+    """Largest LoRA rank a client may create (memory grows linearly with it)."""
+    max_body_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
+    """Largest request body accepted (HTTP 413 beyond it)."""
+    drain_s: float = Field(default=10.0, ge=0.0)
+    """On SIGTERM, how long in-flight requests may still finish before they are cancelled and the server exits."""
+
+    def check_tokens(self, field: str, tokens: int, what: str) -> None:
+        if tokens > self.max_request_tokens:
+            raise LimitExceeded(field, f"{what} come to {tokens} tokens; this server accepts at most {self.max_request_tokens} per request (serve --max-request-tokens)")
+
+    def check_num_samples(self, field: str, count: int) -> None:
+        if count > self.max_num_samples:
+            raise LimitExceeded(field, f"{count} is above this server's limit of {self.max_num_samples} samples per request")
+
+
+def check_sampling_room(field: str, prompt_tokens: int, max_tokens: int | None, context: int) -> None:
+    """prompt + max_tokens must fit the model's context (max_tokens None: the prompt must leave room for one token)."""
+    if max_tokens is not None and max_tokens > context:
+        raise LimitExceeded(field, f"{max_tokens} is above the model's context length of {context} tokens")
+    if prompt_tokens + (max_tokens or 1) > context:
+        raise LimitExceeded(field, f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens or 1}) exceed the model's context length of {context} tokens")
