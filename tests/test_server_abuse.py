@@ -339,7 +339,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(long_model_dir, tmp_
     assert streamed.status_code == 413 and "1000 bytes" in streamed.json()["detail"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("schemathesis") is None, reason="schemathesis is not installed (pip install schemathesis, or the dev extra once it lists it)")
+@pytest.mark.skipif(importlib.util.find_spec("schemathesis") is None, reason="schemathesis is not installed (it is in the dev extra: pip install -e '.[dev]')")
 def test_schemathesis_finds_no_5xx_in_60_seconds(served):
     import schemathesis
     from hypothesis import HealthCheck, given, settings
