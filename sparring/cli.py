@@ -1,10 +1,11 @@
-"""`sparring` on the command line: train, debug-run, evaluate and serve.
+"""`sparring` on the command line: train, debug-run, evaluate, serve, and view a run.
 
     sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR]
     sparring train guess_number               # a packaged game's name: its default config
     sparring run config.yaml --tasks 2        # episodes without training, transcripts printed
     sparring eval config.yaml [--adapter PATH] [--tasks 100] [--output comparison.json]
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
+    sparring view RUN_DIR [-o report.html] [--serve]          # one HTML file: curves, evaluation, token-level rollouts
 
 Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand instead.
 """
@@ -21,7 +22,7 @@ import typer
 
 from .algorithms import METHODS_NOTE
 from .envs import GAMES, load_config
-from .logging import format_transcript, print_table
+from .logging import format_transcript, print_table, serve_report, write_report
 from .trainer import ConfigError, DatasetError, Job
 from .trainer.loop import run_debug_episodes, run_evaluation
 
@@ -64,6 +65,8 @@ def train(
     if result.comparison is not None:
         _print_comparison("Held-out evaluation (before -> after training, beside the baselines)", result.comparison)
         typer.echo(f"comparison: {result.run_dir / 'evaluation.json'}")
+    typer.echo(f"reward curve: {result.reward_plot_path}")
+    typer.echo(f"report (open in a browser): {result.report_path}")
 
 
 @app.command()
@@ -136,6 +139,31 @@ def _shown_metrics(comparison) -> list[str]:
     names = {name for column in comparison.columns for name in column.estimates}
     shown = [name for name in sorted(names) if not (name.startswith(("agent/", "role/")) and not name.endswith("/win_rate")) and not name.startswith(("reward/", "time/"))]
     return (["reward/mean"] if "reward/mean" in names else []) + shown
+
+
+@app.command()
+def view(
+    run_dir: Path = typer.Argument(..., help="A run directory (what `sparring train` wrote)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the report; default RUN_DIR/report.html."),
+    serve: bool = typer.Option(False, "--serve", help="Serve the report instead, rendered afresh on every request (follows a run live)."),
+    host: str = typer.Option("127.0.0.1", help="Address to serve on (with --serve)."),
+    port: int = typer.Option(8050, help="TCP port to serve on (with --serve)."),
+):
+    """Write a run's report: one self-contained HTML file with its curves, evaluation tables and token-level rollouts."""
+    if not run_dir.is_dir():
+        typer.echo(f"error: {run_dir} is not a run directory", err=True)
+        raise typer.Exit(2)
+    if serve:
+        server = serve_report(run_dir, host, port)
+        typer.echo(f"serving the report of {run_dir} on http://{host}:{server.server_address[1]} (Ctrl-C stops)")
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+        return
+    typer.echo(f"report: {write_report(run_dir, output)}")
 
 
 @app.command()

@@ -58,6 +58,15 @@ class AdapterInfo:
     """False for snapshots and loaded sampler weights."""
 
 
+@contextlib.contextmanager
+def _quiet_peft_wrap():
+    """Wrapping a model, peft reads `is_gradient_checkpointing`, which transformers 5 deprecates with a FutureWarning
+    that the user can do nothing about; only that warning is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 class AdapterBank:
     """Named LoRA adapters over one shared base model."""
 
@@ -104,7 +113,8 @@ class AdapterBank:
         if not (path / "adapter_config.json").exists():
             raise FileNotFoundError(f"{path} is not a PEFT adapter directory (no adapter_config.json)")
         if self.peft_model is None:
-            self.peft_model = PeftModel.from_pretrained(self.base_model, str(path), adapter_name=name, is_trainable=trainable)
+            with _quiet_peft_wrap():
+                self.peft_model = PeftModel.from_pretrained(self.base_model, str(path), adapter_name=name, is_trainable=trainable)
         else:
             self.peft_model.load_adapter(str(path), adapter_name=name, is_trainable=trainable)
         return self._register(name, self.peft_model.peft_config[name].r, trainable=trainable)
@@ -201,7 +211,8 @@ class AdapterBank:
         if name in self.adapters:
             raise ValueError(f"an adapter named {name!r} already exists")
         if self.peft_model is None:
-            self.peft_model = get_peft_model(self.base_model, config, adapter_name=name)
+            with _quiet_peft_wrap():
+                self.peft_model = get_peft_model(self.base_model, config, adapter_name=name)
         else:
             self.peft_model.add_adapter(name, config)
 
