@@ -1,4 +1,4 @@
-"""`sparring` on the command line: train, debug-run, evaluate, serve, and view a run.
+"""`sparring` on the command line: train, debug-run, evaluate, serve, view a run and export what it trained.
 
     sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR]
     sparring train guess_number               # a packaged game's name: its default config
@@ -6,6 +6,7 @@
     sparring eval config.yaml [--adapter PATH] [--tasks 100] [--output comparison.json]
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
     sparring view RUN_DIR [-o report.html] [--serve]          # one HTML file: curves, evaluation, token-level rollouts
+    sparring export RUN_DIR OUT [--merged]                     # the trained adapter (or a merged model) for peft / transformers / vLLM
 
 Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand instead.
 """
@@ -21,9 +22,11 @@ from typing import List, Optional
 import typer
 
 from .algorithms import METHODS_NOTE
+from .engine import export_adapter
 from .envs import GAMES, load_config
 from .logging import format_transcript, print_table, serve_report, write_report
 from .trainer import ConfigError, DatasetError, Job
+from .trainer.checkpoints import final_adapters
 from .trainer.loop import run_debug_episodes, run_evaluation
 
 app = typer.Typer(add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True)
@@ -164,6 +167,29 @@ def view(
             server.server_close()
         return
     typer.echo(f"report: {write_report(run_dir, output)}")
+
+
+@app.command()
+def export(
+    source: Path = typer.Argument(..., help="A run directory (its final adapter is exported), or an adapter directory."),
+    out: Path = typer.Argument(..., help="A new directory to write."),
+    merged: bool = typer.Option(False, "--merged", help="Fold the adapter into the base weights: a whole Hugging Face model directory."),
+    model: Optional[str] = typer.Option(None, help="Which trainable model, for runs that train several."),
+):
+    """Export a trained adapter for peft (`AutoPeftModelForCausalLM`), or merged into a model for transformers / vLLM / llama.cpp."""
+    try:
+        adapters = {"adapter": source} if (source / "adapter_config.json").is_file() else final_adapters(source)
+        if model is not None and model not in adapters:
+            raise ValueError(f"--model {model!r}: the run trains {sorted(adapters)}")
+        if model is None and len(adapters) > 1:
+            raise ValueError(f"the run trains {sorted(adapters)}; choose one with --model")
+        adapter = adapters[model] if model is not None else next(iter(adapters.values()))
+        written = export_adapter(adapter, out, merged=merged)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+    kind = "merged model (load with AutoModelForCausalLM.from_pretrained)" if merged else "adapter (load with AutoPeftModelForCausalLM.from_pretrained)"
+    typer.echo(f"{kind}: {written}")
 
 
 @app.command()

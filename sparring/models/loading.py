@@ -57,6 +57,9 @@ class LoadedModel:
     """Device holding the weights."""
     dtype: torch.dtype
     """Dtype of the weights."""
+    hf_dir: Path
+    """The Hugging Face directory the weights came from (for a GGUF file, its converted copy): saved adapters name it
+    as their base, so peft and transformers load them without sparring."""
 
 
 def _parse_device(device: str | torch.device) -> torch.device:
@@ -176,6 +179,11 @@ def _hf_model_dir(spec: ModelSpec) -> Path:
     return cache_dir
 
 
+def model_directory(name_or_path: str) -> Path:
+    """The Hugging Face directory of a catalogue model, HF directory or GGUF file (converting a GGUF file once)."""
+    return _hf_model_dir(resolve_model(name_or_path)).resolve()
+
+
 @contextlib.contextmanager
 def _without_loading_bar():
     """transformers draws a "Loading weights" bar for a load that takes a second; the run's own progress is enough."""
@@ -231,6 +239,7 @@ def load_base_model(
         renderer=get_renderer(tokenizer),
         device=torch_device,
         dtype=torch_dtype,
+        hf_dir=model_dir.resolve(),
     )
 
 
