@@ -14,6 +14,7 @@ Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand ins
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import sys
 from pathlib import Path
@@ -35,9 +36,31 @@ CONFIG = typer.Argument(..., help=f"The job's YAML config, or a game's name for 
 OVERRIDES = typer.Option([], "--set", help="Override a field: --set algorithm.learning_rate=3e-5 (repeatable).")
 
 
+def _show_version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"sparring {importlib.metadata.version('sparring')}")
+        raise typer.Exit()
+
+
+_EVERY_CONFIG_SETS: list[str] = []
+"""Overrides the global options put on every config this invocation loads (--quiet: no progress display)."""
+
+
+@app.callback()
+def options(
+    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True, help="Print sparring's version and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or lines and no warnings: only results and errors."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also sparring's informational lines (model loads and conversions, resumes)."),
+):
+    """Train the LLM agents inside multi-agent workflows with RL."""
+    _EVERY_CONFIG_SETS[:] = ["logging.console=false"] if quiet else []
+    logging.getLogger().setLevel(logging.ERROR if quiet else logging.WARNING)
+    logging.getLogger("sparring").setLevel(logging.ERROR if quiet else logging.INFO if verbose else logging.NOTSET)
+
+
 def _load(config: Path, overrides: list[str]):
     try:
-        return load_config(config, overrides)
+        return load_config(config, [*overrides, *_EVERY_CONFIG_SETS])
     except (ConfigError, DatasetError, FileNotFoundError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error

@@ -375,3 +375,10 @@ def test_episode_progress_is_a_bar_beside_the_step_bar_on_a_terminal(monkeypatch
             counter.add(_finished_episode(0.0, 1))
         assert len(progress._progress.tasks) == 1, "a finished phase leaves the display"
 
+
+
+def test_disabled_progress_prints_nothing(capsys):
+    with TrainingProgress(total_steps=2, enabled=False) as progress:
+        progress.episodes("eval trained", 1, final_line=True).add(_finished_episode(1.0, 2))
+        progress.update(1, {"reward/mean": 1.0})
+    assert capsys.readouterr().out == ""

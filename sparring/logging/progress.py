@@ -1,8 +1,9 @@
 """Console feedback while a command works: progress bars on a terminal, plain periodic lines elsewhere.
 
 `ConsoleProgress` is what one command shows: on a terminal, one rich
-display holding a bar per phase in flight; in CI logs and pipes (or with
-``enabled=False``) plain lines instead, so logs stay readable. Its
+display holding a bar per phase in flight; in CI logs and pipes plain lines
+instead, so logs stay readable; with ``enabled=False`` (`logging.console:
+false`, `sparring --quiet`) nothing. Its
 `episodes(label, total)` gives an `EpisodeProgress`: the episodes of one
 phase (a training step's rollouts, one evaluation) counted as they finish,
 with the tokens sampled, tokens per second and the running mean reward (and
@@ -10,7 +11,7 @@ the first workflow metrics); off a terminal it prints a line at most every
 `PLAIN_LINE_INTERVAL_S` seconds (and, for evaluations, one when done).
 `TrainingProgress` adds the run's own bar: step i/N, elapsed time, ETA and
 the latest `reward/mean` and `time/step`, or ``step 3/20 reward=0.412
-time=12.3s`` per step off a terminal (or with ``enabled=False``). `print_table` renders a small
+time=12.3s`` per step off a terminal. `print_table` renders a small
 comparison table (the held-out evaluation of a run: models and baselines
 side by side, with a footnote) with rich, which degrades to plain text off a
 terminal.
@@ -141,7 +142,8 @@ class TrainingProgress(ConsoleProgress):
         """Show that ``step`` steps are done, with that step's metrics."""
         summary = _summary(metrics)
         if self._progress is None:
-            print(f"step {step}/{self.total_steps}" + (f" {summary}" if summary else ""), flush=True)
+            if self.enabled:
+                print(f"step {step}/{self.total_steps}" + (f" {summary}" if summary else ""), flush=True)
         else:
             self._progress.update(self._task, completed=step, summary=summary)
 
