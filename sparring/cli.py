@@ -26,6 +26,7 @@ from .algorithms import METHODS_NOTE
 from .engine import export_adapter
 from .envs import GAMES, load_config
 from .logging import format_transcript, print_table, serve_report, write_report
+from .logging.report import DEFAULT_ROLLOUT_STEPS
 from .trainer import ConfigError, DatasetError, Job
 from .trainer.checkpoints import final_adapters
 from .trainer.loop import run_debug_episodes, run_evaluation
@@ -174,13 +175,14 @@ def view(
     serve: bool = typer.Option(False, "--serve", help="Serve the report instead, rendered afresh on every request (follows a run live)."),
     host: str = typer.Option("127.0.0.1", help="Address to serve on (with --serve)."),
     port: int = typer.Option(8050, help="TCP port to serve on (with --serve)."),
+    rollout_steps: int = typer.Option(DEFAULT_ROLLOUT_STEPS, help="Put in the rollouts of at most this many steps (evenly spread, the last included); 0: all."),
 ):
     """Write a run's report: one self-contained HTML file with its curves, evaluation tables and token-level rollouts."""
     if not run_dir.is_dir():
         typer.echo(f"error: {run_dir} is not a run directory", err=True)
         raise typer.Exit(2)
     if serve:
-        server = serve_report(run_dir, host, port)
+        server = serve_report(run_dir, host, port, rollout_steps=rollout_steps or None)
         typer.echo(f"serving the report of {run_dir} on http://{host}:{server.server_address[1]} (Ctrl-C stops)")
         try:
             server.serve_forever()
@@ -189,7 +191,7 @@ def view(
         finally:
             server.server_close()
         return
-    typer.echo(f"report: {write_report(run_dir, output)}")
+    typer.echo(f"report: {write_report(run_dir, output, rollout_steps=rollout_steps or None)}")
 
 
 @app.command()

@@ -9,6 +9,8 @@ import re
 import shutil
 import struct
 import subprocess
+import threading
+import urllib.request
 import xml.etree.ElementTree as ElementTree
 from html.parser import HTMLParser
 
@@ -20,7 +22,7 @@ from sparring import WorkflowOutput
 from sparring.cli import app
 from sparring.logging import read_rollouts
 from sparring.logging.plots import Series, line_chart
-from sparring.logging.report import render_report
+from sparring.logging.report import render_report, serve_report, spread_steps
 
 runner = CliRunner()
 TOPICS = ["cats", "tea", "rain", "maps"]
@@ -202,3 +204,23 @@ def test_headless_chromium_draws_the_curves_and_the_coloured_token_timeline(trai
     subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1400,2400", url], capture_output=True, timeout=180, check=True)
     width, height = _png_size(shot)
     assert (width, height) == (1400, 2400) and shot.stat().st_size > 50_000, "a drawn page, not a blank one"
+
+
+def test_a_long_run_puts_in_evenly_spread_steps_the_last_among_them():
+    assert spread_steps(list(range(100)), 5) == [0, 25, 50, 74, 99]
+    assert spread_steps([3, 4], 5) == [3, 4] and spread_steps([1, 2, 3], None) == [1, 2, 3] and spread_steps([1, 2, 3], 1) == [3]
+
+
+def test_view_serve_answers_with_the_report_rendered_afresh(trained_run):
+    run_dir, _ = trained_run
+    server = serve_report(run_dir, port=0, rollout_steps=1)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/", timeout=30) as response:
+            page = response.read().decode("utf-8")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert '<meta http-equiv="refresh"' in page and "rollouts of <b>1 of 2</b> steps" in page
+    assert [step["step"] for step in json.loads(page.split('id="rollout-data">')[1].split("</script>")[0])] == [1]

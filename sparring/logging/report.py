@@ -36,6 +36,9 @@ EVALUATION_FILE = "evaluation.json"
 CONFIG_FILE = "config.yaml"
 MARKERS = {"above": "▲", "below": "▼"}
 SECTION_TITLES = {"reward": "Reward", "eval": "Held-out evaluation", "workflow": "The workflow's metrics", "agent": "Per agent", "role": "Per role"}
+DEFAULT_ROLLOUT_STEPS = 24
+"""A report holds the rollouts of at most this many steps (a long werewolf run's rollouts would make a page of
+hundreds of MB); `sparring view --rollout-steps 0` puts in all of them."""
 LIVE_REFRESH_S = 30
 """How often a served report reloads itself (the chosen step, task and episode survive: they live in the URL)."""
 _STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
@@ -55,10 +58,24 @@ class RunRecords:
     """Per training step, the rows of rollouts/step_N.jsonl."""
     config_text: str | None = None
     """config.yaml as written, shown so the report says what was run."""
+    rollout_steps_total: int = 0
+    """How many steps left rollouts (``rollouts`` may hold fewer: a report of a long run picks some)."""
 
 
-def read_run(run_dir: str | Path) -> RunRecords:
-    """Read every record of ``run_dir`` the report needs; files a run has not written (yet) are left empty."""
+def spread_steps(steps: list[int], most: int | None) -> list[int]:
+    """At most ``most`` of the sorted ``steps``, evenly spread, the first and the last always among them (None: all)."""
+    if most is None or len(steps) <= most:
+        return steps
+    if most < 2:
+        return steps[-most:] if most else []
+    return sorted({steps[round(index * (len(steps) - 1) / (most - 1))] for index in range(most)})
+
+
+def read_run(run_dir: str | Path, rollout_steps: int | None = None) -> RunRecords:
+    """Read every record of ``run_dir`` the report needs; files a run has not written (yet) are left empty.
+
+    ``rollout_steps`` bounds how many steps' rollouts are read (evenly spread, the last included); None reads all.
+    """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} is not a run directory")
@@ -68,7 +85,8 @@ def read_run(run_dir: str | Path) -> RunRecords:
     if (run_dir / EVALUATION_FILE).exists():
         records.evaluation = json.loads((run_dir / EVALUATION_FILE).read_text(encoding="utf-8"))
     steps = {int(found.group(1)): path for path in (run_dir / ROLLOUTS_DIR).glob("step_*.jsonl") if (found := _STEP_FILE.search(path.name))}
-    records.rollouts = {step: read_rollouts(steps[step]) for step in sorted(steps)}
+    records.rollout_steps_total = len(steps)
+    records.rollouts = {step: read_rollouts(steps[step]) for step in spread_steps(sorted(steps), rollout_steps)}
     if (run_dir / CONFIG_FILE).exists():
         records.config_text = (run_dir / CONFIG_FILE).read_text(encoding="utf-8")
     return records
@@ -196,7 +214,8 @@ def _inline_json(data) -> str:
 
 def _summary_html(records: RunRecords) -> str:
     training = [record for record in records.metrics if "reward/mean" in record]
-    items = [f"<b>{len(training)}</b> training steps logged", f"<b>{len(records.rollouts)}</b> steps of rollouts"]
+    shown = f"{len(records.rollouts)}" if len(records.rollouts) == records.rollout_steps_total else f"{len(records.rollouts)} of {records.rollout_steps_total}"
+    items = [f"<b>{len(training)}</b> training steps logged", f"rollouts of <b>{shown}</b> steps"]
     if training:
         last = training[-1]
         items.append(f"last step's mean reward <b>{last['reward/mean']:.3f}</b>")
@@ -207,9 +226,12 @@ def _summary_html(records: RunRecords) -> str:
     return " · ".join(items)
 
 
-def render_report(run_dir: str | Path, *, live: bool = False) -> str:
-    """The report of ``run_dir`` as one HTML document; ``live`` makes it reload itself every LIVE_REFRESH_S seconds."""
-    records = read_run(run_dir)
+def render_report(run_dir: str | Path, *, live: bool = False, rollout_steps: int | None = DEFAULT_ROLLOUT_STEPS) -> str:
+    """The report of ``run_dir`` as one HTML document; ``live`` makes it reload itself every LIVE_REFRESH_S seconds.
+
+    ``rollout_steps``: the rollouts of at most this many steps (evenly spread, the last included) go in; None: all.
+    """
+    records = read_run(run_dir, rollout_steps)
     headline = f'<div class="headline">{reward_chart(records.metrics)}</div>' if records.metrics else '<p class="empty">No metrics logged yet.</p>'
     charts = []
     for title, svgs in metric_sections(records.metrics):
@@ -231,10 +253,10 @@ def render_report(run_dir: str | Path, *, live: bool = False) -> str:
     return re.sub("|".join(fills), lambda found: fills[found.group(0)], page)
 
 
-def write_report(run_dir: str | Path, path: str | Path | None = None) -> Path:
+def write_report(run_dir: str | Path, path: str | Path | None = None, *, rollout_steps: int | None = DEFAULT_ROLLOUT_STEPS) -> Path:
     """Write the report of ``run_dir`` to ``path`` (default ``run_dir/report.html``); returns the file written."""
     path = Path(path) if path is not None else Path(run_dir) / REPORT_FILE
-    text = render_report(run_dir)
+    text = render_report(run_dir, rollout_steps=rollout_steps)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(text, encoding="utf-8")
@@ -242,13 +264,13 @@ def write_report(run_dir: str | Path, path: str | Path | None = None) -> Path:
     return path
 
 
-def serve_report(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8050) -> http.server.ThreadingHTTPServer:
+def serve_report(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8050, *, rollout_steps: int | None = DEFAULT_ROLLOUT_STEPS) -> http.server.ThreadingHTTPServer:
     """An HTTP server (not yet started: call ``serve_forever``) answering every GET with the report rendered afresh."""
     run_dir = Path(run_dir)
 
     class ReportHandler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            body = render_report(run_dir, live=True).encode("utf-8")
+            body = render_report(run_dir, live=True, rollout_steps=rollout_steps).encode("utf-8")
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
