@@ -200,6 +200,13 @@ def test_headless_chromium_draws_the_curves_and_the_coloured_token_timeline(trai
     assert any(sampled), "sampled tokens are coloured by their advantage"
     assert dom.count('class="chart"') >= 10 and "<polyline" in dom
     assert "group 0 · episode 1 ·" in dom and "helper (frozen, not trained)" in dom, "the episode the URL names, frozen turns too"
+    first_sampled = timeline["mask"].index(1)
+    pinned = subprocess.run([*flags, "--dump-dom", f"{url}&token={first_sampled}"], capture_output=True, text=True, timeout=180, check=True).stdout
+    tip = re.search(r'<div id="tip" style="[^"]*display: block;[^"]*">([^<]*)</div>', pinned)
+    assert tip, "the token named in the URL shows its tooltip, as on hover"
+    token_id, logprob = timeline["tokens"][first_sampled], timeline["logprobs"][first_sampled]
+    assert f"token {first_sampled} · id {token_id}" in tip.group(1) and f"sampling logprob {logprob:.4f}" in tip.group(1)
+    assert "text " + json.dumps(timeline["texts"][first_sampled], ensure_ascii=False).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in tip.group(1)
     shot = tmp_path / "report.png"
     subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1400,2400", url], capture_output=True, timeout=180, check=True)
     width, height = _png_size(shot)
