@@ -97,7 +97,8 @@ def _is_number(value) -> bool:
 
 
 def metric_sections(records: list[dict]) -> list[tuple[str, list[str]]]:
-    """(section title, charts) for every numeric metric: training metrics by their first name part, evaluations last.
+    """(section title, charts) for every numeric metric, one section per first name part: reward, the held-out
+    evaluation, the workflow's own metrics, then the rest by name.
 
     An evaluation chart (`eval/<metric>`) shows the interval as a band and each baseline's level as a dashed line.
     """
@@ -114,7 +115,7 @@ def metric_sections(records: list[dict]) -> list[tuple[str, list[str]]]:
         metric = key.removeprefix("eval/")
         series = [metric_series(records, key, "model")]
         for name in baselines:
-            level = metric_series(records, f"baseline/{name}/{metric}", name, dashed=True)
+            level = metric_series(records, f"baseline/{name}/{metric}")
             if level.points:
                 steps = [step for step, _ in series[0].points] or [step for step, _ in level.points]
                 series.append(Series(name, [(min(steps), level.points[0][1]), (max(steps), level.points[0][1])], dashed=True))
