@@ -1,10 +1,12 @@
-"""`sparring` on the command line: train, debug-run, evaluate and serve.
+"""`sparring` on the command line: train, debug-run, evaluate, serve, view a run and export what it trained.
 
     sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR]
     sparring train guess_number               # a packaged game's name: its default config
     sparring run config.yaml --tasks 2        # episodes without training, transcripts printed
     sparring eval config.yaml [--adapter PATH] [--tasks 100] [--output comparison.json]
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
+    sparring view RUN_DIR [-o report.html] [--serve]          # one HTML file: curves, evaluation, token-level rollouts
+    sparring export RUN_DIR OUT [--merged]                     # the trained adapter (or a merged model) for peft / transformers / vLLM
 
 Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand instead.
 A bad config -- a field, the file, the workflow's import path, a dataset file,
@@ -16,6 +18,7 @@ any model loads and before a run directory is left behind.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import sys
 from contextlib import contextmanager
@@ -25,15 +28,40 @@ from typing import Iterator, List, Optional
 import typer
 
 from .algorithms import METHODS_NOTE
+from .engine import export_adapter
 from .envs import GAMES, load_config
-from .logging import format_transcript, print_table
+from .logging import format_transcript, print_table, serve_report, write_report
+from .logging.report import DEFAULT_ROLLOUT_STEPS
 from .trainer import ConfigError, DatasetError, EpisodesFailingError, Job
+from .trainer.checkpoints import final_adapters
 from .trainer.loop import run_debug_episodes, run_evaluation
 
 app = typer.Typer(add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True)
 
 CONFIG = typer.Argument(..., help=f"The job's YAML config, or a game's name for its default config ({', '.join(GAMES)}).")
 OVERRIDES = typer.Option([], "--set", help="Override a field: --set algorithm.learning_rate=3e-5 (repeatable).")
+
+
+def _show_version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"sparring {importlib.metadata.version('sparring')}")
+        raise typer.Exit()
+
+
+_EVERY_CONFIG_SETS: list[str] = []
+"""Overrides the global options put on every config this invocation loads (--quiet: no progress display)."""
+
+
+@app.callback()
+def options(
+    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True, help="Print sparring's version and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or lines and no warnings: only results and errors."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also sparring's informational lines (model loads and conversions, resumes)."),
+):
+    """Train the LLM agents inside multi-agent workflows with RL."""
+    _EVERY_CONFIG_SETS[:] = ["logging.console=false"] if quiet else []
+    logging.getLogger().setLevel(logging.ERROR if quiet else logging.WARNING)
+    logging.getLogger("sparring").setLevel(logging.ERROR if quiet else logging.INFO if verbose else logging.NOTSET)
 
 
 @contextmanager
@@ -49,7 +77,7 @@ def _config_errors(source: Path | None = None) -> Iterator[None]:
 
 def _load(config: Path, overrides: list[str]):
     with _config_errors():  # the messages of a file name it already
-        return load_config(config, overrides)
+        return load_config(config, [*overrides, *_EVERY_CONFIG_SETS])
 
 
 @app.command()
@@ -82,6 +110,8 @@ def train(
     if result.comparison is not None:
         _print_comparison("Held-out evaluation (before -> after training, beside the baselines)", result.comparison)
         typer.echo(f"comparison: {result.run_dir / 'evaluation.json'}")
+    typer.echo(f"reward curve: {result.reward_plot_path}")
+    typer.echo(f"report (open in a browser): {result.report_path}")
 
 
 @app.command()
@@ -160,6 +190,55 @@ def _shown_metrics(comparison) -> list[str]:
     names = {name for column in comparison.columns for name in column.estimates}
     shown = [name for name in sorted(names) if not (name.startswith(("agent/", "role/")) and not name.endswith("/win_rate")) and not name.startswith(("reward/", "time/"))]
     return (["reward/mean"] if "reward/mean" in names else []) + shown
+
+
+@app.command()
+def view(
+    run_dir: Path = typer.Argument(..., help="A run directory (what `sparring train` wrote)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the report; default RUN_DIR/report.html."),
+    serve: bool = typer.Option(False, "--serve", help="Serve the report instead, rendered afresh on every request (follows a run live)."),
+    host: str = typer.Option("127.0.0.1", help="Address to serve on (with --serve)."),
+    port: int = typer.Option(8050, help="TCP port to serve on (with --serve)."),
+    rollout_steps: int = typer.Option(DEFAULT_ROLLOUT_STEPS, help="Put in the rollouts of at most this many steps (evenly spread, the last included); 0: all."),
+):
+    """Write a run's report: one self-contained HTML file with its curves, evaluation tables and token-level rollouts."""
+    if not run_dir.is_dir():
+        typer.echo(f"error: {run_dir} is not a run directory", err=True)
+        raise typer.Exit(2)
+    if serve:
+        server = serve_report(run_dir, host, port, rollout_steps=rollout_steps or None)
+        typer.echo(f"serving the report of {run_dir} on http://{host}:{server.server_address[1]} (Ctrl-C stops)")
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+        return
+    typer.echo(f"report: {write_report(run_dir, output, rollout_steps=rollout_steps or None)}")
+
+
+@app.command()
+def export(
+    source: Path = typer.Argument(..., help="A run directory (its final adapter is exported), or an adapter directory."),
+    out: Path = typer.Argument(..., help="A new directory to write."),
+    merged: bool = typer.Option(False, "--merged", help="Fold the adapter into the base weights: a whole Hugging Face model directory."),
+    model: Optional[str] = typer.Option(None, help="Which trainable model, for runs that train several."),
+):
+    """Export a trained adapter for peft (`AutoPeftModelForCausalLM`), or merged into a model for transformers / vLLM / llama.cpp."""
+    try:
+        adapters = {"adapter": source} if (source / "adapter_config.json").is_file() else final_adapters(source)
+        if model is not None and model not in adapters:
+            raise ValueError(f"--model {model!r}: the run trains {sorted(adapters)}")
+        if model is None and len(adapters) > 1:
+            raise ValueError(f"the run trains {sorted(adapters)}; choose one with --model")
+        adapter = adapters[model] if model is not None else next(iter(adapters.values()))
+        written = export_adapter(adapter, out, merged=merged)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+    kind = "merged model (load with AutoModelForCausalLM.from_pretrained)" if merged else "adapter (load with AutoPeftModelForCausalLM.from_pretrained)"
+    typer.echo(f"{kind}: {written}")
 
 
 @app.command()

@@ -82,3 +82,21 @@ def test_eval_shows_win_rates_per_agent_but_not_their_rewards(tmp_path, tiny_mod
     assert result.exit_code == 0, result.output
     assert "agent/pro/win_rate" in result.output and "agent/con/win_rate" in result.output
     assert "agent/pro/reward" not in result.output
+
+
+def test_version_quiet_and_eval_progress(tmp_path, tiny_model_dir, caplog):
+    import importlib.metadata
+
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0 and version.output.strip() == f"sparring {importlib.metadata.version('sparring')}"
+
+    config = write_config(tmp_path, tiny_model_dir)
+    talkative = runner.invoke(app, ["eval", str(config), "--set", "logging.console=true", "--set", "logging.tensorboard=true"])
+    assert talkative.exit_code == 0, talkative.output
+    assert "eval untrained: 4/4 episodes" in talkative.output, "sparring eval counts its episodes"
+
+    quiet = runner.invoke(app, ["--quiet", "train", str(config), "--set", "logging.console=true", "--set", "logging.tensorboard=true"])
+    assert quiet.exit_code == 0, quiet.output
+    assert "step 1/1" not in quiet.output and "episodes" not in quiet.output, "no progress lines"
+    assert not [record for record in caplog.records if record.levelno == 30 and record.name.startswith("sparring")], "no warnings"
+    assert "done: 1 steps" in quiet.output and "report (open in a browser):" in quiet.output, "results still shown"

@@ -7,6 +7,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import math
+import re
 import sys
 import types
 
@@ -14,7 +15,9 @@ import pytest
 from transformers import AutoTokenizer
 
 import sparring.logging.metrics as metrics_module
+import sparring.logging.progress as progress_module
 from sparring.logging import (
+    ConsoleProgress,
     MetricsLogger,
     RolloutWriter,
     TrainingProgress,
@@ -96,10 +99,25 @@ def test_missing_tensorboard_is_skipped_with_one_log_line(tmp_path, caplog):
         with MetricsLogger(tmp_path, tensorboard=True) as metrics_logger:
             metrics_logger.log(1, {"reward/mean": 0.5})
             metrics_logger.log(2, {"reward/mean": 0.6})
-    assert [record.message for record in caplog.records if "tensorboard" in record.message.lower()] == [
-        "tensorboard is not installed; skipping TensorBoard logging (pip install tensorboard)"
+    found = [record for record in caplog.records if "tensorboard" in record.message.lower()]
+    assert [record.message for record in found] == [
+        "logging.tensorboard is on but tensorboard is not installed, so no TensorBoard files are written "
+        "(metrics.jsonl and report.html have every metric); pip install tensorboard, or set logging.tensorboard: false"
     ]
+    assert found[0].levelno == logging.WARNING, "shown on the console (the CLI shows warnings), not hidden at INFO"
     assert not (tmp_path / "tensorboard").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
+def test_missing_wandb_is_one_warning_line_and_training_logs_on(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="sparring.logging.metrics"):
+        with MetricsLogger(tmp_path, tensorboard=False, wandb_project="demo") as metrics_logger:
+            metrics_logger.log(1, {"reward/mean": 0.5})
+    found = [record for record in caplog.records if "wandb" in record.message]
+    assert [(record.levelno, record.message) for record in found] == [
+        (logging.WARNING, "logging.wandb_project='demo' is set but wandb is not installed, so nothing goes to wandb; pip install wandb")
+    ]
+    assert read_metrics(tmp_path)[0]["reward/mean"] == 0.5
 
 
 class _FakeWandbRun:
@@ -211,9 +229,9 @@ def test_rollout_dump_has_tokens_text_and_completions_per_mask_run(tmp_path, tok
 
     assert path == tmp_path / "rollouts" / "step_5.jsonl"
     assert ", " not in path.read_text().splitlines()[1], "compact JSON"
-    timeline_line, failed_line = read_rollouts(path)
+    timeline_line, frozen_line, failed_line = read_rollouts(path)
     timeline = episode.timelines[0]
-    assert timeline_line | {"text": None, "completions": None} == {
+    assert timeline_line | {"text": None, "completions": None, "token_texts": None} == {
         "step": 5,
         "episode": 0,
         "group": 2,
@@ -229,12 +247,31 @@ def test_rollout_dump_has_tokens_text_and_completions_per_mask_run(tmp_path, tok
         "tokens": timeline.tokens,
         "loss_mask": timeline.loss_mask,
         "logprobs": timeline.logprobs,
+        "call_index": timeline.call_index,
         "text": None,
         "completions": None,
+        "token_texts": None,
     }
+    assert "".join(timeline_line["token_texts"]) == timeline_line["text"], "one decoded text per token, nothing lost"
+    assert len(timeline_line["token_texts"]) == len(timeline.tokens)
     assert timeline_line["text"] == tokenizer.decode(timeline.tokens, skip_special_tokens=False)
     assert "Pick a number" in timeline_line["text"] and "Higher" in timeline_line["text"]
     assert timeline_line["completions"] == ["Is it 42?<|im_end|>", "Is it 73?<|im_end|>"]
+    assert frozen_line == {
+        "step": 5,
+        "episode": 0,
+        "group": 2,
+        "task_id": "guess-7",
+        "frozen_turns": {
+            "host": [
+                {
+                    "new": [{"role": "system", "text": "You host.\nAnswer higher or lower."}],
+                    "reply": {"role": "assistant", "text": "Higher"},
+                    "completion_tokens": 2,
+                }
+            ]
+        },
+    }
     assert failed_line == {
         "step": 5,
         "episode": 1,
@@ -303,3 +340,47 @@ def test_print_table_shows_title_columns_and_values(capsys):
     for expected in ["before / after", "model", "win_rate", "base", "0.250", "trained", "0.688", "-"]:
         assert expected in out, expected
     assert "extra" not in out
+
+
+def _finished_episode(reward: float, tokens: int, error: str | None = None) -> Episode:
+    calls = [{"messages": [], "response": {}, "trainable": True, "prompt_tokens": 4, "completion_tokens": tokens}]
+    return Episode(task={}, group=0, timelines=[], rewards={"alice": reward}, metrics={"success": reward, "error": float(error is not None)}, error=error, transcripts={"alice": calls})
+
+
+def test_episode_progress_prints_a_plain_summary_when_an_evaluation_ends_off_a_terminal(capsys):
+    with ConsoleProgress() as progress:
+        counter = progress.episodes("eval trained", 2, final_line=True)
+        counter.add(_finished_episode(1.0, 5))
+        assert capsys.readouterr().out == "", "no line per episode: at most one per interval, and one at the end"
+        counter.add(_finished_episode(0.0, 3, error="TimeoutError"))
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"eval trained: 2/2 episodes, 8 tokens \(\d+ tok/s\) reward=0\.500 success=0\.500 errors=1", line), line
+
+
+def test_episode_progress_prints_periodic_lines_for_a_long_phase(monkeypatch, capsys):
+    monkeypatch.setattr(progress_module, "PLAIN_LINE_INTERVAL_S", 0.0)
+    with TrainingProgress(total_steps=3) as progress:
+        counter = progress.episodes("step 1 rollouts", 4)
+        counter.add(_finished_episode(1.0, 5))
+    assert capsys.readouterr().out.startswith("  step 1 rollouts: 1/4 episodes, 5 tokens")
+
+
+def test_episode_progress_is_a_bar_beside_the_step_bar_on_a_terminal(monkeypatch, capsys):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    with TrainingProgress(total_steps=20) as progress:
+        counter = progress.episodes("step 1 rollouts", 4)
+        counter.add(_finished_episode(1.0, 5))
+        progress._progress.refresh()
+        out = capsys.readouterr().out
+        assert "step 1 rollouts" in out and "1/4" in out and "5 tokens" in out and "reward=1.000" in out
+        for _ in range(3):
+            counter.add(_finished_episode(0.0, 1))
+        assert len(progress._progress.tasks) == 1, "a finished phase leaves the display"
+
+
+
+def test_disabled_progress_prints_nothing(capsys):
+    with TrainingProgress(total_steps=2, enabled=False) as progress:
+        progress.episodes("eval trained", 1, final_line=True).add(_finished_episode(1.0, 2))
+        progress.update(1, {"reward/mean": 1.0})
+    assert capsys.readouterr().out == ""

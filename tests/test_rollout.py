@@ -247,3 +247,15 @@ def test_tool_choice_modes_shape_the_prompt_and_the_parse(models):
         with pytest.raises(ValueError, match=error):
             asyncio.run(models[1](messages, tools=tools, tool_choice=tool_choice))
     assert asyncio.run(models[1](messages, tool_choice="none")).tool_calls == []  # nothing to choose from: fine
+
+
+def test_the_runner_reports_each_episode_as_it_finishes(models):
+    finished = []
+
+    async def episode_fn(task, tuner):
+        await asyncio.sleep(0.05 * task["delay"])
+        return WorkflowOutput(reward=1.0)
+
+    tasks = [{"delay": 2}, {"delay": 0}]
+    episodes = asyncio.run(run_episodes(episode_fn, tasks, tuner_for(*models), RunnerSettings(group_size=1), on_episode=lambda episode: finished.append(episode.task["delay"])))
+    assert [episode.task["delay"] for episode in episodes] == [2, 0] and finished == [0, 2]

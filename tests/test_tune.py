@@ -143,3 +143,20 @@ def test_kl_penalty_to_the_base_model_is_applied(tiny_model_dir, tmp_path):
     metrics = read_metrics(tmp_path / "run")
     assert result.steps == 2 and all("kl/policy_base" in m for m in metrics)
     assert metrics[0]["kl/policy_base"] == pytest.approx(0.0, abs=1e-3)  # the adapter starts equal to the base model
+
+
+def test_a_run_shows_no_warning_or_loading_bar_from_dependencies(tiny_model_dir, tmp_path, capfd):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tune(
+            workflow_func=chat_alone,
+            train_dataset=DatasetConfig(tasks=TASKS, total_steps=1),
+            model=model_config(tiny_model_dir),
+            algorithm=fast_algorithm(),
+            run_dir=tmp_path / "run",
+            logging=QUIET,
+        )
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
+    assert "Loading weights" not in capfd.readouterr().err

@@ -1,8 +1,10 @@
-"""The local compute engine: one base model, many LoRA adapters, batched sampling and training."""
+"""The local compute engine: one base model, many LoRA adapters, batched sampling and training; adapters exported
+as portable PEFT directories or merged models."""
 
-from .adapters import AdapterBank
+from .adapters import BASE_MODEL_FILE, AdapterBank
 from .engine import Engine, EngineConfig, get_engine
+from .export import export_adapter
 from .learner import DatumError
 from .losses import LOSSES
 
-__all__ = ["AdapterBank", "DatumError", "Engine", "EngineConfig", "LOSSES", "get_engine"]
+__all__ = ["AdapterBank", "BASE_MODEL_FILE", "DatumError", "Engine", "EngineConfig", "LOSSES", "export_adapter", "get_engine"]

@@ -14,7 +14,11 @@ adapted weights while merged.
 
 Saved adapters are plain PEFT directories (adapter_config.json +
 adapter_model.safetensors), loadable by `peft.PeftModel.from_pretrained` and
-by vLLM.
+by vLLM. Their config says `task_type: CAUSAL_LM` and names as base the
+Hugging Face directory the base weights came from, so
+`AutoPeftModelForCausalLM.from_pretrained(adapter_dir)` loads one with no
+sparring around; the sparring name of the base (a catalogue name such as
+`smollm2-135m-instruct`) is kept beside it in `BASE_MODEL_FILE`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from safetensors.torch import load_file, save_file
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 
 DEFAULT_LORA_ALPHA = 32
+BASE_MODEL_FILE = "sparring_base_model.txt"
+"""In a saved adapter: the base model as sparring names it (what `get_engine` loads it by)."""
 
 
 def linear_layer_groups(model: torch.nn.Module) -> dict[str, set[str]]:
@@ -58,12 +64,23 @@ class AdapterInfo:
     """False for snapshots and loaded sampler weights."""
 
 
+@contextlib.contextmanager
+def quiet_peft_wrap():
+    """Wrapping a model, peft reads `is_gradient_checkpointing`, which transformers 5 deprecates with a FutureWarning
+    that the user can do nothing about; only that warning is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 class AdapterBank:
     """Named LoRA adapters over one shared base model."""
 
-    def __init__(self, base_model: torch.nn.Module, base_model_name: str):
+    def __init__(self, base_model: torch.nn.Module, base_model_name: str, base_model_dir: Path | None = None):
+        """``base_model_dir``: the Hugging Face directory of the base weights, named in saved adapters' configs."""
         self.base_model = base_model
         self.base_model_name = base_model_name
+        self.base_model_dir = base_model_dir
         self.linear_groups = linear_layer_groups(base_model)
         self.peft_model: PeftModel | None = None
         self.adapters: dict[str, AdapterInfo] = {}
@@ -104,7 +121,8 @@ class AdapterBank:
         if not (path / "adapter_config.json").exists():
             raise FileNotFoundError(f"{path} is not a PEFT adapter directory (no adapter_config.json)")
         if self.peft_model is None:
-            self.peft_model = PeftModel.from_pretrained(self.base_model, str(path), adapter_name=name, is_trainable=trainable)
+            with quiet_peft_wrap():
+                self.peft_model = PeftModel.from_pretrained(self.base_model, str(path), adapter_name=name, is_trainable=trainable)
         else:
             self.peft_model.load_adapter(str(path), adapter_name=name, is_trainable=trainable)
         return self._register(name, self.peft_model.peft_config[name].r, trainable=trainable)
@@ -114,8 +132,10 @@ class AdapterBank:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         config = copy.copy(self.peft_model.peft_config[name])
-        config.base_model_name_or_path = self.base_model_name
+        config.base_model_name_or_path = str(self.base_model_dir) if self.base_model_dir is not None else self.base_model_name
+        config.task_type = "CAUSAL_LM"
         config.save_pretrained(str(path))
+        (path / BASE_MODEL_FILE).write_text(self.base_model_name + "\n", encoding="utf-8")
 
         state = {k: v.detach().to("cpu").contiguous() for k, v in get_peft_model_state_dict(self.peft_model, adapter_name=name, save_embedding_layers=False).items()}
         save_file(state, str(path / "adapter_model.safetensors"), metadata={"format": "pt"})
@@ -201,7 +221,8 @@ class AdapterBank:
         if name in self.adapters:
             raise ValueError(f"an adapter named {name!r} already exists")
         if self.peft_model is None:
-            self.peft_model = get_peft_model(self.base_model, config, adapter_name=name)
+            with quiet_peft_wrap():
+                self.peft_model = get_peft_model(self.base_model, config, adapter_name=name)
         else:
             self.peft_model.add_adapter(name, config)
 

@@ -86,7 +86,7 @@ class Engine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig):
         self.loaded = loaded
         self.config = config
-        self.bank = AdapterBank(loaded.model, loaded.spec.name)
+        self.bank = AdapterBank(loaded.model, loaded.spec.name, loaded.hf_dir)
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.optimizer_steps: collections.Counter[str] = collections.Counter()
         self._names = itertools.count()

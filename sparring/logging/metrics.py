@@ -4,7 +4,8 @@
 is the record of truth (append-only, flushed per line, so a crash loses at
 most the step in flight, and a resumed run first drops the steps it will
 redo); TensorBoard and wandb are optional mirrors that switch themselves off
-with one log line when their package is missing. `read_metrics` reads the
+with one warning line (what is missing and how to install it) when their
+package is missing. `read_metrics` reads the
 file back (plots, tests, `sparring view`); `mean_metrics` averages
 per-episode metrics into one step's scalars.
 
@@ -122,7 +123,10 @@ class MetricsLogger:
 
     def _open_tensorboard(self, resume_from_step: int | None):
         if importlib.util.find_spec("tensorboard") is None:
-            logger.info("tensorboard is not installed; skipping TensorBoard logging (pip install tensorboard)")
+            logger.warning(
+                "logging.tensorboard is on but tensorboard is not installed, so no TensorBoard files are written "
+                "(metrics.jsonl and report.html have every metric); pip install tensorboard, or set logging.tensorboard: false"
+            )
             return None
         from torch.utils.tensorboard import SummaryWriter
 
@@ -134,7 +138,7 @@ class MetricsLogger:
         if project is None:
             return None
         if importlib.util.find_spec("wandb") is None:
-            logger.warning("wandb_project=%r is set but wandb is not installed; skipping wandb logging", project)
+            logger.warning("logging.wandb_project=%r is set but wandb is not installed, so nothing goes to wandb; pip install wandb", project)
             return None
         import wandb
 

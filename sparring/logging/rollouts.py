@@ -2,12 +2,15 @@
 
 `RolloutWriter` writes one JSON-lines file per training step,
 `run_dir/rollouts/step_{step}.jsonl`, with one line per `Timeline` (the exact
-token ids, loss mask, sampler logprobs and advantage that went into the
-update, plus decoded text so a human can read it) and one line per episode
-that produced no timeline (it failed before its first call, or only frozen
-models spoke), so no episode vanishes from the record; an error episode's
-lines carry its `error` and `error_kind`. `read_rollouts` reads
-a dump back. `format_transcript` renders one `Episode`'s per-agent
+token ids, loss mask, sampler logprobs, the call each token came from and the
+advantage that went into the update, plus the decoded text, whole and per
+token, so a human or `sparring view` can read it without a tokenizer), one
+line per episode that produced no timeline (it failed before its first call,
+or only frozen models spoke), so no episode vanishes from the record, and one
+`frozen_turns` line per episode in which agents that do not learn spoke
+(their turns as text: the messages new to each call and the reply). An error
+episode's lines carry its `error` and `error_kind`.
+`read_rollouts` reads a dump back. `format_transcript` renders one `Episode`'s per-agent
 conversations for the debug `sparring run` command.
 """
 
@@ -79,6 +82,9 @@ class RolloutWriter:
                         "error_kind": episode.error_kind,
                     }
                 )
+            frozen = frozen_turns(episode)
+            if frozen:
+                lines.append(episode_fields | {"frozen_turns": frozen})
         path = self.path_for(step)
         _write_lines_atomically(path, lines)
         return path
@@ -88,6 +94,7 @@ class RolloutWriter:
         index: int, episode: Episode, timeline: Timeline, advantages: dict[tuple[int, str], float | list[float]], tokenizer
     ) -> dict:
         advantage = advantages.get((index, timeline.agent))
+        text = tokenizer.decode(timeline.tokens, skip_special_tokens=False)
         return {
             "agent": timeline.agent,
             "model": timeline.model,
@@ -100,12 +107,69 @@ class RolloutWriter:
             "tokens": timeline.tokens,
             "loss_mask": timeline.loss_mask,
             "logprobs": [_finite_or_none(logprob) for logprob in timeline.logprobs],
-            "text": tokenizer.decode(timeline.tokens, skip_special_tokens=False),
+            "call_index": timeline.call_index,
+            "text": text,
+            "token_texts": token_texts(tokenizer, timeline.tokens, text),
             "completions": [
                 tokenizer.decode(timeline.tokens[start:end], skip_special_tokens=False)
                 for start, end in sampled_spans(timeline.loss_mask)
             ],
         }
+
+
+def frozen_turns(episode: Episode) -> dict[str, list[dict]]:
+    """Per agent that made no trainable call, its calls as text: ``{"new": [messages new to this call], "reply": message}``.
+
+    Each call's prompt usually repeats the agent's conversation so far; only the messages past the previous call's
+    prompt and reply are kept, so a long game is stored once, not once per turn.
+    """
+    trained = {timeline.agent for timeline in episode.timelines}
+    turns: dict[str, list[dict]] = {}
+    for agent, calls in episode.transcripts.items():
+        if agent in trained or any(call.get("trainable") for call in calls):
+            continue
+        seen: list[dict] = []
+        for call in calls:
+            messages = list(call.get("messages", []))
+            new = messages[len(seen) :] if messages[: len(seen)] == seen else messages
+            response = call.get("response") or {}
+            turns.setdefault(agent, []).append(
+                {
+                    "new": [_text_message(message) for message in new],
+                    "reply": _text_message({"role": "assistant", **response}),
+                    "completion_tokens": call.get("completion_tokens", 0),
+                }
+            )
+            seen = [*messages, response]
+    return turns
+
+
+def _text_message(message: dict) -> dict:
+    return {"role": message.get("role", "?"), "text": _message_text(message)}
+
+
+def token_texts(tokenizer, tokens: list[int], text: str) -> list[str]:
+    """Each token's share of ``text`` (the decode of ``tokens``): the pieces join back to exactly ``text``.
+
+    Decoded one by one, a character split over several byte tokens comes out as replacement characters; then the
+    text is cut as a streaming detokenizer does: a token's piece is what it adds to the decode of a short window
+    before it, held back (empty) while the decode ends in a partial character, given whole to the token completing it.
+    """
+    singles = tokenizer.batch_decode([[token] for token in tokens], skip_special_tokens=False)
+    if "".join(singles) == text:
+        return singles
+    pieces: list[str] = []
+    prefix_offset = read_offset = 0
+    for end in range(1, len(tokens) + 1):
+        before = tokenizer.decode(tokens[prefix_offset:read_offset], skip_special_tokens=False)
+        after = tokenizer.decode(tokens[prefix_offset:end], skip_special_tokens=False)
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            pieces.append(after[len(before) :])
+            prefix_offset, read_offset = read_offset, end
+        else:
+            pieces.append("")
+    pieces[-1] += text[len("".join(pieces)) :] if tokens else ""
+    return pieces
 
 
 def _write_lines_atomically(path: Path, records: list[dict]) -> None:

@@ -14,6 +14,7 @@ concurrent second conversion never leaves a half-written model behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -28,6 +29,7 @@ from typing import Any, Callable
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers.utils import logging as transformers_logging
 
 from sparring.models.catalogue import KNOWN_MODELS, ModelSpec, UnknownModelError, resolve_model, sparring_home
 from sparring.models.renderer import ChatRenderer, get_renderer
@@ -55,6 +57,9 @@ class LoadedModel:
     """Device holding the weights."""
     dtype: torch.dtype
     """Dtype of the weights."""
+    hf_dir: Path
+    """The Hugging Face directory the weights came from (for a GGUF file, its converted copy): saved adapters name it
+    as their base, so peft and transformers load them without sparring."""
 
 
 def parse_device(device: str | torch.device) -> torch.device:
@@ -180,6 +185,23 @@ def _hf_model_dir(spec: ModelSpec) -> Path:
     return cache_dir
 
 
+def model_directory(name_or_path: str) -> Path:
+    """The Hugging Face directory of a catalogue model, HF directory or GGUF file (converting a GGUF file once)."""
+    return _hf_model_dir(resolve_model(name_or_path)).resolve()
+
+
+@contextlib.contextmanager
+def _without_loading_bar():
+    """transformers draws a "Loading weights" bar for a load that takes a second; the run's own progress is enough."""
+    was_enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            transformers_logging.enable_progress_bar()
+
+
 def load_base_model(
     name_or_path: str,
     device: str | torch.device = "cpu",
@@ -198,7 +220,8 @@ def load_base_model(
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype, local_files_only=True)
+    with _without_loading_bar():
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype, local_files_only=True)
     model.to(torch_device)
     model.eval()
     model.requires_grad_(False)
@@ -222,6 +245,7 @@ def load_base_model(
         renderer=get_renderer(tokenizer),
         device=torch_device,
         dtype=torch_dtype,
+        hf_dir=model_dir.resolve(),
     )
 
 

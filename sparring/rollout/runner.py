@@ -65,13 +65,20 @@ async def run_episodes(
     make_tuner: Callable[[], ModelRouter],
     settings: RunnerSettings,
     judge: Callable | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
 ) -> list[Episode]:
-    """Run every task `group_size` times; episodes come back grouped by task, in task order."""
+    """Run every task `group_size` times; episodes come back grouped by task, in task order.
+
+    `on_episode` is called with each episode as it finishes (progress displays).
+    """
     slots = asyncio.Semaphore(settings.max_concurrency)
 
     async def bounded(task: dict, group: int) -> Episode:
         async with slots:
-            return await run_episode(episode_fn, task, group, make_tuner(), settings, judge)
+            episode = await run_episode(episode_fn, task, group, make_tuner(), settings, judge)
+        if on_episode is not None:
+            on_episode(episode)
+        return episode
 
     return list(await asyncio.gather(*(bounded(task, group) for group, task in enumerate(tasks) for _ in range(settings.group_size))))
 

@@ -51,6 +51,23 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return Path(json.loads(pointer.read_text())["path"])
 
 
+def final_adapters(run_dir: Path) -> dict[str, Path]:
+    """Per trainable model of a finished run, its final sampler weights (a PEFT adapter directory)."""
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint yet: no adapter to export")
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    found = {}
+    for key, path in state["models"].items():
+        if state.get("backends", {}).get(key) == "tinker":
+            raise ValueError(f"model {key!r} of {run_dir} was trained on a Tinker-protocol service; its weights live there ({path})")
+        final = Path(path).parent.parent / "sampler_weights" / "final"
+        if not (final / "adapter_config.json").exists():
+            raise FileNotFoundError(f"model {key!r} of {run_dir} has no final adapter at {final} (was the run stopped before its end?)")
+        found[key] = final
+    return found
+
+
 def restore_checkpoint(directory: Path, models, stream: TaskStream) -> int:
     state = json.loads((directory / "trainer_state.json").read_text())
     unknown = set(state["models"]) ^ set(models.clients)

@@ -28,11 +28,11 @@ from typing import Callable, Literal
 
 from ..algorithms import METHODS_NOTE, Estimate, estimate, separation
 from ..integrations import TunerHandle
+from ..logging import ConsoleProgress
+from ..logging.report import EVALUATION_FILE
 from ..rollout import Episode, RunnerSettings, ScriptedChatModel, run_episodes
 from ..rollout.workflow import EpisodeFn
 from .models import TrainingModels
-
-EVALUATION_FILE = "evaluation.json"
 
 
 @dataclass
@@ -136,10 +136,19 @@ def estimates_of(episodes: list[Episode]) -> dict[str, Estimate]:
 
 
 async def evaluate_policy(
-    episode_fn: EpisodeFn, tasks: list[dict], make_tuner: Callable[[], TunerHandle], settings: RunnerSettings, judge, label: str, kind: Literal["model", "baseline"], step: int | None
+    episode_fn: EpisodeFn,
+    tasks: list[dict],
+    make_tuner: Callable[[], TunerHandle],
+    settings: RunnerSettings,
+    judge,
+    label: str,
+    kind: Literal["model", "baseline"],
+    step: int | None,
+    progress: ConsoleProgress | None = None,
 ) -> PolicyEvaluation:
-    """One episode per task, no training, with the models `make_tuner` hands out."""
-    episodes = await run_episodes(episode_fn, tasks, make_tuner, dataclasses.replace(settings, group_size=1), judge)
+    """One episode per task, no training, with the models `make_tuner` hands out; counted on `progress` as they finish."""
+    counter = progress.episodes(f"eval {label}", len(tasks), final_line=True) if progress is not None else None
+    episodes = await run_episodes(episode_fn, tasks, make_tuner, dataclasses.replace(settings, group_size=1), judge, on_episode=None if counter is None else counter.add)
     return PolicyEvaluation(label, kind, step, estimates_of(episodes), len(episodes))
 
 
@@ -151,7 +160,7 @@ def baseline_tuner(models: TrainingModels, name: str, policy: Callable, seed: in
 
 
 async def evaluate_baselines(
-    episode_fn: EpisodeFn, tasks: list[dict], models: TrainingModels, settings: RunnerSettings, judge, baselines: dict[str, Callable], seed: int
+    episode_fn: EpisodeFn, tasks: list[dict], models: TrainingModels, settings: RunnerSettings, judge, baselines: dict[str, Callable], seed: int, progress: ConsoleProgress | None = None
 ) -> list[PolicyEvaluation]:
     """Each baseline on the same tasks as the model, one after the other."""
-    return [await evaluate_policy(episode_fn, tasks, baseline_tuner(models, name, policy, seed), settings, judge, name, "baseline", None) for name, policy in baselines.items()]
+    return [await evaluate_policy(episode_fn, tasks, baseline_tuner(models, name, policy, seed), settings, judge, name, "baseline", None, progress) for name, policy in baselines.items()]

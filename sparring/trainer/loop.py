@@ -19,6 +19,9 @@ exactly. Failed episodes are data: a step trains its healthy episodes and
 logs the share of each error kind (`workflow/error_kind/<kind>`); a step in
 which every episode failed is warned about, and `stop_after_failed_steps`
 of them in a row stop the run after a checkpoint (`failure_streak.py`).
+Episodes are counted on the console as they finish (a bar per step
+and per evaluation); at the end the reward curve (`reward.svg`) and the HTML
+report (`report.html`, see `sparring.logging.report`) are written.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, compute_advantages
-from ..logging import MetricsLogger, RolloutWriter, TrainingProgress, mean_metrics
+from ..logging import ConsoleProgress, MetricsLogger, RolloutWriter, TrainingProgress, mean_metrics, read_metrics, write_report, write_reward_plot
 from ..rollout import Episode, run_episodes
 from ..types import ModelInput
 from .checkpoints import latest_checkpoint, restore_checkpoint, save_checkpoint
@@ -62,6 +65,10 @@ class RunResult:
     """True when Ctrl-C stopped the run (a checkpoint was saved)."""
     comparison: Comparison | None = None
     """The held-out evaluations of this process and the baselines beside them; None when nothing was evaluated."""
+    report_path: Path | None = None
+    """The run's HTML report (curves, evaluation tables, rollout browser), written at the end."""
+    reward_plot_path: Path | None = None
+    """The reward curve as an image (SVG), written at the end."""
 
 
 def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
@@ -93,11 +100,11 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
         eval_tasks = run.eval_tasks[: algorithm.eval_tasks] if algorithm.eval_tasks else run.eval_tasks
 
         async def evaluate_now(at_step: int, label: str) -> None:
-            columns.append(await evaluate_policy(run.episode_fn, eval_tasks, models.make_tuner, run.settings, run.judge, label, "model", at_step))
+            columns.append(await evaluate_policy(run.episode_fn, eval_tasks, models.make_tuner, run.settings, run.judge, label, "model", at_step, progress))
             result.evaluations.append({"step": at_step, **columns[-1].flat("eval/")})
             logger.log(at_step, result.evaluations[-1])
             if run.baselines and not any(c.kind == "baseline" for c in columns):
-                evaluated = await evaluate_baselines(run.episode_fn, eval_tasks, models, run.settings, run.judge, run.baselines, algorithm.seed)
+                evaluated = await evaluate_baselines(run.episode_fn, eval_tasks, models, run.settings, run.judge, run.baselines, algorithm.seed, progress)
                 columns.extend(evaluated)
                 logger.log(at_step, {k: v for c in evaluated for k, v in c.flat(f"baseline/{c.label}/").items()})
 
@@ -107,7 +114,7 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
                 if algorithm.eval_interval_steps and step % algorithm.eval_interval_steps == 0 and eval_tasks:
                     await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
                 models.reseed(config.algorithm.seed, step)
-                metrics, episodes = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step)
+                metrics, episodes = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step, progress)
                 metrics.update(snapshot_ages)
                 warning = streak.observe(episodes)
                 if warning:
@@ -132,6 +139,8 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             result.comparison.write(run_dir)
     checkpoint = save_checkpoint(run_dir, result.steps, models, stream)
     result.sampler_paths = models.save_for_sampler("final")
+    result.reward_plot_path = write_reward_plot(run_dir, read_metrics(run_dir))
+    result.report_path = write_report(run_dir)
     if streak.exhausted:
         raise EpisodesFailingError(
             f"stopped after step {result.steps}: every episode failed in {streak.steps} steps in a row "
@@ -141,11 +150,12 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
     return result
 
 
-async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int) -> tuple[dict[str, float], list[Episode]]:
+async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, progress: ConsoleProgress | None = None) -> tuple[dict[str, float], list[Episode]]:
     """One step: run the episodes, train on them, write their rollouts; returns the step's metrics and its episodes."""
     algorithm = config.algorithm
     started = time.perf_counter()
-    episodes = await run_episodes(episode_fn, tasks, models.make_tuner, settings, judge)
+    counter = progress.episodes(f"step {step + 1} rollouts", len(tasks) * settings.group_size) if progress is not None else None
+    episodes = await run_episodes(episode_fn, tasks, models.make_tuner, settings, judge, on_episode=None if counter is None else counter.add)
     rollout_time = time.perf_counter() - started
     advantages = compute_advantages(
         episodes,
@@ -187,8 +197,9 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
     run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/eval"), evaluation=True)
     chosen = run.eval_tasks[:limit] if limit else run.eval_tasks
     label = "trained" if any(m.adapter_path for m in config.trainable_models().values()) else "untrained"
-    model = await evaluate_policy(run.episode_fn, chosen, run.models.make_tuner, run.settings, run.judge, label, "model", None)
-    baselines = await evaluate_baselines(run.episode_fn, chosen, run.models, run.settings, run.judge, run.baselines, config.algorithm.seed)
+    with ConsoleProgress(enabled=config.logging.console) as progress:
+        model = await evaluate_policy(run.episode_fn, chosen, run.models.make_tuner, run.settings, run.judge, label, "model", None, progress)
+        baselines = await evaluate_baselines(run.episode_fn, chosen, run.models, run.settings, run.judge, run.baselines, config.algorithm.seed, progress)
     return Comparison([model, *baselines], subject=label)
 
 
