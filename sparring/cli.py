@@ -110,7 +110,7 @@ def train(
     if result.comparison is not None:
         _print_comparison("Held-out evaluation (before -> after training, beside the baselines)", result.comparison)
         typer.echo(f"comparison: {result.run_dir / 'evaluation.json'}")
-    typer.echo(f"reward curve: {result.reward_plot_path}")
+    typer.echo(f"reward curve: {result.reward_plot_path} (and reward.svg beside it)")
     typer.echo(f"report (open in a browser): {result.report_path}")
 
 

@@ -110,7 +110,9 @@ def page_of(path) -> PageParts:
 
 def test_train_writes_the_reward_curve_and_the_report_and_says_where(trained_run):
     run_dir, output = trained_run
-    assert f"reward curve: {run_dir / 'reward.svg'}" in output
+    assert f"reward curve: {run_dir / 'reward.png'} (and reward.svg beside it)" in output
+    png = (run_dir / "reward.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(png[16:20], "big") == 640  # 6.4 in x 100 dpi
     assert f"report (open in a browser): {run_dir / 'report.html'}" in output
     assert re.search(r"eval untrained: 4/4 episodes, \d+ tokens \(\d+ tok/s\) reward=", output), "evaluations count their episodes off a terminal"
     svg = ElementTree.parse(run_dir / "reward.svg").getroot()

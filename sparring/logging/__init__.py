@@ -3,6 +3,7 @@ and the run report (charts, evaluation tables, a token-level rollout browser) as
 
 from .metrics import MetricsLogger, mean_metrics, read_metrics
 from .plots import write_reward_plot
+from .reward_png import write_reward_png
 from .progress import ConsoleProgress, EpisodeProgress, TrainingProgress, print_table
 from .report import read_run, render_report, serve_report, write_report
 from .rollouts import RolloutWriter, format_transcript, read_rollouts
@@ -23,4 +24,5 @@ __all__ = [
     "serve_report",
     "write_report",
     "write_reward_plot",
+    "write_reward_png",
 ]

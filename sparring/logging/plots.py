@@ -5,7 +5,8 @@ for a reference level such as a baseline); `line_chart` draws series over
 steps as one self-contained `<svg>` element with axes, ticks, a legend and a
 `<title>` per point (hover shows the value). The HTML report inlines these
 charts; `write_reward_plot` writes the reward curve of a run to
-`run_dir/reward.svg`, which any browser or image viewer opens.
+`run_dir/reward.svg`, which any browser opens (`reward_png.py` draws the same
+curves as a PNG with matplotlib, for image viewers and slides).
 """
 
 from __future__ import annotations
@@ -134,16 +135,18 @@ def metric_series(records: list[dict], key: str, label: str | None = None, *, da
     return Series(label or key, points, band, dashed)
 
 
-def reward_chart(records: list[dict], *, width: int = 640, height: int = 360) -> str:
+def reward_series(records: list[dict]) -> list[Series]:
     """Mean training reward per step (± one standard deviation), and the held-out evaluations with their intervals."""
     training = metric_series(records, "reward/mean", "training reward")
     spread = {step: value for step, value in metric_series(records, "reward/std").points}
     training.band = [(step, mean - spread[step], mean + spread[step]) for step, mean in training.points if step in spread]
-    series = [training]
     held_out = metric_series(records, "eval/reward/mean", "held-out reward (95 % interval)")
-    if held_out.points:
-        series.append(held_out)
-    return line_chart("reward", series, width=width, height=height, metric="reward/mean")
+    return [training, held_out] if held_out.points else [training]
+
+
+def reward_chart(records: list[dict], *, width: int = 640, height: int = 360) -> str:
+    """The reward curves of `reward_series` as one SVG chart."""
+    return line_chart("reward", reward_series(records), width=width, height=height, metric="reward/mean")
 
 
 def write_reward_plot(run_dir: str | Path, records: list[dict]) -> Path:

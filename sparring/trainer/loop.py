@@ -20,7 +20,7 @@ logs the share of each error kind (`workflow/error_kind/<kind>`); a step in
 which every episode failed is warned about, and `stop_after_failed_steps`
 of them in a row stop the run after a checkpoint (`failure_streak.py`).
 Episodes are counted on the console as they finish (a bar per step
-and per evaluation); at the end the reward curve (`reward.svg`) and the HTML
+and per evaluation); at the end the reward curve (`reward.png`, `reward.svg`) and the HTML
 report (`report.html`, see `sparring.logging.report`) are written.
 """
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, compute_advantages
-from ..logging import ConsoleProgress, MetricsLogger, RolloutWriter, TrainingProgress, mean_metrics, read_metrics, write_report, write_reward_plot
+from ..logging import ConsoleProgress, MetricsLogger, RolloutWriter, TrainingProgress, mean_metrics, read_metrics, write_report, write_reward_plot, write_reward_png
 from ..rollout import Episode, run_episodes
 from ..types import ModelInput
 from .checkpoints import latest_checkpoint, restore_checkpoint, save_checkpoint
@@ -68,7 +68,7 @@ class RunResult:
     report_path: Path | None = None
     """The run's HTML report (curves, evaluation tables, rollout browser), written at the end."""
     reward_plot_path: Path | None = None
-    """The reward curve as an image (SVG), written at the end."""
+    """The reward curve as a PNG (`reward.png`; the same chart as `reward.svg` beside it), written at the end."""
 
 
 def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
@@ -139,7 +139,9 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             result.comparison.write(run_dir)
     checkpoint = save_checkpoint(run_dir, result.steps, models, stream)
     result.sampler_paths = models.save_for_sampler("final")
-    result.reward_plot_path = write_reward_plot(run_dir, read_metrics(run_dir))
+    records = read_metrics(run_dir)
+    write_reward_plot(run_dir, records)
+    result.reward_plot_path = write_reward_png(run_dir, records)
     result.report_path = write_report(run_dir)
     if streak.exhausted:
         raise EpisodesFailingError(
