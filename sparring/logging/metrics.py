@@ -39,6 +39,11 @@ def _json_scalar(value: Any) -> Any:
     return number if math.isfinite(number) else None
 
 
+def is_plotted_number(value: Any) -> bool:
+    """Whether a metrics.jsonl value is a number to chart or send to TensorBoard (not a bool, a string or null)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _parse_lines(text: str, path: Path) -> list[dict]:
     """Parse JSON lines; a torn last line (a crash mid-write) is dropped, any other bad line raises."""
     lines = [line for line in text.splitlines() if line.strip()]
@@ -162,7 +167,7 @@ class MetricsLogger:
         numbers = {
             key: value
             for key, value in record.items()
-            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
+            if key != "step" and is_plotted_number(value)
         }
         if self._tensorboard is not None:
             for key, value in numbers.items():

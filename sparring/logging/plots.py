@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .metrics import is_plotted_number
+
 REWARD_PLOT_FILE = "reward.svg"
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 MARGIN = {"left": 52, "right": 12, "top": 28, "bottom": 34}
@@ -127,7 +129,7 @@ def metric_series(records: list[dict], key: str, label: str | None = None, *, da
     points, band = [], []
     for record in records:
         value = record.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        if is_plotted_number(value) and math.isfinite(value):
             points.append((float(record["step"]), float(value)))
             low, high = record.get(f"{key}/ci_low"), record.get(f"{key}/ci_high")
             if isinstance(low, (int, float)) and isinstance(high, (int, float)):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .metrics import METRICS_FILE, read_metrics
+from .metrics import METRICS_FILE, is_plotted_number, read_metrics
 from .plots import Series, line_chart, metric_series, reward_chart
 from .rollouts import ROLLOUTS_DIR, read_rollouts
 
@@ -92,17 +92,13 @@ def read_run(run_dir: str | Path, rollout_steps: int | None = None) -> RunRecord
     return records
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def metric_sections(records: list[dict]) -> list[tuple[str, list[str]]]:
     """(section title, charts) for every numeric metric, one section per first name part: reward, the held-out
     evaluation, the workflow's own metrics, then the rest by name.
 
     An evaluation chart (`eval/<metric>`) shows the interval as a band and each baseline's level as a dashed line.
     """
-    keys = list(dict.fromkeys(key for record in records for key, value in record.items() if key != "step" and _is_number(value)))
+    keys = list(dict.fromkeys(key for record in records for key, value in record.items() if key != "step" and is_plotted_number(value)))
     interval_keys = {key for key in keys if key.endswith(("/ci_low", "/ci_high"))}
     training = [key for key in keys if key not in interval_keys and not key.startswith(("eval/", "baseline/"))]
     sections: dict[str, list[str]] = {}
