@@ -19,8 +19,9 @@ counts
 loop (the loop watchdog holds it). The running episode's clock is found in a context variable,
 like its recorder, and every asyncio task created under it is adopted by it
 (`adopt_new_tasks` installs the task factory that does so): the watchdog
-names the episode behind a blocking task, and an episode that ignores its
-cancellation can be ended whole (`EpisodeClock.abandon`).
+names the episode behind a blocking task (and interrupts it once past its
+`interrupt_after_s`), and an episode that ignores its cancellation can be
+ended whole (`EpisodeClock.abandon`).
 """
 
 from __future__ import annotations
@@ -87,11 +88,15 @@ class SharedTime:
 class EpisodeClock:
     """One episode's own time, and the asyncio tasks it runs."""
 
-    def __init__(self, label: str, shared: SharedTime) -> None:
+    def __init__(self, label: str, shared: SharedTime, interrupt_after_s: float | None = None) -> None:
         self.label = label
         """Names the episode in reports (its task id)."""
+        self.interrupt_after_s = interrupt_after_s
+        """Own time past which code of the episode that blocks the event loop is interrupted (loop watchdog); None: never."""
         self.blocked_at: str | None = None
         """Where the episode last blocked the event loop (file:line in function), if it did."""
+        self.interrupted_at: str | None = None
+        """Where the loop watchdog interrupted the episode's blocking code, if it did: the episode is over."""
         self._shared = shared
         self._own = 0.0
         self._waits = 0
@@ -135,6 +140,8 @@ class EpisodeClock:
         """End every unfinished task of the episode: close its coroutine (so no cancellation can be caught) and cancel it."""
         for task in list(self._tasks):
             if task.done():
+                if not task.cancelled():
+                    task.exception()  # retrieved: an abandoned episode's errors end with it, as its timeout
                 continue
             with contextlib.suppress(RuntimeError):  # a coroutine that awaits in its `finally` cannot be closed cleanly
                 task.get_coro().close()

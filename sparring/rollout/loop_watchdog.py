@@ -1,20 +1,32 @@
-"""The loop watchdog: an episode that blocks the event loop is named, and the others are not charged for it.
+"""The loop watchdog: an episode that blocks the event loop is named, not charged to the others, and ended at its time.
 
 Episodes run as tasks of one event loop (their model calls then reach the
 sampler in a deterministic order, so a seeded run samples the same tokens
 again). A workflow that blocks the loop (`time.sleep`, a synchronous HTTP
-call, a long computation) stalls every episode. That cannot be undone from
-outside, but it must not pass silently, nor time the others out:
+call, a long computation) stalls every episode. It must not pass silently,
+nor time the others out, nor hold the step past its own timeout:
 `LoopWatchdog` keeps a heartbeat on the loop (a callback every `BEAT_S`)
 and a thread that looks at it. When the heartbeat is `BLOCK_REPORT_S`
 late, the thread looks at which task is running and where (its innermost
 frame) and logs a warning naming the episode; when the loop turns again,
 the length of the stall is taken off every episode's clock but the
 blocking one's (`SharedTime.add_stall`; the watchdog holds the loop's
-`SharedTime`, which the clocks of its episodes count on). The blocking episode's own time
-keeps counting, so it is cancelled at its next `await` once past its timeout.
+`SharedTime`, which the clocks of its episodes count on). The blocking
+episode's own time keeps counting: once it passes the episode's
+`EpisodeClock.interrupt_after_s` (its timeout + the cancellation grace)
+while the episode still blocks the loop, the thread interrupts the loop's
+thread (`loop_interrupt.py`) and `EpisodeInterrupted` is raised inside the
+blocking code, but only if, when the loop's thread gets to it, the same
+task still runs the code seen blocking and the loop has not turned since
+(otherwise nothing happens, and the next look tries again). The episode then
+ends as a timeout naming the blocked line (`player.py`). That needs the loop
+in the main thread on a platform with `pthread_kill`; elsewhere the
+blocking episode is named and taken off the others' clocks, and it ends
+at its next `await` once past its timeout. A long single call inside C
+cannot be interrupted: it runs to its end.
 
-One watchdog runs per event loop while it plays episodes (`watching`).
+One watchdog runs per event loop while it plays episodes (`watching`); the
+signal handler is installed only meanwhile.
 """
 
 from __future__ import annotations
@@ -28,7 +40,10 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from types import FrameType
+
 from .episode_clock import EpisodeClock, SharedTime, clock_of
+from .loop_interrupt import MainThreadInterrupter
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +53,19 @@ BLOCK_REPORT_S = 0.5
 """A heartbeat this late means the loop is blocked: reported, and taken off the other episodes' clocks."""
 
 
+class EpisodeInterrupted(BaseException):
+    """Raised inside an episode's code that blocked the event loop past its time; a BaseException (like
+    asyncio.CancelledError) so that a workflow's `except Exception` does not swallow it."""
+
+
 @dataclass
 class _Stall:
     clock: EpisodeClock | None
     """The episode whose task was running when the stall was seen; None when it was no episode's."""
     where: str | None
     """Innermost frame of the loop's thread then: 'file:line in function'."""
+    interrupting: bool = False
+    """Whether an interruption was sent during this stall (it is logged once)."""
 
 
 class LoopWatchdog:
@@ -57,6 +79,8 @@ class LoopWatchdog:
         self._lock = threading.Lock()
         self._users = 0
         self._last_beat = time.monotonic()
+        self._beats = 0
+        self._interrupter = MainThreadInterrupter()
         self._stall: _Stall | None = None
         self._beat_handle: asyncio.TimerHandle | None = None
         self._stop: threading.Event | None = None
@@ -67,12 +91,14 @@ class LoopWatchdog:
             self._last_beat, self._stall = time.monotonic(), None
             self._beat_handle = self.loop.call_later(BEAT_S, self._beat)
             self._stop = threading.Event()
+            self._interrupter.install()
             threading.Thread(target=self._watch, args=(self._stop,), name="sparring-loop-watchdog", daemon=True).start()
 
     def leave(self) -> None:
         self._users -= 1
         if self._users == 0:
             self._stop.set()
+            self._interrupter.restore()
             self._beat_handle.cancel()
 
     def _beat(self) -> None:
@@ -81,6 +107,7 @@ class LoopWatchdog:
             stall, self._stall = self._stall, None
             late = now - self._last_beat - BEAT_S
             self._last_beat = now
+            self._beats += 1
         if stall is not None and late > 0:
             self.shared_time.add_stall(late)
             if stall.clock is not None:
@@ -91,15 +118,38 @@ class LoopWatchdog:
     def _watch(self, stop: threading.Event) -> None:
         while not stop.wait(BEAT_S):
             with self._lock:
-                if self._stall is not None or time.monotonic() - self._last_beat - BEAT_S < BLOCK_REPORT_S:
+                if time.monotonic() - self._last_beat - BEAT_S < BLOCK_REPORT_S:
                     continue
-                self._stall = _Stall(clock_of(asyncio.current_task(self.loop)), _innermost_frame(self._loop_thread))
-                stall = self._stall
-            log.warning(
-                "the event loop is blocked%s: every other episode waits. Await instead of blocking "
-                "(asyncio.sleep, an async client, or `await asyncio.to_thread(...)` for blocking code)",
-                _culprit(stall),
-            )
+                seen = self._stall is None
+                if seen:
+                    self._stall = _Stall(clock_of(asyncio.current_task(self.loop)), _where(sys._current_frames().get(self._loop_thread)))
+                stall, beats = self._stall, self._beats
+            if seen:
+                log.warning(
+                    "the event loop is blocked%s: every other episode waits. Await instead of blocking "
+                    "(asyncio.sleep, an async client, or `await asyncio.to_thread(...)` for blocking code)",
+                    _culprit(stall),
+                )
+            self._interrupt_if_overdue(stall, beats)
+
+    def _interrupt_if_overdue(self, stall: _Stall, beats: int) -> None:
+        """Interrupt the loop's thread when the task blocking it is an episode's past its `interrupt_after_s`."""
+        clock = clock_of(asyncio.current_task(self.loop))
+        if clock is None or clock.interrupt_after_s is None or clock.own_time() < clock.interrupt_after_s:
+            return
+        blocking = sys._current_frames().get(self._loop_thread)
+        where = _where(blocking)
+
+        def decide(frame: FrameType | None) -> EpisodeInterrupted | None:
+            # In the loop's thread, between two bytecodes. Still the same stall, task and blocking code, or no-op.
+            if self._beats != beats or clock_of(asyncio.current_task(self.loop)) is not clock or not _inside(frame, blocking):
+                return None
+            clock.interrupted_at = where
+            return EpisodeInterrupted(f"the episode blocked the event loop at {where} past {clock.interrupt_after_s:g}s of its own time")
+
+        if self._interrupter.interrupt(decide) and not stall.interrupting:
+            stall.interrupting = True
+            log.warning("interrupting the episode of task %s: it blocks the event loop at %s past %gs of its own time (its timeout + grace)", clock.label, where, clock.interrupt_after_s)
 
 
 def _culprit(stall: _Stall) -> str:
@@ -107,11 +157,18 @@ def _culprit(stall: _Stall) -> str:
     return who + (f" at {stall.where}" if stall.where else "")
 
 
-def _innermost_frame(thread_id: int) -> str | None:
-    frame = sys._current_frames().get(thread_id)
-    if frame is None:
-        return None
-    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+def _where(frame: FrameType | None) -> str | None:
+    """'file:line in function' of `frame`."""
+    return None if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def _inside(frame: FrameType | None, outer: FrameType | None) -> bool:
+    """Whether `frame` is `outer` or runs inside a call made from it."""
+    while frame is not None:
+        if frame is outer:
+            return True
+        frame = frame.f_back
+    return False
 
 
 _WATCHDOGS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatchdog] = weakref.WeakKeyDictionary()

@@ -11,7 +11,11 @@ other episodes left out), under the loop's watchdog (which names an episode
 that blocks the loop). Past the timeout the workflow is cancelled; one that
 has not stopped `CANCEL_GRACE_S` later (it caught the cancellation and went
 on) is abandoned: its tasks are closed, its late result ignored, and it
-counts once, as a timeout.
+counts once, as a timeout. One that blocks the event loop cannot be
+cancelled (nothing else runs meanwhile): the watchdog interrupts its blocking
+code at the same bound, its timeout + `CANCEL_GRACE_S` of its own time
+(`loop_watchdog.py`), and it ends the same way, as one timeout naming the
+line it blocked at.
 """
 
 from __future__ import annotations
@@ -40,24 +44,28 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
     loop = asyncio.get_running_loop()
     adopt_new_tasks(loop)
     with watching(loop) as watchdog:
-        clock = EpisodeClock(str(task.get("task_id", task.get("id", "?"))), watchdog.shared_time)
+        clock = EpisodeClock(str(task.get("task_id", task.get("id", "?"))), watchdog.shared_time, interrupt_after_s=timeout_s + CANCEL_GRACE_S)
         with clock.current():
             workflow = asyncio.ensure_future(episode_fn(task, tuner))
         clock.adopt(workflow)
         try:
-            while not workflow.done():
+            while not workflow.done() and clock.interrupted_at is None:
                 remaining = timeout_s - clock.own_time()
                 if remaining <= 0:
                     break
                 # Own time grows no faster than wall time: it cannot pass the timeout before this wait ends.
                 await asyncio.wait({workflow}, timeout=remaining)
-            if workflow.done():
-                return _outcome(workflow)
-            workflow.cancel()
-            await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
+            if clock.interrupted_at is None:
+                if workflow.done():
+                    return _outcome(workflow)
+                workflow.cancel()
+                await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
         except asyncio.CancelledError:  # the run itself was cancelled (Ctrl-C): the episode goes with it
             clock.abandon()
             raise
+    if clock.interrupted_at is not None:
+        clock.abandon()  # whatever of it still runs: it is past its timeout + grace
+        raise EpisodeTimeout(f"timed out after {timeout_s:g}s: it blocked the event loop at {clock.interrupted_at} and was interrupted there {timeout_s + CANCEL_GRACE_S:g}s into its own time")
     blocked = f"; it blocked the event loop at {clock.blocked_at}" if clock.blocked_at else ""
     if not workflow.done():
         clock.abandon()

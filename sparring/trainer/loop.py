@@ -17,8 +17,10 @@ interval, see `evaluation.py`), and the comparison is written to
 checkpoint is written (see `checkpoints.py`) from which `resume` continues
 exactly. Failed episodes are data: a step trains its healthy episodes and
 logs the share of each error kind (`workflow/error_kind/<kind>`); a step in
-which every episode failed is warned about, and `stop_after_failed_steps`
-of them in a row stop the run after a checkpoint (`failure_streak.py`).
+which every episode failed is warned about, `stop_after_failed_steps`
+of them in a row stop the run after a checkpoint, and a run whose every step
+failed whole raises at its end; neither writes a "final" adapter
+(`failure_streak.py`).
 Episodes are counted on the console as they finish (a bar per step
 and per evaluation); at the end the reward curve (`reward.png`, `reward.svg`) and the HTML
 report (`report.html`, see `sparring.logging.report`) are written.
@@ -130,7 +132,8 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
         except (KeyboardInterrupt, asyncio.CancelledError):
             result.interrupted = True
             log.warning("interrupted: saving a checkpoint at step %d", result.steps)
-        if eval_tasks and algorithm.eval_interval_steps and not result.interrupted and not streak.exhausted:
+        failure = None if result.interrupted else streak.failure(result.steps)
+        if eval_tasks and algorithm.eval_interval_steps and not result.interrupted and failure is None:
             await evaluate_now(result.steps, "trained")
         if columns:
             # Model columns first (in step order), then the baselines; the last model evaluation is the subject.
@@ -138,17 +141,16 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             result.comparison = Comparison(models_first, subject=[c for c in columns if c.kind == "model"][-1].label)
             result.comparison.write(run_dir)
     checkpoint = save_checkpoint(run_dir, result.steps, models, stream)
-    result.sampler_paths = models.save_for_sampler("final")
+    trained_nothing = not streak.healthy_steps and not start_step  # e.g. interrupted before a step trained
+    if failure is None and not trained_nothing:
+        result.sampler_paths = models.save_for_sampler("final")
     records = read_metrics(run_dir)
     write_reward_plot(run_dir, records)
     result.reward_plot_path = write_reward_png(run_dir, records)
     result.report_path = write_report(run_dir)
-    if streak.exhausted:
-        raise EpisodesFailingError(
-            f"stopped after step {result.steps}: every episode failed in {streak.steps} steps in a row "
-            f"(algorithm.stop_after_failed_steps); commonest error: {streak.commonest}. "
-            f"Checkpoint saved at {checkpoint}; fix the workflow and continue with `sparring train --resume {run_dir}`"
-        )
+    if failure is not None:
+        then = f"continue with `sparring train --resume {run_dir}`" if result.steps < total_steps else "run it again"
+        raise EpisodesFailingError(f"{failure}. Checkpoint saved at {checkpoint}, no final adapter written; fix the workflow and {then}")
     return result
 
 
