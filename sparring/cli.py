@@ -12,7 +12,10 @@ Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand ins
 A bad config -- a field, the file, the workflow's import path, a dataset file,
 a model's path or name, a device -- is one line on stderr (`error: ` and the
 field path, what is wrong and what would work) and exit code 2, found before
-any model loads and before a run directory is left behind.
+any model loads and before a run directory is left behind. A training run
+stopped because every episode failed (`EpisodesFailingError`: too many such
+steps in a row, or all of them) is one line with the first error's reason
+and exit code 1.
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def test_an_episode_blocking_the_loop_past_its_time_is_interrupted_there_and_the
 
     (metrics,) = result.history
     # It ends at its own timeout + grace (its share of the sampler wait before it blocked counts), not 600 s later.
-    assert TIMEOUT_S + CANCEL_GRACE_S <= metrics["time/rollout"] < TIMEOUT_S + CANCEL_GRACE_S + 3.0
+    assert TIMEOUT_S + CANCEL_GRACE_S <= metrics["time/rollout"] < TIMEOUT_S + CANCEL_GRACE_S + 5.0
     assert metrics["workflow/error_kind/timeout"] == pytest.approx(1 / 8) and metrics["workflow/error"] == pytest.approx(1 / 8)  # counted once
     rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl")
     (blocked,) = [row for row in rows if row["error"]]
@@ -309,7 +309,11 @@ def test_the_interrupter_raises_in_the_main_thread_only_when_the_decision_says_s
         threading.Timer(0.2, interrupter.interrupt, args=(decide,)).start()
 
     called_before = []
-    previous = signal.signal(INTERRUPT_SIGNAL, lambda signum, frame: called_before.append(signum))
+
+    def handler_before(signum, frame):
+        called_before.append(signum)
+
+    previous = signal.signal(INTERRUPT_SIGNAL, handler_before)
     interrupter = MainThreadInterrupter()
     try:
         assert interrupter.install()
@@ -334,7 +338,7 @@ def test_the_interrupter_raises_in_the_main_thread_only_when_the_decision_says_s
         interrupter.restore()
         restored = signal.getsignal(INTERRUPT_SIGNAL)
         signal.signal(INTERRUPT_SIGNAL, previous)
-    assert restored is not None and restored != interrupter._handle and not interrupter.interrupt(lambda frame: ValueError("late"))
+    assert restored is handler_before and not interrupter.interrupt(lambda frame: ValueError("late"))  # restored: nothing is sent
     off_main = []
     worker = threading.Thread(target=lambda: off_main.append(MainThreadInterrupter().install()))
     worker.start()

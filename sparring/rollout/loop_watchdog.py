@@ -39,7 +39,6 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-
 from types import FrameType
 
 from .episode_clock import EpisodeClock, SharedTime, clock_of

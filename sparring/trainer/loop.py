@@ -62,7 +62,7 @@ class RunResult:
     evaluations: list[dict] = field(default_factory=list)
     """Evaluation metrics, with their 'step'."""
     sampler_paths: dict[str, str] = field(default_factory=dict)
-    """Final PEFT adapter directory per trainable model."""
+    """Final PEFT adapter directory per trainable model; empty when the run trained nothing (interrupted before a step trained)."""
     interrupted: bool = False
     """True when Ctrl-C stopped the run (a checkpoint was saved)."""
     comparison: Comparison | None = None
