@@ -55,6 +55,7 @@ FAULTS = {
     "nan_turn_rewards": "bad_turn_rewards",
     "hang": "timeout",
     "block": "timeout",
+    "block_and_return": "timeout",
     "swallow": "timeout",
     "swallow_and_return": "timeout",
 }
@@ -73,9 +74,11 @@ async def faulty(task, model, auxiliary_models):
             raise RuntimeError("scripted failure")
         if fault == "hang":
             await asyncio.sleep(60)
-        if fault == "block":
+        if fault.startswith("block"):
             await asyncio.sleep(0.3)
-            time.sleep(BLOCK_S)
+            time.sleep(BLOCK_S)  # past its timeout, within the grace: not interrupted
+            if fault == "block_and_return":
+                return WorkflowOutput(reward=100.0)  # a result after its time: ignored
             await asyncio.sleep(60)
         if fault.endswith("_forever") and task["task_id"] not in BLOCKERS:
             BLOCKERS.add(task["task_id"])
@@ -199,6 +202,15 @@ def test_an_episode_that_blocks_the_loop_is_named_and_the_others_are_not_charged
     assert all(episode.error is None for episode in healthy)  # they waited BLOCK_S > TIMEOUT_S, not on their own time
     assert block.error_kind == "timeout" and BLOCK_S <= ended[0] < TIMEOUT_S + CANCEL_GRACE_S + 0.3
     assert any("blocked by the episode of task block-0" in record.message and "test_faults.py" in record.message for record in caplog.records)
+
+
+def test_an_episode_that_returns_only_by_blocking_past_its_timeout_is_a_timeout(tiny_model_dir, tmp_path):
+    faults = ["block_and_return"] + ["healthy_slow"] * 2
+    episodes, ended = play(policy(tiny_model_dir, tmp_path), faults)
+    late, *healthy = episodes
+    assert all(episode.error is None for episode in healthy)
+    assert late.error_kind == "timeout" and late.rewards == {"policy": -0.1}  # its reward of 100 came after its time
+    assert "returned only" in late.error and "its result is ignored" in late.error and ended[0] < TIMEOUT_S + CANCEL_GRACE_S, late.error
 
 
 class QueuedSampler:

@@ -15,7 +15,8 @@ counts once, as a timeout. One that blocks the event loop cannot be
 cancelled (nothing else runs meanwhile): the watchdog interrupts its blocking
 code at the same bound, its timeout + `CANCEL_GRACE_S` of its own time
 (`loop_watchdog.py`), and it ends the same way, as one timeout naming the
-line it blocked at.
+line it blocked at. One that blocks past its timeout but less than the grace and
+then returns without an `await` is a timeout too: its result came after its time.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
                 await asyncio.wait({workflow}, timeout=remaining)
             if clock.interrupted_at is None:
                 if workflow.done():
-                    return _outcome(workflow)
+                    if clock.own_time() <= timeout_s:
+                        return _outcome(workflow)
+                    raise EpisodeTimeout(f"timed out after {timeout_s:g}s: it returned only {clock.own_time():.1f}s into its own time{_blocked(clock)}; its result is ignored")
                 workflow.cancel()
                 await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
         except asyncio.CancelledError:  # the run itself was cancelled (Ctrl-C): the episode goes with it
@@ -66,7 +69,7 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
     if clock.interrupted_at is not None:
         clock.abandon()  # whatever of it still runs: it is past its timeout + grace
         raise EpisodeTimeout(f"timed out after {timeout_s:g}s: it blocked the event loop at {clock.interrupted_at} and was interrupted there {timeout_s + CANCEL_GRACE_S:g}s into its own time")
-    blocked = f"; it blocked the event loop at {clock.blocked_at}" if clock.blocked_at else ""
+    blocked = _blocked(clock)
     if not workflow.done():
         clock.abandon()
         raise EpisodeTimeout(f"timed out after {timeout_s:g}s{blocked}; it did not stop within {CANCEL_GRACE_S:g}s of its cancellation and was abandoned")
@@ -74,6 +77,11 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
         error = workflow.exception()
         raise EpisodeTimeout(f"timed out after {timeout_s:g}s{blocked}; then raised {type(error).__name__}: {error}")
     raise EpisodeTimeout(f"timed out after {timeout_s:g}s{blocked}")  # a result returned after the cancellation is ignored
+
+
+def _blocked(clock: EpisodeClock) -> str:
+    """Where the episode blocked the event loop, as a clause of a timeout's message; empty when it did not."""
+    return f"; it blocked the event loop at {clock.blocked_at}" if clock.blocked_at else ""
 
 
 def _outcome(workflow: asyncio.Task) -> Any:
