@@ -2,21 +2,16 @@
 
 The suite runs in-process against the AgentScope in .venv (2.x, the `dev` extra) and, through
 `test_agentscope1_runs_this_suite`, once more in a subprocess against AgentScope 1.x installed into a
-cached overlay directory. Most tests script the model's replies (real renderer, recorder and timeline
-merging; only the sampled tokens are fixed) so tool calls happen deterministically; the acceptance
-test trains a tool-equipped ReAct agent with tune() on the tiny random model.
+cached overlay directory (`agentscope_suite`). Most tests script the model's replies (real renderer,
+recorder and timeline merging; only the sampled tokens are fixed) so tool calls happen deterministically;
+the acceptance test trains a tool-equipped ReAct agent with tune() on the tiny random model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -45,11 +40,10 @@ from sparring.rollout import (  # noqa: E402
     recording,
     run_episodes,
 )
+from agentscope_suite import in_agentscope1_subprocess, load_example, run_on_agentscope1  # noqa: E402
 from scripted_sampler import ScriptedSampler  # noqa: E402
 
 MAJOR = agentscope_major()
-ROOT = Path(__file__).resolve().parents[1]
-IN_SUBPROCESS_ENV = "SPARRING_AGENTSCOPE1_SUBPROCESS"
 SYSTEM = "You multiply numbers with the multiply tool."
 STRUCTURED_TOOL = "generate_response" if MAJOR == 1 else "GenerateStructuredOutput"
 
@@ -340,14 +334,7 @@ def test_the_injected_time_stays_out_of_the_prompt(renderer):
     assert formatted["content"][0]["text"] == "<system-reminder>\n<tool-error>stop</tool-error>\n</system-reminder>"
 
 
-def load_example():
-    spec = importlib.util.spec_from_file_location("agentscope_react_example", ROOT / "examples" / "agentscope_react.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-EXAMPLE = load_example()
+EXAMPLE = load_example("agentscope_react")
 
 
 class VariedCalculator(Workflow):
@@ -382,41 +369,10 @@ def test_a_react_agent_workflow_trains_end_to_end(tiny_model_dir, tmp_path):
 # ---------------------------------------------------------------- AgentScope 1.x, in a subprocess
 
 
-def agentscope1_overlay() -> Path:
-    """A directory holding AgentScope 1.x and what it needs beyond this venv, installed once and cached."""
-    import tomllib
-
-    requirements = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["agentscope1"]
-    key = hashlib.sha256(json.dumps(requirements).encode()).hexdigest()[:12]
-    overlay = Path(sys.prefix) / "agentscope1-overlay" / key
-    if (overlay / "installed").exists():
-        return overlay
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    report = overlay.with_suffix(".report.json")
-    overlay.parent.mkdir(parents=True, exist_ok=True)
-    # Resolve against this venv (so only what differs is fetched), then install exactly that, unshadowed.
-    planned = subprocess.run([*pip, "install", "--dry-run", "--report", str(report), *requirements], capture_output=True, text=True)
-    if planned.returncode != 0:
-        pytest.skip(f"cannot resolve {requirements} (no package index?): {planned.stderr[-400:]}")
-    pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in json.loads(report.read_text())["install"]]
-    installed = subprocess.run([*pip, "install", "--no-deps", "--target", str(overlay), *pins], capture_output=True, text=True)
-    if installed.returncode != 0:
-        pytest.skip(f"cannot install {pins}: {installed.stderr[-400:]}")
-    (overlay / "installed").write_text("\n".join(pins))
-    return overlay
-
-
-@pytest.mark.skipif(MAJOR == 1 or os.environ.get(IN_SUBPROCESS_ENV) == "1", reason="runs from the AgentScope 2.x suite")
+@pytest.mark.skipif(MAJOR == 1 or in_agentscope1_subprocess(), reason="runs from the AgentScope 2.x suite")
 def test_agentscope1_runs_this_suite():
-    overlay = agentscope1_overlay()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(overlay), str(ROOT)]), IN_SUBPROCESS_ENV: "1", "AGENTSCOPE_DISABLE_CONSOLE_OUTPUT": "true"}
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)), "-W", "ignore::DeprecationWarning"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and "failed" not in run.stdout
+    run_on_agentscope1(Path(__file__))
 
 
 def test_the_installed_agentscope_is_the_one_under_test():
-    assert MAJOR == (1 if os.environ.get(IN_SUBPROCESS_ENV) == "1" else 2)
+    assert MAJOR == (1 if in_agentscope1_subprocess() else 2)

@@ -14,6 +14,14 @@ because the two majors disagree on the model interface:
   `model(messages: list[Msg], tools, tool_choice: ToolChoice)`; the model
   formats with its own `formatter` in `_call_api`; replies are `ToolCallBlock`s.
 
+`as_workflow_model(chat_model)` is what function-style workflows (and judges)
+receive when AgentScope is installed: the installed major's `DualChatModel`,
+an `AgentScopeChatModel` that is also a sparring `ChatModel` (the sparring
+side is `agentscope_dual.SparringSide`), so code written for AgentScope's
+tuner hands `model` and `auxiliary_models[...]` straight to its agents while
+sparring's own workflows keep calling them as sparring models. Without
+AgentScope (or with a major that has no adapter) the model is handed out as is.
+
 `TimelineFormatter(agent_name)` (one per major, a subclass of that major's
 `OpenAIChatFormatter`) keeps the agent's own replies as assistant turns and
 turns every other speaker into a user turn "Name: text", each message on its
@@ -26,16 +34,18 @@ The warnings and the cancellation error are the bridge's (`agentscope_bridge`), 
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from ..rollout.chat_model import ChatModel
 from .agentscope_bridge import EpisodeCancelledError, ForeignTurnsWarning, HistoryRewriteWarning
+from .agentscope_dual import SparringSide
 
-__all__ = ["EpisodeCancelledError", "ForeignTurnsWarning", "HistoryRewriteWarning", "agentscope_major", "agentscope_model", "is_agentscope_model"]
+__all__ = ["EpisodeCancelledError", "ForeignTurnsWarning", "HistoryRewriteWarning", "agentscope_major", "agentscope_model", "as_workflow_model", "is_agentscope_model"]
 
 INSTALL_HINT = "pip install 'sparring[agentscope]' (AgentScope 2.x) or 'sparring[agentscope1]' (AgentScope 1.x)"
 SUPPORTED_MAJORS = (1, 2)
-_VERSIONED = {"AgentScopeChatModel", "TimelineFormatter"}
+_VERSIONED = {"AgentScopeChatModel", "DualChatModel", "TimelineFormatter"}
 
 
 def agentscope_major() -> int:
@@ -72,7 +82,21 @@ def agentscope_model(chat_model: ChatModel, **options: Any):
     """
     if not isinstance(chat_model, ChatModel):
         raise TypeError(f"agentscope_model wraps a sparring ChatModel, got {type(chat_model).__name__}")
+    if isinstance(chat_model, SparringSide):  # a workflow's model already is one: wrap what it wraps
+        chat_model = chat_model.chat_model
     return _versioned_module().AgentScopeChatModel(chat_model, **options)
+
+
+def as_workflow_model(chat_model: ChatModel) -> ChatModel:
+    """`chat_model` as workflows receive it: a `DualChatModel` (also an AgentScope chat model) when a supported
+    AgentScope is installed, else `chat_model` itself."""
+    if is_agentscope_model(chat_model) or importlib.util.find_spec("agentscope") is None:
+        return chat_model
+    try:
+        module = _versioned_module()
+    except ImportError:  # an AgentScope major without an adapter: sparring's own workflows must still run
+        return chat_model
+    return module.DualChatModel(chat_model)
 
 
 def is_agentscope_model(model: Any) -> bool:

@@ -92,7 +92,8 @@ def own_turns(messages: list[dict], agent_name: str | None) -> list[dict]:
             raise ValueError(f"the formatter for agent {agent_name!r} got tool calls from {name!r}: give the agent the name {agent_name!r} (or the formatter the agent's name)")
         if foreign or named_user:
             text = _text(message.get("content"))
-            message = {"role": "user", "content": f"{name}: {text}" if name else text}
+            # Content as a list of parts, as the formatter's own messages have it.
+            message = {"role": "user", "content": [{"type": "text", "text": f"{name}: {text}" if name else text}]}
         result.append(message)
     return result
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from ..rollout.chat_model import ChatModel
 from .agentscope_bridge import call_chat_model, own_turns, reply_tool_calls
+from .agentscope_dual import SparringSide
 
 STRUCTURED_TOOL = "generate_structured_output"
 
@@ -58,6 +59,32 @@ class AgentScopeChatModel(ChatModelBase):
             metadata = next((c.parsed for c in calls if c.name == STRUCTURED_TOOL and isinstance(c.parsed, dict)), None)
         # No usage: AgentScope 1.x does not export its ChatUsage type.
         return ChatResponse(content=content, metadata=metadata)
+
+
+class DualChatModel(AgentScopeChatModel, SparringSide):
+    """Both a sparring `ChatModel` and an AgentScope 1.x `ChatModelBase` over `chat_model`: what workflows receive.
+
+    Both kinds of caller pass message dicts, so the messages' shape decides:
+    AgentScope's OpenAI formatters give every message but tool results its
+    content as a list of parts (`formatted_by_agentscope`), or the call asks
+    for a `structured_model`: such a call gets an AgentScope `ChatResponse`;
+    any other call (string contents, as sparring's workflows write them) is a
+    sparring call and gets a sparring `ChatResponse`.
+    """
+
+    async def __call__(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: str | dict | None = None, structured_model: type[BaseModel] | None = None, **kwargs: Any):
+        if structured_model is not None or formatted_by_agentscope(messages):
+            return await super().__call__(messages, tools, tool_choice, structured_model, **kwargs)
+        return await self.sparring_call(messages, tools, tool_choice, kwargs)
+
+    def with_chat_model(self, chat_model: ChatModel) -> DualChatModel:
+        return DualChatModel(chat_model, generate_kwargs=self.generate_kwargs)
+
+
+def formatted_by_agentscope(messages: list[dict]) -> bool:
+    """Whether `messages` have the shape AgentScope 1.x's OpenAI formatters give: list contents (None for a bare tool call)."""
+    contents = [message.get("content") for message in messages if isinstance(message, dict) and message.get("role") != "tool"]
+    return any(isinstance(content, list) for content in contents) and all(content is None or isinstance(content, list) for content in contents)
 
 
 def _structured_tool(structured_model: type[BaseModel]) -> dict:

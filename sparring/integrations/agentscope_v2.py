@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from ..rollout.chat_model import ChatModel
 from .agentscope_bridge import call_chat_model, own_turns, reply_tool_calls
+from .agentscope_dual import SparringSide
 
 # Runtime-state hints are `<key>value</key>` lines; these two keys only carry the wall clock.
 _TIME_FIELD = re.compile(r"<(current-time|timezone)>.*?</\1>\n?", re.DOTALL)
@@ -94,6 +95,31 @@ class AgentScopeChatModel(ChatModelBase):
         content += [ToolCallBlock(id=c.id, name=c.name, input=c.arguments) for c in calls]
         usage = ChatUsage(input_tokens=response.prompt_tokens, output_tokens=len(response.tokens), time=time.perf_counter() - started)
         return ChatResponse(content=content, is_last=True, usage=usage)
+
+
+class DualChatModel(AgentScopeChatModel, SparringSide):
+    """Both a sparring `ChatModel` and an AgentScope 2.x `ChatModelBase` over `chat_model`: what workflows receive.
+
+    AgentScope calls it with `Msg` objects (or a `ToolChoice`) and gets an
+    AgentScope `ChatResponse`; sparring calls it with message dicts and gets
+    a sparring `ChatResponse`. It formats every message as it is (its
+    `TimelineFormatter` has no agent name) until `as_agent(name)` names the
+    agent whose replies are its own.
+    """
+
+    def __init__(self, chat_model: ChatModel, formatter: OpenAIChatFormatter | None = None, parameters: AgentScopeChatModel.Parameters | None = None, context_size: int = 32768):
+        super().__init__(chat_model, formatter=formatter or TimelineFormatter(None), parameters=parameters, context_size=context_size)
+
+    async def __call__(self, messages: list, tools: list[dict] | None = None, tool_choice: ToolChoice | str | dict | None = None, **kwargs: Any):
+        if isinstance(tool_choice, ToolChoice) or any(isinstance(message, Msg) for message in messages or []):
+            return await super().__call__(messages, tools, tool_choice, **kwargs)
+        return await self.sparring_call(messages, tools, tool_choice, kwargs)
+
+    def with_chat_model(self, chat_model: ChatModel) -> DualChatModel:
+        formatter = self.formatter
+        if isinstance(formatter, TimelineFormatter):
+            formatter = formatter.model_copy(update={"agent_name": chat_model.agent})
+        return DualChatModel(chat_model, formatter=formatter, parameters=self.parameters, context_size=self.context_size)
 
 
 class TimelineFormatter(OpenAIChatFormatter):

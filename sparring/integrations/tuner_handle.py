@@ -9,7 +9,9 @@ episode endpoint (`sparring.server.openai`), both above the rollout layer, so
 the methods that hand them out live here, on a subclass of the router: the
 runner below keeps running episodes with any router, and every place that
 builds the handles a workflow gets (the trainer's models, the evaluation's
-baselines, a Ray worker's `RemoteTunerSpec`) builds this one.
+baselines, a Ray worker's `RemoteTunerSpec`) builds this one. For the same
+reason it overrides `workflow_model`: the models a function-style workflow
+receives are also AgentScope chat models when AgentScope is installed.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..rollout import ChatModel, EpisodeRecorder, ModelRouter, current_recorder
-from .agentscope import agentscope_model, is_agentscope_model
+from .agentscope import agentscope_model, as_workflow_model, is_agentscope_model
 
 
 class TunerHandle(ModelRouter):
     """What a workflow gets to build its agents: `chat_model(...)` routing, in sparring's or another framework's form."""
+
+    def workflow_model(self, model: ChatModel) -> ChatModel:
+        """`model` as a function-style workflow or a judge receives it: also an AgentScope chat model when AgentScope
+        is installed, so AgentScope-tuner workflows can hand it straight to their agents."""
+        return as_workflow_model(model)
 
     def as_agentscope_model(self, agent_name: str, target_tag: str | None = None, debug_model: Any = None):
         """An AgentScope chat model for this agent, routed like `chat_model`.

@@ -63,7 +63,7 @@ async def checked_outcome(output: Any, task: dict, tuner: ModelRouter, judge: Ca
     if reward is None:
         if judge is None:
             raise EpisodeFault("bad_reward", "the workflow returned reward=None and no judge_func is configured")
-        judged = judge(task, output.response, tuner.auxiliary_models)
+        judged = judge(task, output.response, tuner.workflow_auxiliary_models())
         judged = await judged if inspect.isawaitable(judged) else judged
         if not isinstance(judged, JudgeOutput):
             raise EpisodeFault("wrong_output_type", f"the judge returned {type(judged).__name__}; it must return JudgeOutput(reward=..., metrics=...)")

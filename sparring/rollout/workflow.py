@@ -18,6 +18,9 @@ the Ray worker), which adds the framework-facing methods
 (`as_openai_client`, `as_base_url_api_key`, `as_agentscope_model`): they need
 the OpenAI-compatible server and the AgentScope adapter, both layers above
 this one, so they live above it and this layer runs episodes with any router.
+For the same reason a function-style workflow (and a judge) gets its models
+through `ModelRouter.workflow_model`, which hands them out as they are here
+and as AgentScope chat models too in `TunerHandle`.
 
 `as_episode_fn` turns either style into `episode(task, tuner) ->
 WorkflowOutput` and checks its signature before any model loads.
@@ -67,6 +70,14 @@ class ModelRouter:
     @property
     def policy(self) -> ChatModel:
         return next(iter(self.policies.values()))
+
+    def workflow_model(self, model: ChatModel) -> ChatModel:
+        """`model` as a function-style workflow or a judge receives it: as it is here (`TunerHandle` adds AgentScope's form)."""
+        return model
+
+    def workflow_auxiliary_models(self) -> dict[str, ChatModel]:
+        """The auxiliary models by name, as a function-style workflow or a judge receives them."""
+        return {name: self.workflow_model(model) for name, model in self.auxiliary_models.items()}
 
     def is_trainable(self, target_tag: str) -> bool:
         return self.trainable_targets is None or target_tag in self.trainable_targets
@@ -122,6 +133,6 @@ def as_episode_fn(workflow: Callable | type | Workflow) -> EpisodeFn:
 
     async def run_function(task: dict, tuner: ModelRouter):
         extra = {"logger": tuner.logger} if wants_logger else {}
-        return await workflow(task, tuner.policy, tuner.auxiliary_models, **extra)
+        return await workflow(task, tuner.workflow_model(tuner.policy), tuner.workflow_auxiliary_models(), **extra)
 
     return run_function

@@ -1,0 +1,70 @@
+"""What the AgentScope test modules share: loading an example, and running a module again against AgentScope 1.x.
+
+`load_example(name)` imports examples/NAME.py as a module. The venv holds AgentScope 2.x (the `dev` extra); `agentscope1_overlay()` installs AgentScope 1.x (the
+`agentscope1` extra) and what it needs beyond the venv into a cached overlay directory, and
+`run_on_agentscope1(test_file)` runs that module's tests with the overlay first on `PYTHONPATH`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+IN_SUBPROCESS_ENV = "SPARRING_AGENTSCOPE1_SUBPROCESS"
+
+
+def load_example(name: str):
+    """examples/NAME.py, imported as a module (examples are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def in_agentscope1_subprocess() -> bool:
+    """Whether this process is the AgentScope 1.x re-run of a test module."""
+    return os.environ.get(IN_SUBPROCESS_ENV) == "1"
+
+
+def agentscope1_overlay() -> Path:
+    """A directory holding AgentScope 1.x and what it needs beyond this venv, installed once and cached."""
+    import tomllib
+
+    requirements = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["agentscope1"]
+    key = hashlib.sha256(json.dumps(requirements).encode()).hexdigest()[:12]
+    overlay = Path(sys.prefix) / "agentscope1-overlay" / key
+    if (overlay / "installed").exists():
+        return overlay
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    report = overlay.with_suffix(".report.json")
+    overlay.parent.mkdir(parents=True, exist_ok=True)
+    # Resolve against this venv (so only what differs is fetched), then install exactly that, unshadowed.
+    planned = subprocess.run([*pip, "install", "--dry-run", "--report", str(report), *requirements], capture_output=True, text=True)
+    if planned.returncode != 0:
+        pytest.skip(f"cannot resolve {requirements} (no package index?): {planned.stderr[-400:]}")
+    pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in json.loads(report.read_text())["install"]]
+    installed = subprocess.run([*pip, "install", "--no-deps", "--target", str(overlay), *pins], capture_output=True, text=True)
+    if installed.returncode != 0:
+        pytest.skip(f"cannot install {pins}: {installed.stderr[-400:]}")
+    (overlay / "installed").write_text("\n".join(pins))
+    return overlay
+
+
+def run_on_agentscope1(test_file: Path) -> None:
+    """Run `test_file`'s tests against AgentScope 1.x; fails with their output unless all pass."""
+    overlay = agentscope1_overlay()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(overlay), str(ROOT)]), IN_SUBPROCESS_ENV: "1", "AGENTSCOPE_DISABLE_CONSOLE_OUTPUT": "true"}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file), "-W", "ignore::DeprecationWarning"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and "failed" not in run.stdout
