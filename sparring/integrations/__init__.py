@@ -2,9 +2,9 @@
 
 from . import agentscope as _agentscope
 from .agentscope import EpisodeCancelledError, ForeignTurnsWarning, HistoryRewriteWarning, agentscope_major, agentscope_model, is_agentscope_model
-from .tuner_handle import TunerHandle
+from .tuner_handle import AjetTuner, TunerHandle
 
-__all__ = ["AgentScopeChatModel", "EpisodeCancelledError", "ForeignTurnsWarning", "HistoryRewriteWarning", "TimelineFormatter", "TunerHandle", "agentscope_major", "agentscope_model", "is_agentscope_model"]
+__all__ = ["AgentScopeChatModel", "AjetTuner", "EpisodeCancelledError", "ForeignTurnsWarning", "HistoryRewriteWarning", "TimelineFormatter", "TunerHandle", "agentscope_major", "agentscope_model", "is_agentscope_model"]
 
 
 def __getattr__(name: str):
