@@ -209,3 +209,8 @@ def test_set_data_takes_agentjets_arguments(tmp_path):
         job.set_data(type="env_service", dataset_path=folder)
     with pytest.raises(ConfigError, match="not both"):
         job.set_data(folder, type="hf", dataset_path=folder)
+
+
+def test_agentjets_workflow_path_spelling_imports():
+    job = Job().set_workflow("test_agentjet->ExampleWerewolves")
+    assert job.workflow is ExampleWerewolves and job.config.workflow == "test_agentjet->ExampleWerewolves"
