@@ -147,9 +147,14 @@ def test_dataset_name_selects_a_subdirectory(tmp_path):
         load_tasks(DatasetConfig(path=str(tmp_path / "easy" / "train.jsonl"), name="easy"))
 
 
-def test_path_errors(tmp_path):
+def test_path_errors(tmp_path, monkeypatch):
     with pytest.raises(DatasetError, match="does not exist"):
         load_tasks(DatasetConfig(path=str(tmp_path / "missing.jsonl")))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatasetError, match=r"dataset path openai/gsm8k does not exist; .* \(if that is a Hugging Face hub name: nothing is downloaded"):
+        load_tasks(DatasetConfig(path="openai/gsm8k"))
+    with pytest.raises(DatasetError, match=r"data/train.jsonl does not exist; give a .jsonl/.json/.csv/.parquet file or a directory of them$"):
+        load_tasks(DatasetConfig(path="data/train.jsonl"))
     (tmp_path / "tasks.txt").write_text("hello")
     with pytest.raises(DatasetError, match="unsupported dataset format '.txt'"):
         load_tasks(DatasetConfig(path=str(tmp_path / "tasks.txt")))
@@ -271,6 +276,7 @@ def test_a_save_to_disk_folder_reads_without_datasets(tmp_path):
     with pytest.raises(DatasetError, match=r"saved: no split 'validation'; available splits: \['train', 'test'\]"):
         load_tasks(DatasetConfig(path=str(saved), split="validation"))
     assert seeds(load_tasks(DatasetConfig(path=str(saved / "test")))) == [2]  # one saved Dataset: every split
+    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="saved", split="test"))) == [2]  # a config's folder, saved
     (saved / "test" / "data-00000-of-00001.arrow").write_bytes(b"not arrow")
     with pytest.raises(DatasetError, match="not a readable Arrow file"):
         load_tasks(DatasetConfig(path=str(saved), split="test"))

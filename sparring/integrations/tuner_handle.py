@@ -67,7 +67,6 @@ class TunerHandle(ModelRouter):
         routed = self.chat_model(agent_name, target_tag, debug_model, model)
         return episode_server().openai_client(routed, _episode_recorder("as_openai_client"))
 
-
     def as_raw_openai_sdk_client(self, agent_name: str = AGENTJET_AGENT_NAME, target_tag: str | None = AGENTJET_TARGET_TAG, debug_model: ChatModel | str | None = None, model: str | None = None):
         """AgentJet's name for `as_openai_client`: an `openai.AsyncOpenAI` for this agent, in process."""
         return self.as_openai_client(agent_name, target_tag, debug_model, model)

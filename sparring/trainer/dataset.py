@@ -221,7 +221,8 @@ class TaskStream:
 
 def _read_path(path: Path, config: DatasetConfig) -> list[dict[str, Any]]:
     if not path.exists():
-        hub = " (a Hugging Face hub name is not downloaded at run time: download the dataset to a folder first and give the folder)" if re.fullmatch(r"[\w.-]+/[\w.-]+", str(path)) else ""
+        looks_like_hub_name = re.fullmatch(r"[\w.-]+/[\w.-]+", str(path)) and path.suffix not in SUPPORTED_SUFFIXES
+        hub = " (if that is a Hugging Face hub name: nothing is downloaded at run time; download the dataset to a folder and give the folder)" if looks_like_hub_name else ""
         raise DatasetError(f"dataset path {path} does not exist; give a {'/'.join(SUPPORTED_SUFFIXES)} file or a directory of them{hub}")
     if not path.is_dir():
         if config.name is not None:

@@ -74,7 +74,7 @@ def split_files(directory: Path, split: str, name: str | None) -> list[Path]:
     if name is not None:
         if not (directory / name).is_dir():
             raise DatasetError(f"{directory}: no subdirectory {name!r} for dataset name {name!r}")
-        directory = directory / name
+        return split_files(directory / name, split, None)
     return _inferred_files(directory, split)
 
 
