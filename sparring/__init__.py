@@ -9,7 +9,7 @@ from . import integrations as _integrations
 from . import types
 from .clients import APIFuture, SamplingClient, ServiceClient, TrainingClient
 from .engine import EngineConfig
-from .integrations import ForeignTurnsWarning, HistoryRewriteWarning, TunerHandle, agentscope_model
+from .integrations import AjetTuner, ForeignTurnsWarning, HistoryRewriteWarning, TunerHandle, agentscope_model
 from .logging import read_metrics, read_rollouts
 from .rollout import (
     ChatModel,
@@ -21,12 +21,14 @@ from .rollout import (
     ScriptedPolicy,
     Workflow,
     WorkflowOutput,
+    WorkflowTask,
 )
 from .trainer import AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LoggingConfig, RunResult, TuneConfig, TunerModelConfig, load_config_file, tune
 
 __all__ = [
     "APIFuture",
     "AgentScopeChatModel",
+    "AjetTuner",
     "AlgorithmConfig",
     "ChatModel",
     "ChatResponse",
@@ -53,6 +55,7 @@ __all__ = [
     "TunerModelConfig",
     "Workflow",
     "WorkflowOutput",
+    "WorkflowTask",
     "agentscope_model",
     "load_config_file",
     "read_metrics",

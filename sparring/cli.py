@@ -1,6 +1,7 @@
 """`sparring` on the command line: train, debug-run, evaluate, serve, view a run and export what it trained.
 
     sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR]
+    sparring train --conf config.yaml         # the same (AgentJet's spelling)
     sparring train guess_number               # a packaged game's name: its default config
     sparring run config.yaml --tasks 2        # episodes without training, transcripts printed
     sparring eval config.yaml [--adapter PATH] [--tasks 100] [--output comparison.json]
@@ -88,8 +89,14 @@ def train(
     config: Optional[Path] = typer.Argument(None, help=f"The job's YAML config, or a game's name ({', '.join(GAMES)}); not needed with --resume."),
     overrides: List[str] = OVERRIDES,
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from its latest checkpoint."),
+    conf: Optional[Path] = typer.Option(None, "--conf", help="The job's YAML config, as a flag (AgentJet's spelling): the same as giving it as the argument."),
 ):
     """Train the workflow's trainable agents."""
+    if conf is not None:
+        if config is not None:
+            typer.echo(f"error: give the config once: as the argument ({config}) or as --conf ({conf}), not both", err=True)
+            raise typer.Exit(2)
+        config = conf
     if resume is not None:
         config = resume / "config.yaml"
     if config is None:

@@ -147,15 +147,149 @@ def test_dataset_name_selects_a_subdirectory(tmp_path):
         load_tasks(DatasetConfig(path=str(tmp_path / "easy" / "train.jsonl"), name="easy"))
 
 
-def test_path_errors(tmp_path):
+def test_path_errors(tmp_path, monkeypatch):
     with pytest.raises(DatasetError, match="does not exist"):
         load_tasks(DatasetConfig(path=str(tmp_path / "missing.jsonl")))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatasetError, match=r"dataset path openai/gsm8k does not exist; .* \(if that is a Hugging Face hub name: nothing is downloaded"):
+        load_tasks(DatasetConfig(path="openai/gsm8k"))
+    with pytest.raises(DatasetError, match=r"data/train.jsonl does not exist; give a .jsonl/.json/.csv/.parquet file or a directory of them$"):
+        load_tasks(DatasetConfig(path="data/train.jsonl"))
     (tmp_path / "tasks.txt").write_text("hello")
     with pytest.raises(DatasetError, match="unsupported dataset format '.txt'"):
         load_tasks(DatasetConfig(path=str(tmp_path / "tasks.txt")))
     (tmp_path / "empty").mkdir()
     with pytest.raises(DatasetError, match="no .jsonl/.json/.csv/.parquet files"):
         load_tasks(DatasetConfig(path=str(tmp_path / "empty")))
+
+
+# --- Hugging Face `datasets` layouts, read without the package --------------------------------------
+
+
+def write_parquet(path: Path, rows) -> Path:
+    import pyarrow.parquet
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), path)
+    return path
+
+
+def write_arrow_stream(path: Path, rows) -> str:
+    import pyarrow
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pyarrow.Table.from_pylist(rows)
+    with pyarrow.OSFile(str(path), "wb") as sink, pyarrow.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return path.name
+
+
+def hf_layouts(root: Path) -> dict[str, Path]:
+    """One folder per layout `datasets.load_dataset(DIR)` infers splits from; train holds seed 0 (and 1), test 2."""
+    layouts = {name: root / name for name in ("files", "shards", "folders", "keywords")}
+    write_jsonl(layouts["files"] / "train.jsonl", ROWS[:2])
+    write_jsonl(layouts["files"] / "validation.jsonl", [{"seed": 5, "question": "v"}])
+    write_jsonl(layouts["files"] / "test.jsonl", ROWS[2:])
+    write_parquet(layouts["shards"] / "data" / "train-00000-of-00002.parquet", ROWS[:1])
+    write_parquet(layouts["shards"] / "data" / "train-00001-of-00002.parquet", ROWS[1:2])
+    write_parquet(layouts["shards"] / "data" / "test-00000-of-00001.parquet", ROWS[2:])
+    for index, row in enumerate(ROWS[:2]):
+        (layouts["folders"] / "data" / "train").mkdir(parents=True, exist_ok=True)
+        (layouts["folders"] / "data" / "train" / f"part_{index}.json").write_text(json.dumps([row]))
+    (layouts["folders"] / "data" / "test").mkdir(parents=True)
+    (layouts["folders"] / "data" / "test" / "part_0.json").write_text(json.dumps(ROWS[2:]))
+    write_jsonl(layouts["keywords"] / "my_train_set.jsonl", ROWS[:2])
+    write_jsonl(layouts["keywords"] / "my-dev-set.jsonl", [{"seed": 5, "question": "v"}])
+    write_jsonl(layouts["keywords"] / "eval.jsonl", ROWS[2:])
+    (layouts["keywords"] / "README.md").write_text("# a card without a YAML header\n")
+    return layouts
+
+
+def test_split_files_of_every_inferred_layout(tmp_path):
+    for name, folder in hf_layouts(tmp_path).items():
+        assert seeds(load_tasks(DatasetConfig(path=str(folder)))) == [0, 1], name
+        assert seeds(load_tasks(DatasetConfig(path=str(folder), split="test"))) == [2], name
+    for folder in (tmp_path / "files", tmp_path / "keywords"):
+        assert seeds(load_tasks(DatasetConfig(path=str(folder), split="validation"))) == [5]
+        assert seeds(load_tasks(DatasetConfig(path=str(folder), split="dev"))) == [5]  # a keyword names its split
+    write_parquet(tmp_path / "shards" / "data" / "extra-00000-of-00001.parquet", [{"seed": 7}])
+    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path / "shards"), split="extra"))) == [7]  # any shard's split name
+
+
+def test_a_missing_split_names_the_path_and_the_splits_found(tmp_path):
+    folders = hf_layouts(tmp_path)
+    with pytest.raises(DatasetError, match=r"folders: no file for split 'validation'; .* splits found: \['train', 'test'\]$"):
+        load_tasks(DatasetConfig(path=str(folders["folders"]), split="validation"))
+    write_jsonl(tmp_path / "plain" / "tasks.jsonl", ROWS)
+    with pytest.raises(DatasetError, match=r"plain: no split 'test': no file or folder name marks a split, so every file is the 'train' split"):
+        load_tasks(DatasetConfig(path=str(tmp_path / "plain"), split="test"))
+
+
+CARD = """---
+license: mit
+configs:
+- config_name: main
+  data_files:
+  - split: train
+    path: main/train-*
+  - split: test
+    path: main/test-*
+- config_name: socratic
+  data_files:
+  - split: train
+    path: socratic/train-*
+- config_name: everything
+  data_files: "*/train-*.parquet"
+---
+# A dataset card as the hub's download has it
+"""
+
+
+def test_a_dataset_cards_configs_choose_the_files(tmp_path):
+    write_parquet(tmp_path / "main" / "train-00000-of-00001.parquet", ROWS[:2])
+    write_parquet(tmp_path / "main" / "test-00000-of-00001.parquet", ROWS[2:])
+    write_parquet(tmp_path / "socratic" / "train-00000-of-00001.parquet", [{"seed": 8}])
+    (tmp_path / "README.md").write_text(CARD)
+    with pytest.raises(DatasetError, match=r"the dataset card lists configs \['main', 'socratic', 'everything'\] and none is the default; pick one with `name`"):
+        load_tasks(DatasetConfig(path=str(tmp_path)))
+    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="main", split="test"))) == [2]
+    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="socratic"))) == [8]
+    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="everything"))) == [0, 1, 8]
+    with pytest.raises(DatasetError, match=r"no split 'test' in config 'socratic' of the dataset card; splits found: \['train'\]"):
+        load_tasks(DatasetConfig(path=str(tmp_path), name="socratic", split="test"))
+    with pytest.raises(DatasetError, match=r"no config 'default' in the dataset card; its configs: \['main', 'socratic', 'everything'\]"):
+        load_tasks(DatasetConfig(path=str(tmp_path), name="default"))
+    (tmp_path / "README.md").write_text(CARD.replace("- config_name: socratic", "- config_name: socratic\n  default: true"))
+    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path)))) == [8]
+
+
+def test_a_save_to_disk_folder_reads_without_datasets(tmp_path):
+    """The layout `DatasetDict.save_to_disk` writes, written here with pyarrow alone: splits listed, shards in order."""
+    saved = tmp_path / "saved"
+    for split, shards in {"train": [ROWS[1:2], ROWS[:1]], "test": [ROWS[2:]]}.items():
+        files = [write_arrow_stream(saved / split / f"data-{index:05d}-of-{len(shards):05d}.arrow", rows) for index, rows in enumerate(shards)]
+        (saved / split / "state.json").write_text(json.dumps({"_data_files": [{"filename": name} for name in files], "_split": None}))
+        (saved / split / "dataset_info.json").write_text("{}")
+    (saved / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
+    assert seeds(load_tasks(DatasetConfig(path=str(saved)))) == [1, 0]
+    assert seeds(load_tasks(DatasetConfig(path=str(saved), split="test"))) == [2]
+    with pytest.raises(DatasetError, match=r"saved: no split 'validation'; available splits: \['train', 'test'\]"):
+        load_tasks(DatasetConfig(path=str(saved), split="validation"))
+    assert seeds(load_tasks(DatasetConfig(path=str(saved / "test")))) == [2]  # one saved Dataset: every split
+    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="saved", split="test"))) == [2]  # a config's folder, saved
+    (saved / "test" / "data-00000-of-00001.arrow").write_bytes(b"not arrow")
+    with pytest.raises(DatasetError, match="not a readable Arrow file"):
+        load_tasks(DatasetConfig(path=str(saved), split="test"))
+
+
+def test_the_layouts_split_as_datasets_load_dataset_splits_them(tmp_path):
+    """Where the `datasets` package is installed: it reads every layout above into the same splits."""
+    datasets = pytest.importorskip("datasets")
+    for name, folder in hf_layouts(tmp_path / "layouts").items():
+        loaded = datasets.load_dataset(str(folder), cache_dir=str(tmp_path / "cache"))
+        for split in loaded:
+            ours = load_tasks(DatasetConfig(path=str(folder), split=split))
+            assert [{key: task[key] for key in ("seed", "question")} for task in ours] == loaded[split].to_list(), (name, split)
 
 
 # --- in-memory tasks and preparation -------------------------------------------------------------

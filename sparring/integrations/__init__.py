@@ -2,11 +2,11 @@
 
 from . import agentscope as _agentscope
 from .agentscope import EpisodeCancelledError, ForeignTurnsWarning, HistoryRewriteWarning, agentscope_major, agentscope_model, as_workflow_model, is_agentscope_model
-from .tuner_handle import TunerHandle
+from .tuner_handle import AjetTuner, TunerHandle
 
 __all__ = [
-    "AgentScopeChatModel", "DualChatModel", "EpisodeCancelledError", "ForeignTurnsWarning", "HistoryRewriteWarning", "TimelineFormatter",
-    "TunerHandle", "agentscope_major", "agentscope_model", "as_workflow_model", "is_agentscope_model",
+    "AgentScopeChatModel", "AjetTuner", "DualChatModel", "EpisodeCancelledError", "ForeignTurnsWarning", "HistoryRewriteWarning",
+    "TimelineFormatter", "TunerHandle", "agentscope_major", "agentscope_model", "as_workflow_model", "is_agentscope_model",
 ]
 
 

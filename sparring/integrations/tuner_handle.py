@@ -12,6 +12,11 @@ builds the handles a workflow gets (the trainer's models, the evaluation's
 baselines, a Ray worker's `RemoteTunerSpec`) builds this one. For the same
 reason it overrides `workflow_model`: the models a function-style workflow
 receives are also AgentScope chat models when AgentScope is installed.
+
+AgentJet's `AjetTuner` spellings are aliases here, with AgentJet's defaults
+(an agent named 'default_agent_name' tagged 'default_target_tag'):
+`as_raw_openai_sdk_client` is `as_openai_client` and `as_oai_baseurl_apikey`
+is `as_base_url_api_key`; `AjetTuner` is this class.
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ from ..rollout import ChatModel, EpisodeRecorder, ModelRouter, current_recorder
 from .agentscope import agentscope_model, as_workflow_model, is_agentscope_model
 
 
+AGENTJET_AGENT_NAME = "default_agent_name"
+"""The agent name AgentJet's handle methods use when none is given."""
+AGENTJET_TARGET_TAG = "default_target_tag"
+"""The target tag AgentJet's handle methods use when none is given."""
+
+
 class TunerHandle(ModelRouter):
     """What a workflow gets to build its agents: `chat_model(...)` routing, in sparring's or another framework's form."""
 
@@ -30,7 +41,7 @@ class TunerHandle(ModelRouter):
         is installed, so AgentScope-tuner workflows can hand it straight to their agents."""
         return as_workflow_model(model)
 
-    def as_agentscope_model(self, agent_name: str, target_tag: str | None = None, debug_model: Any = None):
+    def as_agentscope_model(self, agent_name: str = AGENTJET_AGENT_NAME, target_tag: str | None = None, debug_model: Any = None):
         """An AgentScope chat model for this agent, routed like `chat_model`.
 
         `debug_model` may also be an AgentScope chat model: an agent that does not train gets it as is.
@@ -62,6 +73,18 @@ class TunerHandle(ModelRouter):
 
         routed = self.chat_model(agent_name, target_tag, debug_model, model)
         return episode_server().openai_client(routed, _episode_recorder("as_openai_client"))
+
+    def as_raw_openai_sdk_client(self, agent_name: str = AGENTJET_AGENT_NAME, target_tag: str | None = AGENTJET_TARGET_TAG, debug_model: ChatModel | str | None = None, model: str | None = None):
+        """AgentJet's name for `as_openai_client`: an `openai.AsyncOpenAI` for this agent, in process."""
+        return self.as_openai_client(agent_name, target_tag, debug_model, model)
+
+    def as_oai_baseurl_apikey(self, agent_name: str = AGENTJET_AGENT_NAME, target_tag: str | None = AGENTJET_TARGET_TAG, debug_model: ChatModel | str | None = None, model: str | None = None):
+        """AgentJet's name for `as_base_url_api_key`: `.base_url`, `.api_key` and `.model` of a loopback endpoint for this agent."""
+        return self.as_base_url_api_key(agent_name, target_tag, debug_model, model)
+
+
+AjetTuner = TunerHandle
+"""AgentJet's name for the handle its workflows get (`execute(self, workflow_task, tuner: AjetTuner)`)."""
 
 
 def _episode_recorder(method: str) -> EpisodeRecorder:

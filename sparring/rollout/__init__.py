@@ -1,4 +1,4 @@
-"""Episodes: chat models (sampled or scripted), the recorder, timelines and their merging, workflows and the model router, the runner."""
+"""Episodes: chat models (sampled or scripted), the recorder, timelines and their merging, workflows, their tasks and the model router, the runner."""
 
 from .chat_model import ChatModel, ChatResponse, FrozenChatModel, OpenAIChatModel, PolicyChatModel
 from .outcomes import ERROR_KINDS
@@ -9,6 +9,7 @@ from .timelines import merge_calls
 from .tool_choice import ToolChoice
 from .types import Episode, JudgeOutput, ModelCall, Timeline, WorkflowOutput
 from .workflow import ModelRouter, Workflow, WorkflowSignatureError, as_episode_fn
+from .workflow_task import WorkflowTask
 
 __all__ = [
     "ERROR_KINDS",
@@ -30,6 +31,7 @@ __all__ = [
     "Workflow",
     "WorkflowOutput",
     "WorkflowSignatureError",
+    "WorkflowTask",
     "as_episode_fn",
     "current_recorder",
     "merge_calls",

@@ -33,6 +33,8 @@ ERROR_KINDS = {
     "bad_turn_rewards": "turn_rewards do not fit the trainable calls, or hold something that is not a finite number",
 }
 """Why an episode failed: kind -> what it means (the kinds of `Episode.error_kind`)."""
+SUCCESS_METRIC = "success_rate"
+"""The metric `WorkflowOutput.is_success` becomes (1.0 or 0.0; averaged over a step's episodes as `workflow/success_rate`)."""
 
 
 class EpisodeFault(Exception):
@@ -60,6 +62,8 @@ async def checked_outcome(output: Any, task: dict, tuner: ModelRouter, judge: Ca
     if not isinstance(output, WorkflowOutput):
         raise EpisodeFault("wrong_output_type", f"the workflow returned {type(output).__name__}; it must return WorkflowOutput(reward=..., metrics=...)")
     reward, metrics = output.reward, _metrics(output.metrics, "")
+    if output.is_success is not None:
+        metrics[SUCCESS_METRIC] = _success(output.is_success)
     if reward is None:
         if judge is None:
             raise EpisodeFault("bad_reward", "the workflow returned reward=None and no judge_func is configured")
@@ -97,6 +101,13 @@ def _reward(value: Any, name: str) -> float:
         raise EpisodeFault("bad_reward", f"{name} is {value!r} ({type(value).__name__}), not a number")
     if not math.isfinite(number):
         raise EpisodeFault("nonfinite_reward", f"{name} is {number}; rewards must be finite")
+    return number
+
+
+def _success(value: Any) -> float:
+    number = _number(value)
+    if number not in (0.0, 1.0):
+        raise EpisodeFault("bad_metric", f"is_success is {value!r} ({type(value).__name__}); it must be True, False or None")
     return number
 
 

@@ -27,6 +27,8 @@ class WorkflowOutput:
     turn_rewards: list[float] | dict[str, list[float]] | None = None
     """Per-turn credit: an extra reward for each trainable call, in call order (a list when one agent learns, else a
     list per agent name). Call t is then credited with the episode reward plus the turn rewards from t on."""
+    is_success: bool | None = None
+    """Whether the episode succeeded (AgentJet's flag); when given it is logged as the metric `workflow/success_rate`."""
 
 
 @dataclass

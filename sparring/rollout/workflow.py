@@ -9,7 +9,10 @@ Two ways to write an episode, one runtime:
   execute(self, task, tuner)`, where `tuner.chat_model(agent_name,
   target_tag, debug_model)` routes each agent: a trainable model when its tag
   is in `trainable_targets` (every tag when that is None), else the
-  `debug_model` — never silently the policy.
+  `debug_model` — never silently the policy. AgentJet's spelling works as
+  is: `trainable_targets` may be declared as a pydantic `Field(default=...)`
+  (its default is the value), and `task` is a `WorkflowTask`, the task dict
+  that also reads as `workflow_task.task.metadata[...]`.
 
 `ModelRouter` is that routing, and all this layer needs of the `tuner` a
 workflow gets. The handle workflows really get is its subclass
@@ -33,11 +36,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from pydantic.fields import FieldInfo
+
 from .chat_model import ChatModel
 from .types import WorkflowOutput
+from .workflow_task import WorkflowTask
 
 FUNCTION_SIGNATURE = "async def workflow(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput"
-CLASS_SIGNATURE = "class MyWorkflow(Workflow): async def execute(self, task: dict, tuner: TunerHandle) -> WorkflowOutput"
+CLASS_SIGNATURE = "class MyWorkflow(Workflow): async def execute(self, workflow_task: WorkflowTask, tuner: TunerHandle) -> WorkflowOutput"
 
 
 class WorkflowSignatureError(TypeError):
@@ -50,8 +56,16 @@ class Workflow:
     trainable_targets: list[str] | None = None
     """Tags of the agents that learn; None trains every agent."""
 
-    async def execute(self, task: dict, tuner: ModelRouter) -> WorkflowOutput:
-        raise NotImplementedError("subclasses implement execute(task, tuner)")
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # AgentJet's workflows are pydantic models: `trainable_targets: List[str] | None = Field(default=[...])`.
+        # On this plain class such a declaration would leave a FieldInfo as the value; its default is meant.
+        super().__init_subclass__(**kwargs)
+        for name, value in list(vars(cls).items()):
+            if isinstance(value, FieldInfo):
+                setattr(cls, name, value.get_default(call_default_factory=True))
+
+    async def execute(self, workflow_task: WorkflowTask, tuner: ModelRouter) -> WorkflowOutput:
+        raise NotImplementedError("subclasses implement execute(workflow_task, tuner)")
 
 
 @dataclass
@@ -118,7 +132,7 @@ def as_episode_fn(workflow: Callable | type | Workflow) -> EpisodeFn:
 
         async def run_class(task: dict, tuner: ModelRouter):
             tuner.trainable_targets = instance.trainable_targets
-            return await instance.execute(task, tuner)
+            return await instance.execute(WorkflowTask(task), tuner)
 
         return run_class
     if not callable(workflow) or not inspect.iscoroutinefunction(workflow):

@@ -64,11 +64,13 @@ class DatasetConfig(ConfigRecord):
     """Where tasks come from and how they are iterated."""
 
     path: str | None = None
-    """A .jsonl/.json/.csv/.parquet file, a directory saved by `datasets.save_to_disk`, or a directory of such files."""
+    """A .jsonl/.json/.csv/.parquet file, or a dataset directory as Hugging Face `datasets` lays one out locally
+    (per-split files or folders, shards, a dataset card's configs, a `save_to_disk` folder), read without that package."""
     name: str | None = None
-    """Subset (config) name: selects the subdirectory of that name inside a dataset directory, as on the HF hub."""
+    """Subset (config) name: a config of the directory's dataset card, else the subdirectory of that name."""
     split: str = "train"
-    """Which split to read: a DatasetDict split, a JSON top-level key, or the files whose names contain it."""
+    """Which split to read: the files or folder of that split ('dev' finds 'validation', 'eval' 'test', as in
+    `datasets`), a saved DatasetDict's split, or a JSON file's top-level key."""
     tasks: list[dict[str, Any]] | None = None
     """The tasks as an in-memory list, instead of `path`; exactly one of the two is given."""
     total_epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)

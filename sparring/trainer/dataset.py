@@ -2,8 +2,11 @@
 
 A *task* is a plain dict handed to the workflow (a game seed, a question,
 whatever the workflow reads). `load_tasks` turns a `DatasetConfig` into a
-list of ready tasks: it reads JSON Lines, JSON, CSV, Parquet, a directory
-saved by `datasets.save_to_disk`, or a directory of such files; then gives
+list of ready tasks: it reads JSON Lines, JSON, CSV, Parquet, or a dataset
+directory laid out as Hugging Face `datasets` lays one out locally (its
+split's files found by `dataset_layout.split_files`: per-split files or
+folders, shards, a dataset card's configs, a `save_to_disk` folder's Arrow
+shards), without the `datasets` package; then gives
 every task a stable ``task_id`` and merges the config's ``workflow_args``
 into the task's own (the AgentScope convention for switching what a workflow
 trains without changing code).
@@ -22,25 +25,13 @@ import copy
 import csv
 import json
 import math
-import os
 import random
 import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from .config import DatasetConfig
-
-SUPPORTED_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
-# Split names that, found in a file name, mean the file belongs to some split.
-KNOWN_SPLIT_NAMES = frozenset({"train", "training", "validation", "valid", "val", "dev", "test", "eval", "evaluation"})
-# A dataset directory is searched this many folders deep (HF layouts: data/train-*.parquet) and no further,
-# and a folder with more entries than this is no dataset: a path like `.` or `~` is refused, not crawled.
-MAX_SEARCH_DEPTH = 2
-MAX_SEARCH_ENTRIES = 10_000
-
-
-class DatasetError(ValueError):
-    """A dataset cannot be read or has no usable tasks; the message names the file and row."""
+from .dataset_layout import SUPPORTED_SUFFIXES, DatasetError, split_files
 
 
 def load_tasks(config: DatasetConfig) -> list[dict[str, Any]]:
@@ -230,68 +221,21 @@ class TaskStream:
 
 def _read_path(path: Path, config: DatasetConfig) -> list[dict[str, Any]]:
     if not path.exists():
-        raise DatasetError(f"dataset path {path} does not exist; give a {'/'.join(SUPPORTED_SUFFIXES)} file or a directory of them")
+        looks_like_hub_name = re.fullmatch(r"[\w.-]+/[\w.-]+", str(path)) and path.suffix not in SUPPORTED_SUFFIXES
+        hub = " (if that is a Hugging Face hub name: nothing is downloaded at run time; download the dataset to a folder and give the folder)" if looks_like_hub_name else ""
+        raise DatasetError(f"dataset path {path} does not exist; give a {'/'.join(SUPPORTED_SUFFIXES)} file or a directory of them{hub}")
     if not path.is_dir():
         if config.name is not None:
             raise DatasetError(f"{path}: `name` selects a subdirectory of a dataset directory, but the path is a file")
         return _read_file(path, config.split)
-    if config.name is not None:
-        if not (path / config.name).is_dir():
-            raise DatasetError(f"{path}: no subdirectory {config.name!r} for dataset name {config.name!r}")
-        path = path / config.name
-    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-        return _read_saved_hf_dataset(path, config.split)
     rows: list[dict[str, Any]] = []
-    for file in _files_for_split(path, config.split):
+    for file in split_files(path, config.split, config.name):
         rows.extend(_read_file(file, config.split))
     return rows
 
 
-def _files_for_split(directory: Path, split: str) -> list[Path]:
-    """The data files of `split`: those naming it, else all files when none names any split."""
-    files = _data_files(directory)
-    if not files:
-        raise DatasetError(f"{directory}: no {'/'.join(SUPPORTED_SUFFIXES)} files in this directory (searched {MAX_SEARCH_DEPTH} folders deep)")
-
-    def name_tokens(file: Path) -> set[str]:
-        return set(re.split(r"[^a-z0-9]+", str(file.relative_to(directory).with_suffix("")).lower()))
-
-    matching = [file for file in files if split.lower() in name_tokens(file)]
-    if matching:
-        return matching
-    other_splits = [file.relative_to(directory).as_posix() for file in files if name_tokens(file) & KNOWN_SPLIT_NAMES]
-    if other_splits:
-        raise DatasetError(f"{directory}: no file for split {split!r}; files of other splits: {other_splits}")
-    return files
-
-
-def _data_files(directory: Path) -> list[Path]:
-    """The data files in `directory` and up to MAX_SEARCH_DEPTH folders below it, hidden ones left out, sorted."""
-    files: list[Path] = []
-    entries = 0
-    folders = [(directory, 0)]
-    while folders:
-        folder, depth = folders.pop()
-        try:
-            with os.scandir(folder) as listing:
-                for entry in listing:
-                    entries += 1
-                    if entries > MAX_SEARCH_ENTRIES:
-                        raise DatasetError(f"{directory}: more than {MAX_SEARCH_ENTRIES} files and folders, so not a dataset directory; give the dataset's own folder or file")
-                    if entry.name.startswith("."):
-                        continue
-                    if entry.is_dir():
-                        if depth < MAX_SEARCH_DEPTH:
-                            folders.append((Path(entry.path), depth + 1))
-                    elif Path(entry.name).suffix in SUPPORTED_SUFFIXES:
-                        files.append(Path(entry.path))
-        except OSError as err:
-            raise DatasetError(f"{folder}: cannot list the folder: {err.strerror}") from None
-    return sorted(files)
-
-
 def _read_file(path: Path, split: str) -> list[dict[str, Any]]:
-    readers = {".jsonl": _read_jsonl, ".json": lambda file: _read_json(file, split), ".csv": _read_csv, ".parquet": _read_parquet}
+    readers = {".jsonl": _read_jsonl, ".json": lambda file: _read_json(file, split), ".csv": _read_csv, ".parquet": _read_parquet, ".arrow": _read_arrow}
     reader = readers.get(path.suffix.lower())
     if reader is None:
         raise DatasetError(f"{path}: unsupported dataset format {path.suffix!r}; use one of {', '.join(SUPPORTED_SUFFIXES)}")
@@ -356,25 +300,24 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError:
-        raise DatasetError(f"{path}: reading Parquet needs pyarrow: pip install pyarrow") from None
+    import pyarrow.parquet  # imported on use: `import sparring` stays quick
+
     try:
         return pyarrow.parquet.read_table(path).to_pylist()
     except pyarrow.ArrowException as err:
         raise DatasetError(f"{path}: not a readable Parquet file: {err}") from None
 
 
-def _read_saved_hf_dataset(path: Path, split: str) -> list[dict[str, Any]]:
+def _read_arrow(path: Path) -> list[dict[str, Any]]:
+    """An Arrow IPC stream (what `datasets` writes: `save_to_disk` shards, its cache files), or an Arrow IPC file."""
+    import pyarrow.ipc
+
     try:
-        import datasets
-    except ImportError:
-        raise DatasetError(f"{path} was saved by the `datasets` library; reading it needs it: pip install datasets") from None
-    loaded = datasets.load_from_disk(str(path))
-    if isinstance(loaded, datasets.DatasetDict):
-        if split not in loaded:
-            raise DatasetError(f"{path}: no split {split!r}; available splits: {list(loaded)}")
-        loaded = loaded[split]
-    return loaded.to_list()
+        with pyarrow.memory_map(str(path)) as source:
+            try:
+                return pyarrow.ipc.open_stream(source).read_all().to_pylist()
+            except pyarrow.ArrowInvalid:
+                source.seek(0)
+                return pyarrow.ipc.open_file(source).read_all().to_pylist()
+    except pyarrow.ArrowException as err:
+        raise DatasetError(f"{path}: not a readable Arrow file: {err}") from None

@@ -24,10 +24,10 @@ from .schema import ConfigError
 def import_object(import_path: str) -> Any:
     """Resolve 'package.module:attr', 'package.module.attr' or 'path/to/file.py:attr' to the object.
 
-    `attr` may be dotted (a class attribute). The current directory is tried
-    as a last resort for modules, as `python -m` would find them.
+    `attr` may be dotted (a class attribute); AgentJet's 'package.module->attr' works too. The current
+    directory is tried as a last resort for modules, as `python -m` would find them.
     """
-    module_part, separator, attr_part = import_path.rpartition(":")
+    module_part, separator, attr_part = import_path.replace("->", ":").rpartition(":")
     if not separator:
         module_part, _, attr_part = import_path.rpartition(".")
     if not module_part or not attr_part:

@@ -7,6 +7,10 @@ The YAML that `dump_yaml` writes is the file ``sparring train`` reads, so a
 job sketched in a notebook can be edited by hand and launched from the
 command line, and the other way round.
 
+AgentJet's spellings are aliases: ``set_data(type="hf"|"jsonl",
+dataset_path=..., training_split=..., validation_split=...)``,
+``dump_job_as_yaml`` and ``load_job_from_yaml`` (which loads into this job).
+
 YAML names a workflow by import path, so only importable workflows
 (functions or classes at the top level of a module or script) can be saved.
 A lambda or a function defined inside another function still trains through
@@ -35,6 +39,21 @@ def _dataset_config(spec: DatasetSpec | None) -> DatasetConfig | dict[str, Any] 
     if isinstance(spec, (str, os.PathLike)):
         return {"path": os.fspath(spec)}
     raise ConfigError(f"a dataset must be a DatasetConfig, a dict of its fields, a list of tasks or a path, not {type(spec).__name__}")
+
+
+AGENTJET_DATA_TYPES = ("hf", "huggingface", "huggingface_dat_repo", "jsonl", "jsonl_dataset_file")
+"""`set_data(type=...)` values: AgentJet's names of a Hugging Face dataset and of a JSONL file, both read locally."""
+
+
+def _agentjet_data(type: str, dataset_path: str | os.PathLike[str], training_split: str, validation_split: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The train and eval dataset fields of AgentJet's `set_data`: both splits of a dataset folder, or a file's tasks."""
+    if type not in AGENTJET_DATA_TYPES:
+        raise ConfigError(f"set_data: type {type!r} is not one sparring reads; use one of {', '.join(AGENTJET_DATA_TYPES)} (a local folder or file)")
+    path = os.fspath(dataset_path)
+    train = {"path": path, "split": training_split}
+    if validation_split is None or not os.path.isdir(path):
+        return train, None
+    return train, {"path": path, "split": validation_split}
 
 
 class Job:
@@ -105,8 +124,25 @@ class Job:
             raise ConfigError(f"{field}: expected a function, a class or an import path, got {type(target).__name__}")
         return target, importable_path(target)
 
-    def set_data(self, train: DatasetSpec | None = None, eval: DatasetSpec | None = None) -> Job:
-        """Set the training and eval datasets; with no `eval`, `train.eval_fraction` of the tasks is held out."""
+    def set_data(
+        self,
+        train: DatasetSpec | None = None,
+        eval: DatasetSpec | None = None,
+        *,
+        type: str | None = None,
+        dataset_path: str | os.PathLike[str] | None = None,
+        training_split: str = "train",
+        validation_split: str | None = "test",
+    ) -> Job:
+        """Set the training and eval datasets; with no `eval`, `train.eval_fraction` of the tasks is held out.
+
+        AgentJet's form, ``set_data(type="hf", dataset_path=DIR)``, reads the `training_split` and the
+        `validation_split` (None: none) of a local dataset folder, or the tasks of one file (no eval split).
+        """
+        if type is not None or dataset_path is not None:
+            if train is not None or eval is not None or type is None or dataset_path is None:
+                raise ConfigError("set_data: give `train` (and `eval`), or AgentJet's `type` and `dataset_path` together, not both")
+            train, eval = _agentjet_data(type, dataset_path, training_split, validation_split)
         self._replace(train_dataset=_dataset_config(train), eval_dataset=_dataset_config(eval))
         return self
 
@@ -121,6 +157,24 @@ class Job:
                     "module or script to save the job as YAML, or call tune() in this process"
                 )
         dump_config(self.config, path)
+        return self
+
+    def dump_job_as_yaml(self, path: str | os.PathLike[str]) -> Job:
+        """AgentJet's name for `dump_yaml`."""
+        return self.dump_yaml(path)
+
+    def load_job_from_yaml(self, path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Job:
+        """AgentJet's way to load a YAML file: into this job, replacing its config.
+
+        The workflow and judge objects set here are kept when the file names the same import paths
+        (a job dumped, edited by hand and loaded again); otherwise the file's are imported when it runs.
+        """
+        loaded = load_config_file(path, overrides)
+        if loaded.workflow != self.config.workflow:
+            self._workflow = None
+        if loaded.judge != self.config.judge:
+            self._judge = None
+        self.config = loaded
         return self
 
     def tune(self, resume: str | None = None) -> Any:
