@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import importlib.util
 import json
 import os
@@ -24,6 +23,7 @@ import pytest
 
 pytest.importorskip("agentscope")
 
+from pip_overlay import pip_overlay  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
@@ -386,24 +386,7 @@ def agentscope1_overlay() -> Path:
     """A directory holding AgentScope 1.x and what it needs beyond this venv, installed once and cached."""
     import tomllib
 
-    requirements = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["agentscope1"]
-    key = hashlib.sha256(json.dumps(requirements).encode()).hexdigest()[:12]
-    overlay = Path(sys.prefix) / "agentscope1-overlay" / key
-    if (overlay / "installed").exists():
-        return overlay
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    report = overlay.with_suffix(".report.json")
-    overlay.parent.mkdir(parents=True, exist_ok=True)
-    # Resolve against this venv (so only what differs is fetched), then install exactly that, unshadowed.
-    planned = subprocess.run([*pip, "install", "--dry-run", "--report", str(report), *requirements], capture_output=True, text=True)
-    if planned.returncode != 0:
-        pytest.skip(f"cannot resolve {requirements} (no package index?): {planned.stderr[-400:]}")
-    pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in json.loads(report.read_text())["install"]]
-    installed = subprocess.run([*pip, "install", "--no-deps", "--target", str(overlay), *pins], capture_output=True, text=True)
-    if installed.returncode != 0:
-        pytest.skip(f"cannot install {pins}: {installed.stderr[-400:]}")
-    (overlay / "installed").write_text("\n".join(pins))
-    return overlay
+    return pip_overlay(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["agentscope1"], Path(sys.prefix) / "agentscope1-overlay")
 
 
 @pytest.mark.skipif(MAJOR == 1 or os.environ.get(IN_SUBPROCESS_ENV) == "1", reason="runs from the AgentScope 2.x suite")
