@@ -1,21 +1,19 @@
 """What the AgentScope test modules share: loading an example, and running a module again against AgentScope 1.x.
 
 `load_example(name)` imports examples/NAME.py as a module. The venv holds AgentScope 2.x (the `dev` extra); `agentscope1_overlay()` installs AgentScope 1.x (the
-`agentscope1` extra) and what it needs beyond the venv into a cached overlay directory, and
+`agentscope1` extra) and what it needs beyond the venv into a cached overlay directory (`pip_overlay`), and
 `run_on_agentscope1(test_file)` runs that module's tests with the overlay first on `PYTHONPATH`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from pip_overlay import pip_overlay
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_SUBPROCESS_ENV = "SPARRING_AGENTSCOPE1_SUBPROCESS"
@@ -38,24 +36,7 @@ def agentscope1_overlay() -> Path:
     """A directory holding AgentScope 1.x and what it needs beyond this venv, installed once and cached."""
     import tomllib
 
-    requirements = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["agentscope1"]
-    key = hashlib.sha256(json.dumps(requirements).encode()).hexdigest()[:12]
-    overlay = Path(sys.prefix) / "agentscope1-overlay" / key
-    if (overlay / "installed").exists():
-        return overlay
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    report = overlay.with_suffix(".report.json")
-    overlay.parent.mkdir(parents=True, exist_ok=True)
-    # Resolve against this venv (so only what differs is fetched), then install exactly that, unshadowed.
-    planned = subprocess.run([*pip, "install", "--dry-run", "--report", str(report), *requirements], capture_output=True, text=True)
-    if planned.returncode != 0:
-        pytest.skip(f"cannot resolve {requirements} (no package index?): {planned.stderr[-400:]}")
-    pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in json.loads(report.read_text())["install"]]
-    installed = subprocess.run([*pip, "install", "--no-deps", "--target", str(overlay), *pins], capture_output=True, text=True)
-    if installed.returncode != 0:
-        pytest.skip(f"cannot install {pins}: {installed.stderr[-400:]}")
-    (overlay / "installed").write_text("\n".join(pins))
-    return overlay
+    return pip_overlay(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["agentscope1"], Path(sys.prefix) / "agentscope1-overlay")
 
 
 def run_on_agentscope1(test_file: Path) -> None:

@@ -10,7 +10,9 @@ work runs, and `{"error": ..., "category": "user" | "server"}` when it
 failed. `cancel_future` cancels a request (queued or running); the SDK sends
 it for a sampling request its caller abandoned (`sample_cancel_enabled`).
 Each route declares its JSON body in `/openapi.json` (`declared_body`).
-`client/config` tells the SDK which encodings and features to use.
+`client/config` tells the SDK which encodings and features to use. MinT's
+own extension endpoints (`/mint/...`) answer 404 naming themselves as
+unsupported.
 """
 
 from __future__ import annotations
@@ -256,5 +258,11 @@ def tinker_router(service: TinkerService) -> APIRouter:
             raise WireError(404, f"unknown or expired request_id {request_id!r}")
         store.cancel(request_id)
         return json_response(None)
+
+    # MinT's own extensions (mindlab-toolkit's `mint.mint`) are no part of the Tinker protocol: say so, not a bare 404.
+
+    @router.post("/mint/{endpoint:path}", include_in_schema=False)
+    async def mint_extension(endpoint: str):
+        raise WireError(404, f"/api/v1/mint/{endpoint[:100]} is a MinT-only extension (mint.mint.forward_backward_reverse_kl, interpolate_checkpoints); sparring serves the Tinker protocol only")
 
     return router
