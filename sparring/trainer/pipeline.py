@@ -122,7 +122,9 @@ class RolloutPipeline:
     def resume_point(self, step: int) -> ResumePoint:
         """What a checkpoint after `step` steps holds: where rollout `step` started, and the older weights rollouts from it sample."""
         pending = range(self.version_of(step), step)
-        point = dataclasses.replace(self.points[step], versions={version: self.versions[version].paths for version in pending})
+        # A version not loaded yet (the run stopped while starting) is still where the resumed checkpoint named it.
+        saved = {version: self.versions[version].paths if version in self.versions else self.saved_versions[version] for version in pending}
+        point = dataclasses.replace(self.points[step], versions=saved)
         self._checkpointed = set(pending)
         self._checkpointed_snapshots = {snapshot["path"] for snapshot in point.snapshots.values()}
         return point
