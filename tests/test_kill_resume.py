@@ -6,7 +6,8 @@ wherever the moment falls -- and resumed from its run directory each time, until
 runs it to the end. At every kill the steps logged minus the steps checkpointed is 0 or 1 (the
 step that finished but whose checkpoint did not), the checkpoint `latest.json` points at is
 complete, and the resumed run continues from it: the finished run has every step logged exactly
-once, in order, and its final checkpoint and adapter.
+once, in order, and its final checkpoint and adapter. The same holds with rollouts running ahead of
+training (`max_staleness: 1`), killed with a rollout in flight.
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ SEED = 13
 TASKS = [{"secret": secret} for secret in (3, 9, 12, 5, 7, 1)]
 
 
-def write_job(folder: Path, tiny_model_dir: Path) -> Path:
+def write_job(folder: Path, tiny_model_dir: Path, max_staleness: int) -> Path:
     job = {
         "workflow": "sparring.envs.guess_number:guess_number",
         "run_dir": str(folder / "run"),
         "model": {"model_path": str(tiny_model_dir), "max_tokens": 3, "lora_rank": 2},
-        "algorithm": {"group_size": 2, "batch_size": 1, "learning_rate": 1e-3, "save_interval_steps": 1, "drop_zero_variance_groups": False, "episode_timeout_s": 60},
+        "algorithm": {"group_size": 2, "batch_size": 1, "learning_rate": 1e-3, "save_interval_steps": 1, "drop_zero_variance_groups": False, "episode_timeout_s": 60, "max_staleness": max_staleness},
         "train_dataset": {"tasks": TASKS, "total_steps": TOTAL_STEPS, "workflow_args": {"max_turns": 1}},
         "logging": {"tensorboard": False, "console": False, "save_rollouts": True},
     }
@@ -75,12 +76,13 @@ def checkpointed_step(run_dir: Path) -> int:
 
 
 @pytest.mark.timeout(300)
-def test_sigkill_at_random_moments_then_resume_loses_at_most_one_step_a_kill(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("max_staleness", [0, 1], ids=["on-policy", "rollouts-ahead"])
+def test_sigkill_at_random_moments_then_resume_loses_at_most_one_step_a_kill(tmp_path, tiny_model_dir, max_staleness):
     rng = random.Random(SEED)
     run_dir = tmp_path / "run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     train = [sys.executable, "-m", "sparring.cli", "train"]
-    command = [*train, str(write_job(tmp_path, tiny_model_dir))]
+    command = [*train, str(write_job(tmp_path, tiny_model_dir, max_staleness))]
     started = time.monotonic()
     outcomes = []
     for kill in range(KILLS):

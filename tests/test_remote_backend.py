@@ -33,7 +33,7 @@ from sparring.envs.guess_number import guess_number
 from sparring.logging import read_metrics, read_rollouts
 from sparring.logging.rollouts import sampled_spans
 from sparring.server.tinker.checkpoints import CheckpointStore
-from sparring.trainer import ConfigError, TuneConfig
+from sparring.trainer import ConfigError, TuneConfig, run_training
 from sparring_server import serving
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11) or importlib.util.find_spec("tinker") is None, reason="the tinker SDK (Python 3.11+) is not installed")
@@ -232,3 +232,24 @@ def test_a_remote_model_needs_a_service_url_and_says_so(tmp_path, monkeypatch):
     assert (model.service_url(), model.service_api_key(), model.is_remote) == ("http://127.0.0.1:9", "from-env", False)
     with pytest.raises(ValueError, match="picks its own device and dtype"):
         sparring.ServiceClient(base_url="http://127.0.0.1:9", device="cuda")
+
+
+def test_rollouts_run_ahead_on_a_service_and_a_stopped_run_resumes_there(service, tiny_model_dir, tmp_path):
+    def job(total_steps: int) -> dict:
+        return {
+            "workflow": "sparring.envs.guess_number:guess_number",
+            "run_dir": str(tmp_path / "run"),
+            "model": {"model_path": str(tiny_model_dir), "backend": "tinker", "base_url": service.url, "api_key": API_KEY, "max_tokens": 6, "lora_rank": 4},
+            "auxiliary_models": {"opponent": {"snapshot_of": "policy", "snapshot_interval_steps": 2}},
+            "algorithm": {"group_size": 2, "batch_size": 1, "learning_rate": 1e-3, "save_interval_steps": 1, "drop_zero_variance_groups": False, "max_staleness": 1},
+            "train_dataset": {"tasks": TASKS, "total_steps": total_steps, "workflow_args": WORKFLOW_ARGS},
+            "logging": {"console": False, "tensorboard": False},
+        }
+
+    run_training(TuneConfig.from_dict(job(2)))
+    state = _trainer_state(tmp_path / "run")
+    assert list(state["versions"]) == ["1"] and state["versions"]["1"]["policy"].startswith("tinker://")  # what rollout 2 samples
+    resumed = run_training(TuneConfig.from_dict(job(3)), resume=tmp_path / "run")
+    assert resumed.steps == 3
+    assert [m["staleness/max"] for m in read_metrics(tmp_path / "run")] == [0.0, 1.0, 1.0]
+    assert _trainer_state(tmp_path / "run")["snapshots"]["opponent"]["path"].startswith("tinker://")

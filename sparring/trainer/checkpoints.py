@@ -12,6 +12,15 @@ state is saved on the service: `trainer_state.json` records the path the
 service returned (`tinker://...`) and the model's backend, and resuming loads
 that state (weights and optimizer) into a new model on the service. Snapshot
 opponents are saved wherever their source model lives, the same way.
+
+Besides the models' training state a checkpoint holds a `ResumePoint`: the
+data position, RNG state and snapshot opponents from which the next step's
+rollout starts, and, when rollouts run ahead of training
+(`algorithm.max_staleness` > 0, see `pipeline.py`), the saved weights of
+the older versions the next rollouts sample from. The on-policy loop takes
+it as things stand after a step; the pipeline takes the one it captured when
+its rollouts reached that step, so a resumed run redoes exactly the rollouts
+that were in flight.
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,15 +39,37 @@ from ..clients import RemoteTrainingClient
 from .dataset import TaskStream
 
 
-def save_checkpoint(run_dir: Path, step: int, models, stream: TaskStream) -> Path:
+@dataclass
+class ResumePoint:
+    """Where the rollout of one step starts: what a resumed run restores besides the models' training state."""
+
+    data: dict
+    """The task stream's state before the step takes its tasks."""
+    rng: dict
+    """Python, NumPy and torch global RNG states, under 'python', 'numpy', 'torch'."""
+    snapshots: dict[str, dict] = field(default_factory=dict)
+    """Snapshot opponents in play: name -> {'path': saved adapter, 'step': weights version it holds}."""
+    versions: dict[int, dict[str, str]] = field(default_factory=dict)
+    """Older weights the next rollouts sample from (max_staleness > 0): version -> model key -> saved sampler path."""
+
+    @classmethod
+    def now(cls, stream: TaskStream, models) -> ResumePoint:
+        """The point as things stand: the data position, the RNGs and snapshots of this moment."""
+        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+        snapshots = {name: {"path": snapshot.path, "step": snapshot.step} for name, snapshot in models.snapshots.items() if snapshot.path}
+        return cls(data=stream.state_dict(), rng=rng, snapshots=snapshots)
+
+
+def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint) -> Path:
     directory = run_dir / "checkpoints" / f"step_{step:06d}"
     directory.mkdir(parents=True, exist_ok=True)
     futures = {key: client.save_state(f"run-step-{step:06d}") for key, client in models.clients.items()}
     model_paths = {key: future.result().path for key, future in futures.items()}
-    torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}, directory / "rng.pt")
-    snapshots = {name: {"path": snapshot.path, "step": snapshot.step} for name, snapshot in models.snapshots.items() if snapshot.path}
+    torch.save(point.rng, directory / "rng.pt")
     backends = {key: _backend(client) for key, client in models.clients.items()}
-    state = {"step": step, "models": model_paths, "backends": backends, "data": stream.state_dict(), "snapshots": snapshots}
+    state = {"step": step, "models": model_paths, "backends": backends, "data": point.data, "snapshots": point.snapshots}
+    if point.versions:
+        state["versions"] = {str(version): paths for version, paths in sorted(point.versions.items())}
     _write_atomically(directory / "trainer_state.json", json.dumps(state, indent=2))
     _write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
     return directory
@@ -68,7 +101,8 @@ def final_adapters(run_dir: Path) -> dict[str, Path]:
     return found
 
 
-def restore_checkpoint(directory: Path, models, stream: TaskStream) -> int:
+def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int, dict[int, dict[str, str]]]:
+    """Load the checkpoint into the models, stream and RNGs; returns its step and the older weights versions it names."""
     state = json.loads((directory / "trainer_state.json").read_text())
     unknown = set(state["models"]) ^ set(models.clients)
     if unknown:
@@ -85,7 +119,7 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> int:
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])
     random.setstate(rng["python"])
-    return int(state["step"])
+    return int(state["step"]), {int(version): paths for version, paths in state.get("versions", {}).items()}
 
 
 def _backend(client) -> str:
@@ -93,6 +127,6 @@ def _backend(client) -> str:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # the pipeline saves from a thread
     temporary.write_text(text)
     os.replace(temporary, path)

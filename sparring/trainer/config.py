@@ -58,6 +58,7 @@ MAX_CONCURRENCY = 4096
 MAX_EPISODE_TIMEOUT_S = 86_400.0
 MAX_ABS_REWARD = 1e6
 MAX_RAY_CPUS = 1024.0
+MAX_STALENESS = 16
 
 
 class DatasetConfig(ConfigRecord):
@@ -225,6 +226,10 @@ class AlgorithmConfig(ConfigRecord):
     it is cancelled and scored as an error; one that ignores the cancellation is abandoned 2 s later."""
     error_reward: float = Field(default=RunnerSettings.error_reward, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
     """Reward given to an episode that crashed or timed out, so a bad output is discouraged but the run goes on."""
+    max_staleness: int = Field(default=0, ge=0, le=MAX_STALENESS)
+    """Asynchronous off-policy training: the rollouts of step k sample the weights of step k - N (a frozen copy) and
+    run while earlier steps train, so at most N optimizer steps lie between the weights that sampled a token and the
+    weights that train on it; 0 is the on-policy loop (rollout, then train). Evaluation steps drain the pipeline."""
     stop_after_failed_steps: int = Field(default=3, ge=0, le=MAX_STEPS)
     """Stop the run (after saving a checkpoint) when every episode failed in this many steps in a row; 0 never stops."""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)

@@ -6,9 +6,11 @@ each on a shared base model -- and the frozen auxiliary ones), then
 repeats: take a batch of tasks, run `group_size` episodes per task
 concurrently (every call batched on the engine), turn rewards into
 advantages per group and role, assemble datums per trainable model,
-`forward_backward` + `optim_step` each, log metrics and rollouts.
+`forward_backward` + `optim_step` each, log metrics and rollouts (the two
+halves of a step are `step.py`).
 Episodes sample from the live adapters, so each step sees the weights of the
-step before; snapshot opponents are retaken at the start of the steps they
+step before; with `algorithm.max_staleness` > 0 the rollouts of later steps
+run on frozen older weights while a step trains instead (`pipeline.py`). Snapshot opponents are retaken at the start of the steps they
 are due (`TunerModelConfig.snapshot_interval_steps`). Every
 `eval_interval_steps` the held-out tasks are evaluated (the configured
 `baselines` once, beside the first evaluation; every number with a 95 %
@@ -31,20 +33,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, compute_advantages
-from ..logging import ConsoleProgress, MetricsLogger, RolloutWriter, TrainingProgress, mean_metrics, read_metrics, write_report, write_reward_plot, write_reward_png
+from ..logging import ConsoleProgress, MetricsLogger, RolloutWriter, TrainingProgress, read_metrics, write_report, write_reward_plot, write_reward_png
 from ..rollout import Episode, run_episodes
-from ..types import ModelInput
-from .checkpoints import latest_checkpoint, restore_checkpoint, save_checkpoint
+from .checkpoints import ResumePoint, latest_checkpoint, restore_checkpoint, save_checkpoint
 from .config import TuneConfig
 from .evaluation import Comparison, PolicyEvaluation, evaluate_baselines, evaluate_policy
 from .failure_streak import EpisodesFailingError, FailureStreak
 from .models import TrainingModels
+from .pipeline import RolloutPipeline
 from .resolve import resolve_run
+from .step import learn, run_rollout
 
 log = logging.getLogger(__name__)
 
@@ -87,22 +88,23 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
     run = resolve_run(config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     algorithm, models, stream = config.algorithm, run.models, run.stream
-    start_step = 0
+    start_step, saved_versions = 0, {}
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is not None:
-        start_step = restore_checkpoint(checkpoint, models, stream)
+        start_step, saved_versions = restore_checkpoint(checkpoint, models, stream)
         log.info("resumed %s at step %d", run_dir, start_step)
     result = RunResult(run_dir=run_dir, steps=start_step)
     total_steps = stream.num_steps
+    pipeline: RolloutPipeline | None = None
     with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
         rollouts = RolloutWriter(run_dir) if config.logging.save_rollouts else None
-        step = start_step
         streak = FailureStreak(algorithm.stop_after_failed_steps)
         columns: list[PolicyEvaluation] = []
         eval_tasks = run.eval_tasks[: algorithm.eval_tasks] if algorithm.eval_tasks else run.eval_tasks
+        evaluates = bool(eval_tasks and algorithm.eval_interval_steps)
 
-        async def evaluate_now(at_step: int, label: str) -> None:
-            columns.append(await evaluate_policy(run.episode_fn, eval_tasks, models.make_tuner, run.settings, run.judge, label, "model", at_step, progress))
+        async def evaluate_now(at_step: int, label: str, make_tuner=models.make_tuner) -> None:
+            columns.append(await evaluate_policy(run.episode_fn, eval_tasks, make_tuner, run.settings, run.judge, label, "model", at_step, progress))
             result.evaluations.append({"step": at_step, **columns[-1].flat("eval/")})
             logger.log(at_step, result.evaluations[-1])
             if run.baselines and not any(c.kind == "baseline" for c in columns):
@@ -110,37 +112,51 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
                 columns.extend(evaluated)
                 logger.log(at_step, {k: v for c in evaluated for k, v in c.flat(f"baseline/{c.label}/").items()})
 
+        def resume_point(at_step: int) -> ResumePoint:
+            return pipeline.resume_point(at_step) if pipeline is not None else ResumePoint.now(stream, models)
+
+        async def finish_step(step: int, metrics: dict[str, float], episodes: list[Episode]) -> bool:
+            """Log a trained step and checkpoint it when due; True when the run must stop (every episode failing)."""
+            warning = streak.observe(episodes)
+            if warning:
+                log.warning("step %d: %s", step + 1, warning)
+            result.history.append(metrics)
+            logger.log(step + 1, metrics)
+            progress.update(step + 1, metrics)
+            result.steps = step + 1
+            if algorithm.save_interval_steps and (step + 1) % algorithm.save_interval_steps == 0:
+                if pipeline is None:
+                    save_checkpoint(run_dir, step + 1, models, resume_point(step + 1))
+                else:  # off the event loop, so the rollouts running ahead go on while it is written
+                    await asyncio.to_thread(save_checkpoint, run_dir, step + 1, models, resume_point(step + 1))
+            return streak.exhausted
+
         try:
-            for step in range(start_step, total_steps):
-                snapshot_ages = models.refresh_snapshots(step)
-                if algorithm.eval_interval_steps and step % algorithm.eval_interval_steps == 0 and eval_tasks:
-                    await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
-                models.reseed(config.algorithm.seed, step)
-                metrics, episodes = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step, progress)
-                metrics.update(snapshot_ages)
-                warning = streak.observe(episodes)
-                if warning:
-                    log.warning("step %d: %s", step + 1, warning)
-                result.history.append(metrics)
-                logger.log(step + 1, metrics)
-                progress.update(step + 1, metrics)
-                result.steps = step + 1
-                if algorithm.save_interval_steps and (step + 1) % algorithm.save_interval_steps == 0:
-                    save_checkpoint(run_dir, step + 1, models, stream)
-                if streak.exhausted:
-                    break
+            if algorithm.max_staleness:
+                pipeline = RolloutPipeline(run, start_step, saved_versions, rollouts, progress, evaluate_now if evaluates else None)
+                await pipeline.run(finish_step)
+            else:
+                for step in range(start_step, total_steps):
+                    snapshot_ages = models.refresh_snapshots(step)
+                    if evaluates and step % algorithm.eval_interval_steps == 0:
+                        await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
+                    models.reseed(config.algorithm.seed, step)
+                    metrics, episodes = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step, progress)
+                    metrics.update(snapshot_ages)
+                    if await finish_step(step, metrics, episodes):
+                        break
         except (KeyboardInterrupt, asyncio.CancelledError):
             result.interrupted = True
             log.warning("interrupted: saving a checkpoint at step %d", result.steps)
         failure = None if result.interrupted else streak.failure(result.steps)
-        if eval_tasks and algorithm.eval_interval_steps and not result.interrupted and failure is None:
+        if evaluates and not result.interrupted and failure is None:
             await evaluate_now(result.steps, "trained")
         if columns:
             # Model columns first (in step order), then the baselines; the last model evaluation is the subject.
             models_first = [c for c in columns if c.kind == "model"] + [c for c in columns if c.kind == "baseline"]
             result.comparison = Comparison(models_first, subject=[c for c in columns if c.kind == "model"][-1].label)
             result.comparison.write(run_dir)
-    checkpoint = save_checkpoint(run_dir, result.steps, models, stream)
+    checkpoint = save_checkpoint(run_dir, result.steps, models, resume_point(result.steps))
     trained_nothing = not streak.healthy_steps and not start_step  # e.g. interrupted before a step trained
     if failure is None and not trained_nothing:
         result.sampler_paths = models.save_for_sampler("final")
@@ -155,34 +171,13 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
 
 
 async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, progress: ConsoleProgress | None = None) -> tuple[dict[str, float], list[Episode]]:
-    """One step: run the episodes, train on them, write their rollouts; returns the step's metrics and its episodes."""
-    algorithm = config.algorithm
+    """One on-policy step: run the episodes on the live weights, train on them, write their rollouts; returns the step's metrics and its episodes."""
     started = time.perf_counter()
-    counter = progress.episodes(f"step {step + 1} rollouts", len(tasks) * settings.group_size) if progress is not None else None
-    episodes = await run_episodes(episode_fn, tasks, models.make_tuner, settings, judge, on_episode=None if counter is None else counter.add)
+    episodes = await run_rollout(episode_fn, tasks, models.make_tuner, settings, judge, step, progress)
     rollout_time = time.perf_counter() - started
-    advantages = compute_advantages(
-        episodes,
-        algorithm.algorithm_type,
-        normalize_by_std=algorithm.normalize_advantages_by_std,
-        per_role=algorithm.per_role_advantages,
-        drop_zero_variance=algorithm.drop_zero_variance_groups,
-    )
-    datums = build_datums(episodes, advantages.advantages)
-    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums)}
-    if algorithm.kl_coef > 0:
-        sampled_masks = build_sampled_masks(episodes, advantages.advantages)
-        for name, data in datums.items():
-            base = await asyncio.gather(*(models.base_sampler.compute_logprobs(ModelInput.from_ints(d.model_input.to_ints() + d.loss_fn_inputs["target_tokens"].tolist()[-1:])) for d in data))
-            datums[name], kl_metrics = apply_kl_penalty(data, [scores[1:] for scores in base], sampled_masks[name], algorithm.kl_coef)
-            metrics.update({f"{k}/{name}" if len(datums) > 1 else k: v for k, v in kl_metrics.items()})
-    train_started = time.perf_counter()
-    metrics.update(await models.update(datums, algorithm))
+    metrics = await learn(episodes, models, settings, config, rollouts, step)
     metrics["time/rollout"] = rollout_time
-    metrics["time/train"] = time.perf_counter() - train_started
     metrics["time/step"] = time.perf_counter() - started
-    if rollouts is not None:
-        rollouts.write(step, episodes, advantages.advantages, models.tokenizer)
     return metrics, episodes
 
 
@@ -205,22 +200,3 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
         model = await evaluate_policy(run.episode_fn, chosen, run.models.make_tuner, run.settings, run.judge, label, "model", None, progress)
         baselines = await evaluate_baselines(run.episode_fn, chosen, run.models, run.settings, run.judge, run.baselines, config.algorithm.seed, progress)
     return Comparison([model, *baselines], subject=label)
-
-
-def episode_metrics(episodes: list[Episode], error_reward: float) -> dict[str, float]:
-    """Reward (overall, per agent, per role), errors and their kinds, and the workflows' own metrics, averaged over episodes.
-
-    An error episode in which no trainable agent spoke has no agent to reward; it still counts in `reward/mean`,
-    with `error_reward`. `workflow/error_kind/<kind>` is the share of episodes that failed with that kind.
-    """
-    rewards = [r for e in episodes for r in (e.rewards.values() if e.rewards or not e.error else [error_reward])]
-    metrics = {"reward/mean": sum(rewards) / len(rewards) if rewards else 0.0, "episodes": float(len(episodes))}
-    if rewards:
-        mean = metrics["reward/mean"]
-        metrics["reward/std"] = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
-    per_agent = [{f"agent/{agent}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
-    per_role = [{f"role/{e.roles.get(agent, agent)}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
-    merged = mean_metrics([{("" if "/" in k else "workflow/") + k: v for k, v in e.metrics.items()} for e in episodes])
-    kinds = Counter(e.error_kind for e in episodes if e.error)
-    error_kinds = {f"workflow/error_kind/{kind}": count / len(episodes) for kind, count in sorted(kinds.items())}
-    return {**metrics, **mean_metrics(per_agent), **mean_metrics(per_role), **merged, **error_kinds}

@@ -13,7 +13,12 @@ adapter (`TunerModelConfig.snapshot_of`): it lives on the same engine as its
 source, so only the LoRA matrices are copied, never the base weights.
 `refresh_snapshots` retakes it every `snapshot_interval_steps` during
 training and saves it as a PEFT directory, which the checkpoint refers to,
-so a resumed run plays against exactly the same snapshot.
+so a resumed run plays against exactly the same snapshot. When rollouts run
+ahead of training (`algorithm.max_staleness`, see `pipeline.py`),
+`frozen_tuner` hands workflows policies that sample a frozen older copy of
+the weights (recorded and trained under their own model keys), and
+snapshots are retaken from that copy (`install_snapshot`) rather than from
+the live weights.
 
 Every model runs on a backend chosen by `TunerModelConfig.backend`: 'local'
 (an engine in this process) or 'tinker' (a Tinker-protocol service). Both
@@ -23,7 +28,9 @@ has; a snapshot always lives where its source model does.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..clients import RemoteTrainingClient, SamplingClient, TrainingClient
 from ..integrations import TunerHandle
@@ -88,26 +95,39 @@ class TrainingModels:
             metrics[f"{prefix}/datums"] = float(len(datums[key]))
         return metrics
 
-    def refresh_snapshots(self, step: int) -> dict[str, float]:
-        """Retake (and save) every snapshot that is due at the start of `step`; returns each one's age in steps.
+    def frozen_tuner(self, samplers: dict) -> Callable[[], TunerHandle]:
+        """Tuner handles whose trainable models sample from `samplers` (frozen weights, per model key) and are recorded
+        and trained under their own keys; the auxiliary models are the ones in play now."""
+        policies = {key: dataclasses.replace(policy, sampler=samplers[key]) for key, policy in self.policies.items()}
+        auxiliary = dict(self.auxiliary)
+        return lambda: TunerHandle(policies=policies, auxiliary_models=auxiliary)
 
-        A snapshot is due when this run has not saved it yet, or every `interval` steps.
-        """
-        for name, snapshot in self.snapshots.items():
-            if snapshot.path is None or (snapshot.interval and step % snapshot.interval == 0 and snapshot.step != step):
-                client = self.clients[snapshot.source]
-                saved = client.save_weights_for_sampler(f"snapshot-{name}-step-{step:06d}")
-                sampler = client.save_weights_and_get_sampling_client(kind="snapshot")  # same weights: calls run in order
-                self._install(name, sampler, saved.result().path, step)
-        return {f"snapshot/{name}/age_steps": float(step - snapshot.step) for name, snapshot in self.snapshots.items()}
+    def due_snapshots(self, step: int, version: int) -> list[str]:
+        """The snapshots to retake before the rollout of `step`, whose policy samples the weights of `version` steps:
+        those this run has not saved yet, and those due every `interval` steps that do not hold `version` already."""
+        return [name for name, s in self.snapshots.items() if s.path is None or (s.interval and step % s.interval == 0 and s.step != version)]
+
+    def snapshot_ages(self, version: int) -> dict[str, float]:
+        """How many optimizer steps each snapshot lags the policy that samples the weights of `version` steps."""
+        return {f"snapshot/{name}/age_steps": float(version - snapshot.step) for name, snapshot in self.snapshots.items()}
+
+    def refresh_snapshots(self, step: int) -> dict[str, float]:
+        """Retake (and save) every snapshot that is due at the start of `step` from the live weights; returns each one's age in steps."""
+        for name in self.due_snapshots(step, step):
+            client = self.clients[self.snapshots[name].source]
+            saved = client.save_weights_for_sampler(f"snapshot-{name}-step-{step:06d}")
+            sampler = client.save_weights_and_get_sampling_client(kind="snapshot")  # same weights: calls run in order
+            self.install_snapshot(name, sampler, saved.result().path, step)
+        return self.snapshot_ages(step)
 
     def load_snapshot(self, name: str, path: str, step: int) -> None:
         """Use the snapshot saved at `path` (taken at `step`) as auxiliary model `name`."""
         if name not in self.snapshots:
             raise ValueError(f"no snapshot auxiliary model {name!r} in this run; snapshots are {sorted(self.snapshots)}")
-        self._install(name, self.clients[self.snapshots[name].source].create_sampling_client(path), path, step)
+        self.install_snapshot(name, self.clients[self.snapshots[name].source].create_sampling_client(path), path, step)
 
-    def _install(self, name: str, sampler: SamplingClient, path: str | None, step: int) -> None:
+    def install_snapshot(self, name: str, sampler: SamplingClient, path: str | None, step: int) -> None:
+        """Serve `sampler` (weights saved at `path`, `step` optimizer steps old) as snapshot opponent `name`."""
         snapshot = self.snapshots[name]
         self.auxiliary[name] = FrozenChatModel(sampler, defaults=snapshot.config.sampling_params(), agent=name)
         snapshot.path, snapshot.step = path, step

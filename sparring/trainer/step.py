@@ -1,0 +1,77 @@
+"""One training step's two halves: the rollout (a batch of tasks played) and the update (episodes -> LoRA step).
+
+`run_rollout` plays `group_size` episodes per task with the models a tuner
+factory hands out; `learn` turns finished episodes into advantages per group
+and role, assembles datums per trainable model (with the KL penalty towards
+the base model when `kl_coef` > 0), runs `forward_backward` + `optim_step`
+for each, and writes the rollouts. The on-policy loop runs the halves one
+after the other (`loop.train_step`); the asynchronous pipeline
+(`pipeline.py`) runs later steps' rollouts while an earlier step learns.
+`episode_metrics` is the rewards, errors and workflow metrics of a step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Callable
+
+from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, compute_advantages
+from ..integrations import TunerHandle
+from ..logging import ConsoleProgress, RolloutWriter, mean_metrics
+from ..rollout import Episode, RunnerSettings, run_episodes
+from ..types import ModelInput
+from .config import TuneConfig
+from .models import TrainingModels
+
+
+async def run_rollout(episode_fn, tasks: list[dict], make_tuner: Callable[[], TunerHandle], settings: RunnerSettings, judge, step: int, progress: ConsoleProgress | None = None) -> list[Episode]:
+    """Step `step`'s episodes: every task `group_size` times, counted on `progress` as they finish."""
+    counter = progress.episodes(f"step {step + 1} rollouts", len(tasks) * settings.group_size) if progress is not None else None
+    return await run_episodes(episode_fn, tasks, make_tuner, settings, judge, on_episode=None if counter is None else counter.add)
+
+
+async def learn(episodes: list[Episode], models: TrainingModels, settings: RunnerSettings, config: TuneConfig, rollouts: RolloutWriter | None, step: int) -> dict[str, float]:
+    """Advantages, datums and one optimizer step per trainable model from `episodes`; returns the step's metrics."""
+    algorithm = config.algorithm
+    advantages = compute_advantages(
+        episodes,
+        algorithm.algorithm_type,
+        normalize_by_std=algorithm.normalize_advantages_by_std,
+        per_role=algorithm.per_role_advantages,
+        drop_zero_variance=algorithm.drop_zero_variance_groups,
+    )
+    datums = build_datums(episodes, advantages.advantages)
+    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums)}
+    if algorithm.kl_coef > 0:
+        sampled_masks = build_sampled_masks(episodes, advantages.advantages)
+        for name, data in datums.items():
+            base = await asyncio.gather(*(models.base_sampler.compute_logprobs(ModelInput.from_ints(d.model_input.to_ints() + d.loss_fn_inputs["target_tokens"].tolist()[-1:])) for d in data))
+            datums[name], kl_metrics = apply_kl_penalty(data, [scores[1:] for scores in base], sampled_masks[name], algorithm.kl_coef)
+            metrics.update({f"{k}/{name}" if len(datums) > 1 else k: v for k, v in kl_metrics.items()})
+    train_started = time.perf_counter()
+    metrics.update(await models.update(datums, algorithm))
+    metrics["time/train"] = time.perf_counter() - train_started
+    if rollouts is not None:
+        rollouts.write(step, episodes, advantages.advantages, models.tokenizer)
+    return metrics
+
+
+def episode_metrics(episodes: list[Episode], error_reward: float) -> dict[str, float]:
+    """Reward (overall, per agent, per role), errors and their kinds, and the workflows' own metrics, averaged over episodes.
+
+    An error episode in which no trainable agent spoke has no agent to reward; it still counts in `reward/mean`,
+    with `error_reward`. `workflow/error_kind/<kind>` is the share of episodes that failed with that kind.
+    """
+    rewards = [r for e in episodes for r in (e.rewards.values() if e.rewards or not e.error else [error_reward])]
+    metrics = {"reward/mean": sum(rewards) / len(rewards) if rewards else 0.0, "episodes": float(len(episodes))}
+    if rewards:
+        mean = metrics["reward/mean"]
+        metrics["reward/std"] = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    per_agent = [{f"agent/{agent}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
+    per_role = [{f"role/{e.roles.get(agent, agent)}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
+    merged = mean_metrics([{("" if "/" in k else "workflow/") + k: v for k, v in e.metrics.items()} for e in episodes])
+    kinds = Counter(e.error_kind for e in episodes if e.error)
+    error_kinds = {f"workflow/error_kind/{kind}": count / len(episodes) for kind, count in sorted(kinds.items())}
+    return {**metrics, **mean_metrics(per_agent), **mean_metrics(per_role), **merged, **error_kinds}
