@@ -34,6 +34,7 @@ The warnings and the cancellation error are the bridge's (`agentscope_bridge`), 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from typing import Any
 
@@ -85,6 +86,13 @@ def agentscope_model(chat_model: ChatModel, **options: Any):
     if isinstance(chat_model, SparringSide):  # a workflow's model already is one: wrap what it wraps
         chat_model = chat_model.chat_model
     return _versioned_module().AgentScopeChatModel(chat_model, **options)
+
+
+def load_workflow_model_adapter() -> None:
+    """Import the installed AgentScope's adapter now (a second or two), so no episode's time pays for it."""
+    if importlib.util.find_spec("agentscope") is not None:
+        with contextlib.suppress(ImportError):  # a major without an adapter: `as_workflow_model` hands models back as they are
+            _versioned_module()
 
 
 def as_workflow_model(chat_model: ChatModel) -> ChatModel:

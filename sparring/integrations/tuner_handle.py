@@ -21,10 +21,11 @@ is `as_base_url_api_key`; `AjetTuner` is this class.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..rollout import ChatModel, EpisodeRecorder, ModelRouter, current_recorder
-from .agentscope import agentscope_model, as_workflow_model, is_agentscope_model
+from .agentscope import agentscope_model, as_workflow_model, is_agentscope_model, load_workflow_model_adapter
 
 
 AGENTJET_AGENT_NAME = "default_agent_name"
@@ -33,8 +34,12 @@ AGENTJET_TARGET_TAG = "default_target_tag"
 """The target tag AgentJet's handle methods use when none is given."""
 
 
+@dataclass  # a dataclass again, so its __init__ calls __post_init__
 class TunerHandle(ModelRouter):
     """What a workflow gets to build its agents: `chat_model(...)` routing, in sparring's or another framework's form."""
+
+    def __post_init__(self) -> None:
+        load_workflow_model_adapter()  # here, where the runner builds an episode's tuner: before the episode's clock starts
 
     def workflow_model(self, model: ChatModel) -> ChatModel:
         """`model` as a function-style workflow or a judge receives it: also an AgentScope chat model when AgentScope
