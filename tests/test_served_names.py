@@ -97,6 +97,7 @@ def test_tokenizer_entries_load_offline_are_idempotent_and_never_replace_a_real_
     tiny = offline_tokenizer(cache, "tiny")
     assert tiny.encode("hello world") == AutoTokenizer.from_pretrained(str(tiny_model_dir)).encode("hello world")
     assert not any(path.suffix == ".safetensors" for path in first[1].snapshot.iterdir())
+    assert write_tokenizer_entries(cache, tmp_path / "no-model-here", [str(tiny_model_dir)], aliases=[]) == []  # paths: nothing to write
     again = write_tokenizer_entries(cache, tiny_model_dir, ["tiny"], aliases=[])
     assert again[0].snapshot == first[1].snapshot and len(list((repo_folder(cache, "tiny") / "snapshots").iterdir())) == 1
 

@@ -79,13 +79,14 @@ def write_tokenizer_entries(cache_dir: Path, model_dir: Path, names: Sequence[st
 
     Names in `aliases` (served names other than the model's own) get the chat markers when the tokenizer lacks them.
     """
+    repo_names = [name for name in dict.fromkeys(names) if is_repo_id(name)]
+    if not repo_names:
+        return []
     files = {name: (model_dir / name).read_bytes() for name in TOKENIZER_FILES if (model_dir / name).is_file()}
     if "tokenizer.json" not in files and "tokenizer_config.json" not in files:
         raise ValueError(f"{model_dir}: no tokenizer files to serve by name (tokenizer.json / tokenizer_config.json)")
     entries = []
-    for name in dict.fromkeys(names):
-        if not is_repo_id(name):
-            continue
+    for name in repo_names:
         content, markers = with_chat_markers(files) if name in aliases else (files, {})
         entries.append(_write_entry(cache_dir, name, model_dir, content, markers))
     return entries
