@@ -253,7 +253,11 @@ def export(
 
 @app.command()
 def serve(
-    model: str = typer.Option("smollm2-135m-instruct", help="Base model: catalogue name, Hugging Face directory or .gguf file."),
+    model: List[str] = typer.Option(
+        ["smollm2-135m-instruct"],
+        help="Base model: catalogue name, Hugging Face directory or .gguf file; NAME=SOURCE serves it under NAME "
+        "(repeatable: every NAME answers with the one model loaded, e.g. --model Qwen/Qwen3.5-9B=smollm2-135m-instruct).",
+    ),
     port: int = typer.Option(8000, help="TCP port."),
     host: str = typer.Option("127.0.0.1", help="Address to bind; anything but loopback (127.0.0.1, ::1, localhost) needs --api-key."),
     api_key: Optional[str] = typer.Option(
@@ -267,15 +271,21 @@ def serve(
     adapter: List[str] = typer.Option([], help="NAME=PATH: also serve the PEFT adapter at PATH as model NAME on the OpenAI API (repeatable)."),
     max_request_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a forward_backward batch (default 1048576)."),
     drain_s: Optional[float] = typer.Option(None, min=0.0, help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server exits (default 10)."),
+    tokenizer_cache: Optional[Path] = typer.Option(
+        None,
+        help="Hugging Face hub cache to write each served name's tokenizer into (default $SPARRING_HOME/hub), so a client "
+        "that loads tokenizers by model name finds them offline with HF_HUB_CACHE=DIR HF_HUB_OFFLINE=1; real entries are never touched.",
+    ),
 ):
-    """Serve the Tinker training API (and the OpenAI-compatible chat API) on one base model.
+    """Serve the Tinker training API (and the OpenAI-compatible chat API) on one base model, under one or more names.
 
     Every request is bounded before it is accepted (context length, --max-request-tokens, LoRA rank, names), each
     Tinker session sees only its own models, samplers, requests and checkpoints, and SIGTERM drains for --drain-s.
     """
     import ipaddress
 
-    from .server import ServerLimits, create_app, serve_until_stopped
+    from .models import sparring_home
+    from .server import ServerLimits, create_app, parse_served_base, serve_until_stopped
 
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
@@ -290,12 +300,21 @@ def serve(
         raise typer.Exit(2)
     given = {"max_request_tokens": max_request_tokens, "drain_s": drain_s}
     limits = ServerLimits(**{name: value for name, value in given.items() if value is not None})
+    tokenizer_cache = tokenizer_cache or sparring_home() / "hub"
     try:
-        server_app = create_app(model, api_key=api_key, device=device, base_dir=base_dir, limits=limits, adapters={name: path for name, _, path in named})
-    except (ValueError, RuntimeError) as error:
+        base = parse_served_base(model)
+        adapters = {name: path for name, _, path in named}
+        server_app = create_app(base.source, api_key=api_key, device=device, base_dir=base_dir, limits=limits, adapters=adapters, served_names=base.names, tokenizer_cache=tokenizer_cache)
+    except (ValueError, RuntimeError, OSError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
-    typer.echo(f"serving {model} on http://{host}:{port} (Tinker API: TINKER_BASE_URL=http://{host}:{port})" + ("" if api_key else "; no API key: any key is accepted"))
+    served = base.source if base.names == [base.source] else f"{base.source} as {', '.join(base.names)}"
+    typer.echo(f"serving {served} on http://{host}:{port} (Tinker API: TINKER_BASE_URL=http://{host}:{port})" + ("" if api_key else "; no API key: any key is accepted"))
+    for entry in server_app.state.tokenizer_entries:
+        markers = f" ({', '.join(f'{text} = token {token}' for text, token in entry.markers.items())})" if entry.markers else ""
+        typer.echo(f"tokenizer of {entry.name}: not written, {entry.skipped}" if entry.skipped else f"tokenizer of {entry.name}: {entry.snapshot}{markers}")
+    if any(not entry.skipped for entry in server_app.state.tokenizer_entries):
+        typer.echo(f"clients find these tokenizers by name offline with: HF_HUB_CACHE={tokenizer_cache} HF_HUB_OFFLINE=1")
     serve_until_stopped(server_app, host, port, server_app.state.drain_clock)
 
 

@@ -15,7 +15,6 @@ import asyncio
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from typer.testing import CliRunner
 
 import sparring
 import tinker_scenario
+from cached_venv import cached_venv
 from sparring_server import serving
 from sparring.cli import app as cli_app
 from sparring.server.tinker.lanes import ModelLane
@@ -53,31 +53,13 @@ def expected(tiny_model_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tinker_022_python(request, tmp_path_factory) -> Path:
     """Python of a venv holding only tinker 0.22 and what it needs to talk (not transformers); built once."""
-    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: build it for this run only
-    root = cache.mkdir("tinker-0.22.7-venv") if cache is not None else tmp_path_factory.mktemp("tinker-0.22.7-venv")
-    python = root / "venv" / "bin" / "python"
-    if (root / "venv" / "ready").exists():
-        return python
-    for interrupted in root.glob("staging-*"):
-        shutil.rmtree(interrupted, ignore_errors=True)
-    staging = root / f"staging-{os.getpid()}"
-    quiet = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "env": {**os.environ, "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}}
-    staged = staging / "bin" / "python"
     requirements = "import importlib.metadata as m; print('\\n'.join(r for r in m.requires('tinker') if 'extra ==' not in r and not r.startswith('transformers')))"
-    steps = [
-        [sys.executable, "-m", "venv", str(staging)],
-        [str(staged), "-m", "pip", "install", "-q", "--no-deps", TINKER_022],
-        [str(staged), "-c", requirements],
-    ]
-    for step in steps:
-        done = subprocess.run(step, **quiet)
-        assert done.returncode == 0, f"building the tinker 0.22 venv failed at {step}:\n{done.stdout}"
-    done = subprocess.run([str(staged), "-m", "pip", "install", "-q", *done.stdout.split()], **quiet)
-    assert done.returncode == 0, f"installing tinker 0.22's dependencies failed:\n{done.stdout}"
-    (staging / "ready").touch()
-    shutil.rmtree(root / "venv", ignore_errors=True)
-    staging.rename(root / "venv")
-    return python
+
+    def build(run, python: Path) -> None:
+        run(python, "-m", "pip", "install", "-q", "--no-deps", TINKER_022)
+        run(python, "-m", "pip", "install", "-q", *run(python, "-c", requirements).split())
+
+    return cached_venv(request, tmp_path_factory, "tinker-0.22.7-venv", build)
 
 
 def run_sdk(python: Path | str, server_url: str, base_model: str) -> dict:

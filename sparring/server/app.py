@@ -2,7 +2,10 @@
 
 It loads the base model once (one engine), mounts the Tinker wire protocol
 (`server.tinker`) under `/api/v1` and the OpenAI-compatible API
-(`server.openai`) under `/v1`, both on that engine. The cross-cutting rules
+(`server.openai`) under `/v1`, both on that engine, each answering every
+served name of the model (`served_names`); with `tokenizer_cache`, it writes
+a Hugging Face hub-cache entry per served name (`hub_cache`), so clients
+that look tokenizers up by model name find them offline. The cross-cutting rules
 live here: an API key, when one is configured, is required on every route
 but the health checks (`X-API-Key` as the Tinker SDK sends it, or
 `Authorization: Bearer` as OpenAI clients do; compared in constant time);
@@ -21,7 +24,7 @@ import hmac
 import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +33,7 @@ from fastapi.responses import JSONResponse
 from ..clients import ServiceClient
 from ..engine import EngineConfig
 from ..models import sparring_home
+from .hub_cache import write_tokenizer_entries
 from .limits import ServerLimits
 from .openai import ServedModels, openai_router
 from .shutdown import DrainClock
@@ -51,18 +55,24 @@ def create_app(
     engine_config: EngineConfig | None = None,
     limits: ServerLimits | None = None,
     adapters: Mapping[str, str | Path] | None = None,
+    served_names: Sequence[str] = (),
+    tokenizer_cache: str | Path | None = None,
 ) -> FastAPI:
     """The app serving `model` (catalogue name, HF directory or .gguf); loads the model now.
 
     Checkpoints saved through the Tinker API go under `base_dir` (default
     `$SPARRING_HOME/server`). With `api_key`, requests must carry it. `adapters` (name -> PEFT directory)
     are served by name on the OpenAI API besides the base model and adapters saved through the server.
+    `served_names` are the names both APIs answer for the base model (default: `model` itself); the first is the
+    one a request without a name gets. With `tokenizer_cache`, each served name's tokenizer is written there as
+    a Hugging Face hub-cache entry (`app.state.tokenizer_entries` says what was written).
     """
     limits = limits or ServerLimits()
     base_dir = Path(base_dir) if base_dir is not None else sparring_home() / "server"
     service_client = ServiceClient(base_dir=base_dir, engine_config=engine_config or EngineConfig(device=device))
-    tinker = TinkerService(model, service_client, FutureStore(), limits=limits)
-    served = ServedModels(service=service_client, base_models=[model], samplers=tinker.sampling_client, adapters=adapters, saved_adapter=tinker.saved_adapter)
+    tinker = TinkerService(model, service_client, FutureStore(), served_names=served_names, limits=limits)
+    base_models = {name: model for name in tinker.served_names}
+    served = ServedModels(service=service_client, base_models=base_models, samplers=tinker.sampling_client, adapters=adapters, saved_adapter=tinker.saved_adapter)
     clock = DrainClock(limits.drain_s)
 
     @asynccontextmanager
@@ -79,6 +89,11 @@ def create_app(
     app = FastAPI(title="sparring", summary=f"Tinker and OpenAI-compatible APIs on {model}", lifespan=lifespan)
     app.state.tinker = tinker
     app.state.drain_clock = clock
+    app.state.tokenizer_entries = []
+    if tokenizer_cache is not None:
+        aliases = [name for name in tinker.served_names if name != model]
+        model_dir = Path(tinker.engine.loaded.model.name_or_path)
+        app.state.tokenizer_entries = write_tokenizer_entries(Path(tokenizer_cache), model_dir, tinker.served_names, aliases)
     _install_error_handlers(app)
     if api_key:
         _require_api_key(app, api_key)
@@ -86,7 +101,7 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz():
-        return {"status": "ok", "model": model}
+        return {"status": "ok", "model": model, "served_names": tinker.served_names}
 
     app.include_router(tinker_router(tinker), prefix="/api/v1")
 

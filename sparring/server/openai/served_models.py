@@ -3,7 +3,8 @@
 `ServedModels` is what `sparring serve` answers for without an episode key:
 names registered explicitly (a live policy, a snapshot: any `ChatModel`),
 samplers found by name elsewhere (the Tinker API's sampling sessions, by
-their unguessable id), the base models it was started with, adapters the
+their unguessable id), the base models it was started with (by each served
+name: `serve --model NAME=SOURCE` answers `NAME` with SOURCE), adapters the
 operator listed by name at start (`serve --adapter NAME=PATH`), and adapters
 saved through the server, named by their `tinker://` path (resolved by the
 caller-given `saved_adapter`, which confines them to the server's checkpoint
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 from ...rollout import ChatModel, FrozenChatModel
 from ...clients import SamplingClient, ServiceClient
@@ -37,18 +38,19 @@ class ServedModels:
         self,
         models: Mapping[str, ChatModel] | None = None,
         service: ServiceClient | None = None,
-        base_models: Sequence[str] = (),
+        base_models: Mapping[str, str] | None = None,
         samplers: Callable[[str], SamplingClient | None] | None = None,
         adapters: Mapping[str, str | Path] | None = None,
         saved_adapter: Callable[[str], Path] | None = None,
     ):
-        """`models` by name; `samplers(name)` finds further ones (or None); `base_models`, `adapters` (name -> PEFT
+        """`models` by name; `samplers(name)` finds further ones (or None); `base_models` (served name -> model
+        source), `adapters` (name -> PEFT
         directory) and saved adapters (`saved_adapter(tinker path)` -> directory, raising ValueError or
         FileNotFoundError for a path it does not serve) are sampled through `service`."""
         self._models: dict[str, ChatModel] = dict(models or {})
         self._loaded: dict[str, ChatModel] = {}
         self._service = service
-        self._base_models = list(base_models)
+        self._base_models = dict(base_models or {})
         self._adapters = {name: Path(path) for name, path in (adapters or {}).items()}
         self._samplers = samplers
         self._saved_adapter = saved_adapter
@@ -78,7 +80,7 @@ class ServedModels:
         if sampler is not None:
             return FrozenChatModel(sampler, agent=name)
         if name in self._base_models:
-            loaded = FrozenChatModel(self._service.create_sampling_client(base_model=name), agent=name)
+            loaded = FrozenChatModel(self._service.create_sampling_client(base_model=self._base_models[name]), agent=name)
         elif name in self._adapters:
             loaded = FrozenChatModel(self._service.create_sampling_client(model_path=str(self._adapters[name])), agent=name)
         elif self._saved_adapter is not None and name.startswith(SAVED_PREFIX):

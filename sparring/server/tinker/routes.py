@@ -134,8 +134,8 @@ def tinker_router(service: TinkerService) -> APIRouter:
 
     @router.get("/get_server_capabilities")
     async def capabilities():
-        model = {"model_name": service.base_model, "max_context_length": service.engine.max_context, "trainable": True, "sampleable": True}
-        return {"supported_models": [model]}
+        limits = {"max_context_length": service.engine.max_context, "trainable": True, "sampleable": True}
+        return {"supported_models": [{"model_name": name, **limits} for name in service.served_names]}
 
     @router.post("/client/config", openapi_extra=declared_body(wire.ClientConfigRequest))
     async def client_config(request: Request):

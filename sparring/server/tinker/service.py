@@ -1,7 +1,9 @@
 """The state behind the Tinker wire protocol: sessions, training models, samplers.
 
 `TinkerService` maps the SDK's objects onto sparring's in-process API on one
-engine (one base model):
+engine (one base model, which clients may name by any of its served names:
+`serve --model NAME=SOURCE`, so a recipe asking for `Qwen/Qwen3.5-9B` gets
+the model the operator put behind that name):
 
 - a session (`create_session`) groups what one `tinker.ServiceClient` made;
   it lives while the SDK heartbeats, and finishing or abandoning it releases
@@ -43,7 +45,7 @@ import time
 from collections import deque
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ...models import resolve_model
 from ...clients import SamplingClient, ServiceClient, TrainingClient
@@ -66,6 +68,8 @@ class _Model:
     """Its requests, in order; `lane.client` resolves to the TrainingClient."""
     session_id: str
     """The owning session."""
+    served_name: str
+    """The base model's name as the client asked for it (what `get_info` answers)."""
     rank: int
     """LoRA rank."""
     weights_key: str
@@ -84,6 +88,8 @@ class _Sampler:
     """The sparring sampler."""
     session_id: str
     """The owning session."""
+    served_name: str
+    """The base model's name as the client asked for it (what `get_sampler` answers)."""
     model_path: str | None = None
     """tinker:// path it was loaded from, if any."""
     request_ids: dict[int, str] = field(default_factory=dict)
@@ -115,6 +121,7 @@ class TinkerService:
         service: ServiceClient,
         store: FutureStore,
         *,
+        served_names: Sequence[str] = (),
         limits: ServerLimits | None = None,
         gap_s: float = 120.0,
         max_snapshots_per_model: int = 8,
@@ -132,23 +139,27 @@ class TinkerService:
         self.abandon_s = abandon_s
         self.base_sampler = service.create_sampling_client(base_model=base_model)  # loads the model now
         self.engine = self.base_sampler.engine
-        self.names = {base_model, self.engine.loaded.spec.name}
+        self.served_names = list(dict.fromkeys([*served_names] or [base_model]))
+        self.names = {base_model, self.engine.loaded.spec.name, *self.served_names}
         self.sessions: dict[str, _Session] = {}
         self.models: dict[str, _Model] = {}
         self.samplers: dict[str, _Sampler] = {}
 
     # Lookups ----------------------------------------------------------------------
 
-    def check_base_model(self, name: str | None) -> None:
-        if name is None or name in self.names:
-            return
+    def check_base_model(self, name: str | None) -> str:
+        """The served name a request's `base_model` stands for (the first served name when it gives none)."""
+        if name is None:
+            return self.served_names[0]
+        if name in self.names:
+            return name
         try:
             if resolve_model(name).path == self.engine.loaded.spec.path:
                 self.names.add(name)
-                return
+                return name
         except (ValueError, RuntimeError):
             pass
-        raise WireError(400, f"base_model {name!r} is not served here; this server serves {self.base_model!r}")
+        raise WireError(400, f"base_model {name!r} is not served here; this server serves {', '.join(map(repr, self.served_names))}")
 
     def session(self, session_id: str) -> _Session:
         self.sweep()
@@ -214,7 +225,7 @@ class TinkerService:
 
     def create_model(self, request: wire.CreateModelRequest) -> dict:
         session = self.session(request.session_id)
-        self.check_base_model(request.base_model)
+        served_name = self.check_base_model(request.base_model)
         family = (request.optimizer_config or {}).get("type", "adamw")
         if family != "adamw":
             raise WireError(400, f"optimizer_config.type {family!r} is not served; sparring trains with AdamW")
@@ -222,7 +233,7 @@ class TinkerService:
         if lora.rank > self.limits.max_lora_rank:
             raise WireError(400, f"lora_config.rank: {lora.rank} is above this server's limit of {self.limits.max_lora_rank}")
         options = {"rank": lora.rank, "seed": lora.seed, "train_mlp": lora.train_mlp, "train_attn": lora.train_attn, "train_unembed": lora.train_unembed}
-        return self._new_model(session, request.session_id, request.model_seq_id, options, None, "CreateModel")
+        return self._new_model(session, request.session_id, request.model_seq_id, options, None, "CreateModel", served_name)
 
     def create_model_from_checkpoint(self, request: wire.LoadWeightsRequest) -> dict:
         session = self.session(request.session_id)
@@ -231,9 +242,9 @@ class TinkerService:
         checkpoint = self._local(request.path)
         options = self._lora_shape(checkpoint)
         load = (checkpoint, request.optimizer)
-        return self._new_model(session, request.session_id, request.model_seq_id, options, load, "LoadWeights")
+        return self._new_model(session, request.session_id, request.model_seq_id, options, load, "LoadWeights", self.served_names[0])
 
-    def _new_model(self, session: _Session, session_id: str, seq: int, options: dict, load: tuple | None, kind: str) -> dict:
+    def _new_model(self, session: _Session, session_id: str, seq: int, options: dict, load: tuple | None, kind: str, served_name: str) -> dict:
         model_id = f"{session_id}:train:{seq}"  # the SDK builds this id itself (creating a model from a checkpoint)
         if model_id in self.models:  # a retried create
             return {"request_id": self.models[model_id].creation_request, "model_id": model_id}
@@ -248,7 +259,7 @@ class TinkerService:
             return client
 
         creation = asyncio.ensure_future(asyncio.to_thread(create))
-        model = _Model(lane=ModelLane(model_id, creation, self.gap_s), session_id=session_id, rank=options["rank"], weights_key=weights_key)
+        model = _Model(lane=ModelLane(model_id, creation, self.gap_s), session_id=session_id, served_name=served_name, rank=options["rank"], weights_key=weights_key)
 
         async def created() -> dict:
             await creation
@@ -266,8 +277,8 @@ class TinkerService:
         except Exception as error:  # noqa: BLE001 - reported to the caller
             raise WireError(404, f"model {model_id!r} could not be created: {error}") from None
         config = self.engine.loaded.model.config
-        model_data = {"arch": getattr(config, "model_type", None), "model_name": self.base_model, "tokenizer_id": str(self.engine.loaded.model.name_or_path)}
-        return {"type": "get_info", "model_id": model_id, "model_data": model_data, "is_lora": True, "lora_rank": model.rank, "model_name": self.base_model}
+        model_data = {"arch": getattr(config, "model_type", None), "model_name": model.served_name, "tokenizer_id": str(self.engine.loaded.model.name_or_path)}
+        return {"type": "get_info", "model_id": model_id, "model_data": model_data, "is_lora": True, "lora_rank": model.rank, "model_name": model.served_name}
 
     def sequenced(
         self,
@@ -351,7 +362,7 @@ class TinkerService:
             return await client.save_weights_and_get_sampling_client_async(kind=request.kind)
 
         def finish(client: SamplingClient) -> dict:
-            self._add_sampler(sampler_id, _Sampler(client=client, session_id=model.session_id))
+            self._add_sampler(sampler_id, _Sampler(client=client, session_id=model.session_id, served_name=model.served_name))
             if request.kind == "snapshot":
                 model.snapshots.append(sampler_id)
                 while len(model.snapshots) > self.max_snapshots_per_model:
@@ -378,7 +389,7 @@ class TinkerService:
 
     def weights_info(self, tinker_path: str) -> dict:
         shape = self._lora_shape(self._local(tinker_path))
-        return {"base_model": self.base_model, "is_lora": True, "lora_rank": shape.pop("rank"), **shape}
+        return {"base_model": self.served_names[0], "is_lora": True, "lora_rank": shape.pop("rank"), **shape}
 
     def _lora_shape(self, checkpoint: Path) -> dict:
         try:
@@ -422,7 +433,7 @@ class TinkerService:
         sampler_id = session.sampler_ids.get(request.sampling_session_seq_id)
         if sampler_id not in self.samplers:
             sampler_id = f"sample-{secrets.token_hex(16)}"
-            self.check_base_model(request.base_model)
+            served_name = self.check_base_model(request.base_model)
             if request.model_path is not None:
                 path = adapter_dir(self._local(request.model_path))
                 try:
@@ -431,7 +442,7 @@ class TinkerService:
                     raise WireError(400, f"cannot sample from {request.model_path}: {error}") from None
             else:
                 client = self.base_sampler
-            self._add_sampler(sampler_id, _Sampler(client=client, session_id=request.session_id, model_path=request.model_path))
+            self._add_sampler(sampler_id, _Sampler(client=client, session_id=request.session_id, served_name=served_name, model_path=request.model_path))
             session.sampler_ids[request.sampling_session_seq_id] = sampler_id
         return {"type": "create_sampling_session", "sampling_session_id": sampler_id}
 
@@ -446,7 +457,7 @@ class TinkerService:
 
     def get_sampler(self, sampler_id: str) -> dict:
         sampler = self.sampler(sampler_id)
-        return {"sampler_id": sampler_id, "base_model": self.base_model, "model_path": sampler.model_path}
+        return {"sampler_id": sampler_id, "base_model": sampler.served_name, "model_path": sampler.model_path}
 
     def sample(self, request: wire.SampleRequest) -> dict:
         request.check_served()
