@@ -24,8 +24,8 @@ both alike.
 A second table times the shape a GRPO step trains: `--groups` chat prompts x
 `--group-size` completions of `--completion-tokens` each, ppo, with the
 learner running each group's shared prompt once
-(`EngineConfig.learner_min_shared_prefix = 8`) and with every datum run whole
-(0, the default), alternating.
+(`EngineConfig.learner_min_shared_prefix = 8`, the default) and with every
+datum run whole (0), alternating.
 
     .venv/bin/python benchmarks/training.py [--batch 8] [--prompt-tokens 192] [--completion-tokens 64] [--groups 4] [--group-size 8] [--quick]
 """

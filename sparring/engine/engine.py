@@ -46,10 +46,9 @@ class EngineConfig(BaseModel):
     """Weights dtype; None means float32 on CPU and bfloat16 on CUDA."""
     learner_token_budget: int = Field(default=1024, ge=1)
     """Most padded tokens per forward/backward micro-batch (activation memory grows with it: ~1.4 MB/token for SmolLM2)."""
-    learner_min_shared_prefix: int = Field(default=0, ge=0)
-    """Datums whose first tokens agree for at least this many (e.g. 8: a GRPO group's prompt) run them once per
-    micro-batch in forward/backward; 0 (the default until measured on a quiet machine, see benchmarks/README.md) runs
-    every datum whole."""
+    learner_min_shared_prefix: int = Field(default=8, ge=0)
+    """Datums whose first tokens agree for at least this many (a GRPO group's prompt) run them once per micro-batch
+    in forward/backward; 0 runs every datum whole."""
     default_max_tokens: int = Field(default=256, ge=1)
     """max_tokens for sampling requests that give none."""
     batch_window_s: float = Field(default=0.01, ge=0.0)
