@@ -270,7 +270,8 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def report(size: int, summaries: dict[str, dict]) -> None:
-    print(f"\n{size} completions per step ({size // summaries['sparring']['group_size']} prompts x {summaries['sparring']['group_size']})")
+    group_size = summaries["sparring"]["group_size"]
+    print(f"\n{size} completions per step: {size // group_size} prompt(s) x {group_size}")
     header = f"{'':>9} {'s/step':>7} {'sampling':>9} {'scoring':>8} {'train':>7} {'tokens':>7} {'compl.':>7} {'compl. tok/s trained':>21} {'peak RSS GB':>12} {'reward':>7} {'steps':>6}"
     print(header)
     print("-" * len(header))
