@@ -20,6 +20,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) benchmarks/grpo_vs_trl.py
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/training.py
 	$(PY) benchmarks/timelines.py

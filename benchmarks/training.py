@@ -21,7 +21,13 @@ measured in the same run. Each timing is the best of `--repeats`, after one
 warm-up; the two losses alternate so that load from other processes hits
 both alike.
 
-    .venv/bin/python benchmarks/training.py [--batch 8] [--prompt-tokens 192] [--completion-tokens 64] [--quick]
+A second table times the shape a GRPO step trains: `--groups` chat prompts x
+`--group-size` completions of `--completion-tokens` each, ppo, with the
+learner running each group's shared prompt once
+(`EngineConfig.learner_min_shared_prefix = 8`, the default) and with every
+datum run whole (0), alternating.
+
+    .venv/bin/python benchmarks/training.py [--batch 8] [--prompt-tokens 192] [--completion-tokens 64] [--groups 4] [--group-size 8] [--quick]
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ import torch
 
 from sparring import ServiceClient, types
 
-from common import matmul_ceiling_gflops, matmul_parameter_count, print_table, resolve_model_name
+from common import chat_prompts, matmul_ceiling_gflops, matmul_parameter_count, print_table, resolve_model_name
 
 LORA_RANK = 16
+SHARED_PREFIX = 8
+"""`learner_min_shared_prefix` of the GRPO table's shared-prompt row."""
 
 
 def sequences(batch: int, length: int, vocab_size: int) -> list[list[int]]:
@@ -70,6 +78,23 @@ def ppo_data(tokens: list[list[int]], completion_tokens: int, sampler_logprobs: 
     return data
 
 
+def grpo_data(prompts: list[list[int]], group_size: int, completion_tokens: int, vocab_size: int) -> list[types.Datum]:
+    """`group_size` random completions of every prompt, advantage +-1 on the completion, sampler logprobs -2."""
+    generator = torch.Generator().manual_seed(1)
+    data = []
+    for prompt in prompts:
+        for member in range(group_size):
+            tokens = prompt + torch.randint(0, vocab_size, (completion_tokens,), generator=generator).tolist()
+            advantage = 1.0 if member % 2 else -1.0
+            data.append(
+                types.Datum(
+                    model_input=types.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [-2.0] * (len(tokens) - 1), "advantages": [0.0] * (len(prompt) - 1) + [advantage] * completion_tokens},
+                )
+            )
+    return data
+
+
 def time_forward_backward(training_client, data: list[types.Datum], loss_fn: str) -> float:
     start = time.perf_counter()
     training_client.forward_backward(data, loss_fn).result()
@@ -81,12 +106,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=192)
     parser.add_argument("--completion-tokens", type=int, default=64)
+    parser.add_argument("--groups", type=int, default=4, help="GRPO table: prompts")
+    parser.add_argument("--group-size", type=int, default=8, help="GRPO table: completions per prompt")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--repeats", type=int, default=3, help="timings per loss; the best is kept")
     parser.add_argument("--quick", action="store_true", help="tiny random model, batch 2 x (24 + 8) tokens: a smoke test")
     args = parser.parse_args()
     if args.quick:
-        args.batch, args.prompt_tokens, args.completion_tokens = 2, 24, 8
+        args.batch, args.prompt_tokens, args.completion_tokens, args.groups, args.group_size = 2, 24, 8, 2, 2
     model_name = resolve_model_name(args.model, args.quick)
     load_before = os.getloadavg()[0]
     ceiling = matmul_ceiling_gflops(512 if args.quick else 2048)
@@ -131,6 +158,22 @@ def main() -> None:
         gflops = flops_per_token[loss_fn] * rate / 1e9
         rows.append([loss_fn, best[loss_fn], rate, flops_per_token[loss_fn] / 1e9, gflops, gflops / ceiling])
     print_table(["loss", "seconds", "tokens/s", "GFLOP/token", "GFLOP/s", "of ceiling"], rows)
+
+    grpo = grpo_data(chat_prompts(engine.loaded.renderer, args.groups), args.group_size, args.completion_tokens, engine.vocab_size)
+    grpo_tokens = sum(datum.model_input.length for datum in grpo)
+    shared_setting = engine.config.learner_min_shared_prefix
+    settings = {"prompt run once per group": SHARED_PREFIX, "every datum whole": 0}
+    grpo_best = {label: float("inf") for label in settings}
+    for repeat in range(args.repeats + 1):  # the first round warms up
+        for label, setting in settings.items():
+            engine.config.learner_min_shared_prefix = setting
+            seconds = time_forward_backward(training_client, grpo, "ppo")
+            if repeat:
+                grpo_best[label] = min(grpo_best[label], seconds)
+    engine.config.learner_min_shared_prefix = shared_setting
+    print(f"\nGRPO-shaped batch, ppo: {args.groups} prompts x {args.group_size} completions of {args.completion_tokens} tokens, {grpo_tokens} datum tokens\n")
+    whole = grpo_best["every datum whole"]
+    print_table(["learner", "seconds", "datum tokens/s", "speed-up"], [[label, best, grpo_tokens / best, whole / best] for label, best in grpo_best.items()])
 
 
 if __name__ == "__main__":

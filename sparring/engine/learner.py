@@ -4,10 +4,13 @@
 datum, which field, what is wrong) and turns its inputs into tensors,
 broadcasting a length-1 input (one advantage per sequence) over the
 sequence. `run_forward` packs the prepared data into micro-batches under a
-token budget, runs the model's backbone once per micro-batch, applies the LM
-head only at real (non-padding) positions — with gradient only where the
-loss has a non-zero coefficient — and sums the per-token losses. Gradients
-accumulate across calls until the optimizer step, as in Tinker.
+token budget (`batch_plan`: datums that begin alike, such as a GRPO group's
+completions of one prompt, run their shared prefix once), runs the model's
+backbone once per micro-batch, applies the LM head only at real
+(non-padding) positions — with gradient only where the loss has a non-zero
+coefficient, and once for positions of a shared prefix that predict the same
+token — and sums the per-token losses. Gradients accumulate across calls
+until the optimizer step, as in Tinker.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..types import Datum, ForwardBackwardOutput, TensorData
+from .batch_plan import plan_micro_batches
 from .losses import LOSSES, get_loss
 
 KNOWN_INPUTS = tuple(dict.fromkeys(name for spec in LOSSES.values() for name in spec.required_inputs))
@@ -88,21 +92,6 @@ def _check_ids(index: int, field: str, ids: list[int], vocab_size: int) -> None:
         raise DatumError(f"datum {index}: {field} has token ids out of the vocabulary [0, {vocab_size}): {bad[:5]}")
 
 
-def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
-    """Group datum indices (longest first) so each padded micro-batch stays within token_budget."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for index in order:
-        padded = lengths[current[0]] * (len(current) + 1) if current else lengths[index]
-        if current and padded > token_budget:
-            batches.append(current)
-            current = []
-        current.append(index)
-    if current:
-        batches.append(current)
-    return batches
-
-
 def _target_logprobs(lm_head, hidden_M_H: torch.Tensor, targets_M: torch.Tensor) -> torch.Tensor:
     logits = lm_head(hidden_M_H).float()
     return logits.log_softmax(-1).gather(-1, targets_M[:, None]).squeeze(-1)
@@ -116,39 +105,33 @@ def run_forward(
     *,
     backward: bool,
     token_budget: int,
+    min_shared_prefix: int = 0,
 ) -> ForwardBackwardOutput:
-    """Learner logprobs and summed loss for every datum; with backward, accumulate gradients."""
+    """Learner logprobs and summed loss for every datum; with backward, accumulate gradients.
+
+    Datums sharing at least `min_shared_prefix` leading tokens (0: never) run those tokens once per micro-batch
+    (see `batch_plan`); the result is the same as running each datum whole, up to float rounding.
+    """
     loss = get_loss(loss_fn)
     backbone, lm_head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
     device = lm_head.weight.device
     outputs: list[dict[str, TensorData] | None] = [None] * len(prepared)
     total_loss = 0.0
-    for batch in micro_batches([len(p.tokens_N) for p in prepared], token_budget):
-        width = max(len(prepared[i].tokens_N) for i in batch)
-        tokens_B_T = torch.zeros(len(batch), width, dtype=torch.long)
-        valid_B_T = torch.zeros(len(batch), width, dtype=torch.bool)
-        for row, index in enumerate(batch):
-            length = len(prepared[index].tokens_N)
-            tokens_B_T[row, :length] = prepared[index].tokens_N
-            valid_B_T[row, :length] = True
-        inputs = {key: torch.cat([prepared[i].inputs[key] for i in batch]).to(device) for key in prepared[batch[0]].inputs}
-        grad_M = loss.gradient_mask(inputs) if backward else torch.zeros(int(valid_B_T.sum()), dtype=torch.bool, device=device)
+    if not _full_attention_only(causal_lm.config):
+        min_shared_prefix = 0
+    for batch in plan_micro_batches([p.tokens_N for p in prepared], token_budget, min_shared_prefix):
+        members = [prepared[i] for i in batch.indices]
+        inputs = {key: torch.cat([member.inputs[key] for member in members]).to(device) for key in members[0].inputs}
+        grad_M = loss.gradient_mask(inputs) if backward else torch.zeros(len(inputs["target_tokens"]), dtype=torch.bool, device=device)
         with torch.set_grad_enabled(backward):
-            hidden_B_T_H = backbone(input_ids=tokens_B_T.to(device), attention_mask=valid_B_T.long().to(device), use_cache=False).last_hidden_state
-            hidden_M_H = hidden_B_T_H[valid_B_T.to(device)]  # real positions, datum by datum
-            logprobs_M = hidden_M_H.new_zeros(len(hidden_M_H), dtype=torch.float32)
-            if grad_M.any():
-                logprobs_M = logprobs_M.index_put((grad_M,), _target_logprobs(lm_head, hidden_M_H[grad_M], inputs["target_tokens"][grad_M]))
-            if (~grad_M).any():
-                with torch.no_grad():
-                    rest = _target_logprobs(lm_head, hidden_M_H[~grad_M].detach(), inputs["target_tokens"][~grad_M])
-                logprobs_M = logprobs_M.index_put((~grad_M,), rest)
+            hidden_R_H, rows_M = _hidden_states(backbone, [member.tokens_N for member in members], batch.prefix_length, device)
+            logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M)
             elementwise_M = loss.fn(logprobs_M, inputs, loss_config)
             batch_loss = elementwise_M.sum()
             if backward and batch_loss.requires_grad:
                 batch_loss.backward()
-        lengths = [len(prepared[i].tokens_N) for i in batch]
-        for index, logprobs_N, loss_N in zip(batch, logprobs_M.detach().split(lengths), elementwise_M.detach().split(lengths)):
+        lengths = [len(member.tokens_N) for member in members]
+        for index, logprobs_N, loss_N in zip(batch.indices, logprobs_M.detach().split(lengths), elementwise_M.detach().split(lengths)):
             outputs[index] = {"logprobs": TensorData.from_torch(logprobs_N), "elementwise_loss": TensorData.from_torch(loss_N)}
         total_loss += batch_loss.item()
     return ForwardBackwardOutput(
@@ -156,3 +139,65 @@ def run_forward(
         loss_fn_outputs=outputs,
         metrics={"loss:sum": total_loss, "tokens:sum": float(sum(len(p.tokens_N) for p in prepared))},
     )
+
+
+def _hidden_states(backbone: torch.nn.Module, tokens: list[torch.Tensor], prefix_length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backbone's last hidden states of a micro-batch, and for each datum position (datum by datum) its row in them.
+
+    With a shared prefix, the prefix runs once as a row of its own and the other rows continue from its keys and
+    values (expanded over the rows, so gradients from every row flow back into the one prefix computation).
+    """
+    past = None
+    prefix_hidden_P_H = None
+    if prefix_length:
+        prefix = backbone(input_ids=tokens[0][None, :prefix_length].to(device), use_cache=True)
+        prefix_hidden_P_H = prefix.last_hidden_state[0]
+        past = prefix.past_key_values
+        for layer in past.layers:
+            layer.keys, layer.values = layer.keys.expand(len(tokens), -1, -1, -1), layer.values.expand(len(tokens), -1, -1, -1)
+        tokens = [t[prefix_length:] for t in tokens]
+    width = max(len(t) for t in tokens)
+    tokens_B_T = torch.zeros(len(tokens), width, dtype=torch.long)
+    valid_B_T = torch.zeros(len(tokens), width, dtype=torch.bool)
+    for row, row_tokens in enumerate(tokens):
+        tokens_B_T[row, : len(row_tokens)] = row_tokens
+        valid_B_T[row, : len(row_tokens)] = True
+    attention_B_T = torch.cat([torch.ones(len(tokens), prefix_length, dtype=torch.bool), valid_B_T], dim=1)
+    hidden_B_T_H = backbone(input_ids=tokens_B_T.to(device), attention_mask=attention_B_T.long().to(device), past_key_values=past, use_cache=past is not None).last_hidden_state
+    hidden_R_H = hidden_B_T_H[valid_B_T.to(device)]  # real positions, row by row
+    if prefix_hidden_P_H is None:
+        return hidden_R_H, torch.arange(len(hidden_R_H), device=device)
+    hidden_R_H = torch.cat([prefix_hidden_P_H, hidden_R_H])
+    rows_M, start = [], prefix_length
+    for row_tokens in tokens:
+        rows_M += [torch.arange(prefix_length), torch.arange(start, start + len(row_tokens))]
+        start += len(row_tokens)
+    return hidden_R_H, torch.cat(rows_M).to(device)
+
+
+def _full_attention_only(config) -> bool:
+    """Whether every layer attends to the whole past through keys and values, so rows can continue a shared prefix's
+    cache exactly (not so for sliding-window or recurrent layers, whose caches hold other state)."""
+    layer_types = getattr(config.get_text_config(), "layer_types", None)
+    return layer_types is None or all(kind == "full_attention" for kind in layer_types)
+
+
+def _position_logprobs(lm_head, hidden_R_H: torch.Tensor, rows_M: torch.Tensor, targets_M: torch.Tensor, grad_M: torch.Tensor) -> torch.Tensor:
+    """log p(target) at every datum position, the LM head applied once per distinct (hidden row, target) pair.
+
+    Positions of a shared prefix that predict the same token (all but the prefix's last) are one pair for all datums
+    of the micro-batch; a pair gets gradient when any of its positions needs it.
+    """
+    pair_keys_M = rows_M * (int(targets_M.max()) + 1) + targets_M
+    pair_keys_U, pair_of_M = torch.unique(pair_keys_M, return_inverse=True)
+    rows_U = torch.zeros_like(pair_keys_U).index_put_((pair_of_M,), rows_M)
+    targets_U = torch.zeros_like(pair_keys_U).index_put_((pair_of_M,), targets_M)
+    grad_U = torch.zeros(len(pair_keys_U), dtype=torch.bool, device=grad_M.device).index_put_((pair_of_M,), grad_M, accumulate=True)
+    logprobs_U = hidden_R_H.new_zeros(len(pair_keys_U), dtype=torch.float32)
+    if grad_U.any():
+        logprobs_U = logprobs_U.index_put((grad_U,), _target_logprobs(lm_head, hidden_R_H[rows_U[grad_U]], targets_U[grad_U]))
+    if (~grad_U).any():
+        with torch.no_grad():
+            rest_U = _target_logprobs(lm_head, hidden_R_H[rows_U[~grad_U]].detach(), targets_U[~grad_U])
+        logprobs_U = logprobs_U.index_put((~grad_U,), rest_U)
+    return logprobs_U[pair_of_M]
