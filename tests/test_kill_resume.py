@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 
 from sparring.logging import read_metrics
 
-TOTAL_STEPS = 10
+TOTAL_STEPS = 16
 KILLS = 3
 SEED = 13
 TASKS = [{"secret": secret} for secret in (3, 9, 12, 5, 7, 1)]
@@ -54,9 +54,9 @@ def logged_steps(run_dir: Path) -> list[int]:
 
 
 def step_seconds(run_dir: Path) -> float:
-    """About how long this machine takes for a step: the median `time/step` so far, half again for logging and the checkpoint."""
-    times = sorted(record["time/step"] for record in read_metrics(run_dir / "metrics.jsonl"))
-    return times[len(times) // 2] * 1.5
+    """About how long this machine takes for a step: the fastest `time/step` so far (a run's first step also pays
+    one-time imports, e.g. AgentScope's adapter, many times a tiny model's step), half again for logging and the checkpoint."""
+    return min(record["time/step"] for record in read_metrics(run_dir / "metrics.jsonl")) * 1.5
 
 
 def checkpointed_step(run_dir: Path) -> int:
@@ -90,9 +90,9 @@ def test_sigkill_at_random_moments_then_resume_loses_at_most_one_step_a_kill(tmp
         with open(tmp_path / f"stderr-{kill}.txt", "w") as stderr:
             trainer = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         try:
-            # Killed once it has trained a step or two of its own (so every round makes progress), at a
+            # Killed once it has trained two or three steps of its own (so every round makes progress), at a
             # random moment of the step after: sampling, the update, or writing the checkpoint.
-            target, launched = steps_before + rng.randint(1, 2), time.monotonic()
+            target, launched = steps_before + rng.randint(2, 3), time.monotonic()
             while len(logged_steps(run_dir)) < target:
                 assert trainer.poll() is None, f"the trainer ended early:\n{(tmp_path / f'stderr-{kill}.txt').read_text()}"
                 assert time.monotonic() - launched < 120, f"kill {kill}: no new step within 120 s"
