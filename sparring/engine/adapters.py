@@ -7,10 +7,11 @@ adapters loaded from a PEFT directory). Only the LoRA matrices are copied;
 the base weights exist once. `use(name)` activates an adapter (or none, for
 the base model) for the next forward; `inference(name, merge=True)` folds it
 into the base weights for sampling, until `unmerge()` restores them. A merge
-writes W + BA into a new tensor and keeps W aside, so unmerging puts back the
-very same W: merging and unmerging in floating point (W + BA - BA) would drift
-the base weights a little every time. The price is a second copy of the
-adapted weights while merged.
+keeps a copy of W aside and writes W + BA in place, so unmerging copies back
+the very same W: merging and unmerging in floating point (W + BA - BA) would
+drift the base weights a little every time. In place, because the sampler may
+have made neighbouring weights share one buffer (fused projections). The
+price is a second copy of the adapted weights while merged.
 
 Saved adapters are plain PEFT directories (adapter_config.json +
 adapter_model.safetensors), loadable by `peft.PeftModel.from_pretrained` and
@@ -194,9 +195,10 @@ class AdapterBank:
             yield model
 
     def unmerge(self) -> None:
-        for layer, weight in self._unmerged_weights:
-            layer.get_base_layer().weight.data = weight
-            layer.merged_adapters.remove(self.merged_adapter)
+        with torch.no_grad():
+            for layer, weight in self._unmerged_weights:
+                layer.get_base_layer().weight.copy_(weight)
+                layer.merged_adapters.remove(self.merged_adapter)
         self._unmerged_weights = []
         self.merged_adapter = None
 
@@ -205,8 +207,9 @@ class AdapterBank:
             for layer in self.peft_model.modules():
                 if isinstance(layer, LoraLayer) and name in layer.lora_A:
                     base = layer.get_base_layer()
-                    self._unmerged_weights.append((layer, base.weight.data))
-                    base.weight.data = base.weight.data + layer.get_delta_weight(name).to(base.weight.dtype)
+                    # In place: the weight keeps its storage, which the sampler may share with its neighbours (decoder.py).
+                    self._unmerged_weights.append((layer, base.weight.detach().clone()))
+                    base.weight.add_(layer.get_delta_weight(name).to(base.weight.dtype))
                     # peft's forward now runs the base layer alone, as after its own merge.
                     layer.merged_adapters.append(name)
         self.merged_adapter = name

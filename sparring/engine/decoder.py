@@ -10,7 +10,11 @@ logits, and `cache.keep_rows` to drop finished rows):
   injected are used as they are (or their base layer, when the adapter is
   merged into it). On CPU a few rows are projected as W @ x^T and the LM head
   runs on a oneDNN-packed copy of its weight: both much faster with this
-  MKL on the 2-core AMD machine than `F.linear`. A decode step builds its
+  MKL on the 2-core AMD machine than `F.linear`. Projections that read the
+  same input run as one matmul (q, k and v; gate and up): their weights are
+  made to lie back to back in one buffer once (`_shared_buffer`), values
+  unchanged, so a merged adapter, written into the weights in place, lands in
+  the fused weight too. A decode step builds its
   additive mask once, from the new slot only; queries and keys are rotated
   together (with `roll` instead of rotate_half's slices); RMSNorm is one
   `F.rms_norm` call.
@@ -35,8 +39,12 @@ from transformers import DynamicCache
 FAST_ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}
 
 Projection = Callable[[torch.Tensor], torch.Tensor]
+# Several linear layers applied to one input: their outputs, in order.
+Projections = Callable[[torch.Tensor], tuple[torch.Tensor, ...]]
 # Up to this many rows, CPU projections multiply W @ x^T (see `_projection`).
 _FEW_ROWS = 64
+# Bytes: where the CPU allocator starts every tensor, and where `_shared_buffer` wants weights to start.
+_ALIGNMENT = 64
 
 
 @dataclass
@@ -83,7 +91,8 @@ def _mark_valid(cache, valid_B_T: torch.Tensor) -> tuple[int, int]:
 class FastDecoder:
     """Prefill and step a Llama-family model over a preallocated `KVCache`."""
 
-    def __init__(self, causal_lm: torch.nn.Module):
+    def __init__(self, causal_lm: torch.nn.Module, fuse_projections: bool = True):
+        """`fuse_projections=False` runs every projection alone (the reference the fused path is tested against)."""
         self.causal_lm = causal_lm
         self.backbone = causal_lm.get_decoder()
         self.lm_head = _head_projection(causal_lm.get_output_embeddings())
@@ -91,7 +100,7 @@ class FastDecoder:
         self.num_layers = config.num_hidden_layers
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.layers = [_LayerParts.of(layer) for layer in self.backbone.layers]
+        self.layers = [_LayerParts.of(layer, fuse_projections) for layer in self.backbone.layers]
 
     @staticmethod
     def supports(causal_lm: torch.nn.Module) -> bool:
@@ -118,9 +127,7 @@ class FastDecoder:
         bias_B_1_T_S = _attention_bias(cache.key_valid_B_S, start, end, hidden.dtype)
         for parts, keys, values in zip(self.layers, cache.keys, cache.values):
             normed = _rms_norm(parts.input_norm, hidden)
-            q = parts.q_proj(normed).view(batch, steps, -1, self.head_dim)
-            k = parts.k_proj(normed).view(batch, steps, -1, self.head_dim)
-            v = parts.v_proj(normed).view(batch, steps, -1, self.head_dim)
+            q, k, v = (t.view(batch, steps, -1, self.head_dim) for t in parts.qkv_proj(normed))
             if parts.q_norm is not None:
                 q, k = _rms_norm(parts.q_norm, q), _rms_norm(parts.k_norm, k)
             # Rotate queries and keys in one go: [B, T, H + H_kv, D].
@@ -139,7 +146,8 @@ class FastDecoder:
             )
             hidden = hidden + parts.o_proj(out.transpose(1, 2).reshape(batch, steps, -1))
             normed = _rms_norm(parts.post_attention_norm, hidden)
-            hidden = hidden + parts.down_proj(parts.act_fn(parts.gate_proj(normed)) * parts.up_proj(normed))
+            gate, up = parts.gate_up_proj(normed)
+            hidden = hidden + parts.down_proj(parts.act_fn(gate).mul_(up))
         cache.length = end
         return self.lm_head(_rms_norm(self.backbone.norm, hidden[:, -1])).float()
 
@@ -149,34 +157,28 @@ class _LayerParts:
     """The modules one decoder layer runs, looked up once per generation (merged LoRA layers unwrapped)."""
 
     input_norm: torch.nn.Module
-    q_proj: Projection
-    k_proj: Projection
-    v_proj: Projection
+    qkv_proj: Projections
     o_proj: Projection
     q_norm: torch.nn.Module | None
     k_norm: torch.nn.Module | None
     scaling: float
     post_attention_norm: torch.nn.Module
-    gate_proj: Projection
-    up_proj: Projection
+    gate_up_proj: Projections
     down_proj: Projection
     act_fn: torch.nn.Module
 
     @classmethod
-    def of(cls, layer: torch.nn.Module) -> _LayerParts:
+    def of(cls, layer: torch.nn.Module, fuse: bool) -> _LayerParts:
         attn, mlp = layer.self_attn, layer.mlp
         return cls(
             input_norm=layer.input_layernorm,
-            q_proj=_projection(attn.q_proj),
-            k_proj=_projection(attn.k_proj),
-            v_proj=_projection(attn.v_proj),
+            qkv_proj=_projections([attn.q_proj, attn.k_proj, attn.v_proj], fuse),
             o_proj=_projection(attn.o_proj),
             q_norm=getattr(attn, "q_norm", None),
             k_norm=getattr(attn, "k_norm", None),
             scaling=attn.scaling,
             post_attention_norm=layer.post_attention_layernorm,
-            gate_proj=_projection(mlp.gate_proj),
-            up_proj=_projection(mlp.up_proj),
+            gate_up_proj=_projections([mlp.gate_proj, mlp.up_proj], fuse),
             down_proj=_projection(mlp.down_proj),
             act_fn=mlp.act_fn,
         )
@@ -198,9 +200,15 @@ def _projection(linear: torch.nn.Module) -> Projection:
     active runs as peft's module.
     """
     layer = _unwrapped(linear)
-    if type(layer) is not torch.nn.Linear or layer.weight.device.type != "cpu":
+    if type(layer) is not torch.nn.Linear:
         return layer
-    weight, bias = layer.weight, layer.bias
+    return _linear(_shared_buffer([layer.weight]), layer.bias)
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Projection:
+    """x @ weight^T + bias; on CPU, few rows as W @ x^T (see `_projection`)."""
+    if weight.device.type != "cpu":
+        return lambda x: F.linear(x, weight, bias)
 
     def project(x: torch.Tensor) -> torch.Tensor:
         x_M_I = x.reshape(-1, x.shape[-1])
@@ -212,6 +220,57 @@ def _projection(linear: torch.nn.Module) -> Projection:
         return out_O_M.t().view(*x.shape[:-1], -1)  # a transposed view; the ops that follow accept it
 
     return project
+
+
+def _projections(linears: list[torch.nn.Module], fuse: bool) -> Projections:
+    """Linear layers that read the same input, as one matmul over their weights stacked, when all are plain
+    `nn.Linear` (merged or no adapter) on one device and dtype, each with a bias or none; else one at a time."""
+    layers = [_unwrapped(linear) for linear in linears]
+    weights = [layer.weight for layer in layers] if all(type(layer) is torch.nn.Linear for layer in layers) else []
+    biases = [layer.bias for layer in layers] if weights else []
+    fusable = (
+        fuse
+        and weights
+        and len({(w.device, w.dtype, w.shape[1]) for w in weights}) == 1
+        and (all(b is None for b in biases) or all(b is not None for b in biases))
+    )
+    if not fusable:
+        separate = [_projection(linear) for linear in linears]
+        return lambda x: tuple(project(x) for project in separate)
+    bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+    project = _linear(_shared_buffer(weights), bias)
+    sizes = [w.shape[0] for w in weights]
+    return lambda x: project(x).split(sizes, dim=-1)
+
+
+def _shared_buffer(weights: list[torch.Tensor]) -> torch.Tensor:
+    """The weights stacked as rows of one tensor that *is* their storage, starting on a 64-byte boundary.
+
+    When they do not lie back to back there yet, they are copied into a new buffer once and each weight's data
+    becomes its block of rows (values unchanged): later in-place writes to a weight (an adapter merged in)
+    show in the buffer and the reverse, and later decoders find the buffer without copying. Aligned because
+    MKL's results (last bits) and speed depend on it, and weights loaded from safetensors may start anywhere.
+    """
+    first, columns = weights[0], weights[0].shape[1]
+    if _back_to_back(weights) and first.data_ptr() % _ALIGNMENT == 0:
+        return torch.as_strided(first.detach(), (sum(w.shape[0] for w in weights), columns), (columns, 1), first.storage_offset())
+    with torch.no_grad():
+        buffer = torch.cat([w.detach() for w in weights])
+        start = 0
+        for weight in weights:
+            weight.data = buffer[start : start + weight.shape[0]]
+            start += weight.shape[0]
+    return buffer
+
+
+def _back_to_back(weights: list[torch.Tensor]) -> bool:
+    """Whether the weights are contiguous blocks of one storage, in order, each starting where the last ends."""
+    storage, offset = weights[0].untyped_storage().data_ptr(), weights[0].storage_offset()
+    for weight in weights:
+        if not weight.is_contiguous() or weight.untyped_storage().data_ptr() != storage or weight.storage_offset() != offset:
+            return False
+        offset += weight.numel()
+    return True
 
 
 # id(frozen LM-head weight) -> (weak reference to it, its version, its oneDNN-packed copy).
