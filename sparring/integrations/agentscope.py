@@ -34,7 +34,7 @@ The warnings and the cancellation error are the bridge's (`agentscope_bridge`), 
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import importlib.util
 from typing import Any
 
@@ -88,23 +88,29 @@ def agentscope_model(chat_model: ChatModel, **options: Any):
     return _versioned_module().AgentScopeChatModel(chat_model, **options)
 
 
+@functools.cache
+def _workflow_adapter():
+    """The installed major's adapter module, imported once per process; None without a supported AgentScope."""
+    if importlib.util.find_spec("agentscope") is None:
+        return None
+    try:
+        return _versioned_module()
+    except ImportError:  # an AgentScope major without an adapter: sparring's own workflows must still run
+        return None
+
+
 def load_workflow_model_adapter() -> None:
     """Import the installed AgentScope's adapter now (a second or two), so no episode's time pays for it."""
-    if importlib.util.find_spec("agentscope") is not None:
-        with contextlib.suppress(ImportError):  # a major without an adapter: `as_workflow_model` hands models back as they are
-            _versioned_module()
+    _workflow_adapter()
 
 
 def as_workflow_model(chat_model: ChatModel) -> ChatModel:
     """`chat_model` as workflows receive it: a `DualChatModel` (also an AgentScope chat model) when a supported
     AgentScope is installed, else `chat_model` itself."""
-    if is_agentscope_model(chat_model) or importlib.util.find_spec("agentscope") is None:
+    adapter = _workflow_adapter()
+    if adapter is None or is_agentscope_model(chat_model):
         return chat_model
-    try:
-        module = _versioned_module()
-    except ImportError:  # an AgentScope major without an adapter: sparring's own workflows must still run
-        return chat_model
-    return module.DualChatModel(chat_model)
+    return adapter.DualChatModel(chat_model)
 
 
 def is_agentscope_model(model: Any) -> bool:
