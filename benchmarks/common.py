@@ -3,7 +3,9 @@
 The matmul ceiling is the FLOP rate of one large fp32 `torch.matmul` with the
 threads torch uses, measured in the same process as the benchmark (the
 machine is shared, so a ceiling from another run would not be comparable).
-Achieved model FLOP rates are reported as a fraction of it.
+Achieved model FLOP rates are reported as a fraction of it, and, where it
+applies, of the same matmul through a oneDNN-packed weight (higher on the
+project machine, and what sparring's CPU sampler uses).
 """
 
 from __future__ import annotations
@@ -43,6 +45,21 @@ def matmul_ceiling_gflops(size: int = 2048, repeats: int = 5) -> float:
     for _ in range(repeats):
         start = time.perf_counter()
         torch.matmul(left_N_N, right_N_N)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def packed_matmul_ceiling_gflops(size: int = 2048, repeats: int = 5) -> float | None:
+    """Best fp32 GFLOP/s of the same matmul through a oneDNN-packed weight (what sparring's CPU sampler multiplies
+    with; faster than `torch.matmul` here), or None without oneDNN."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    left_N_N = torch.randn(size, size)
+    packed_N_N = torch.ops.mkldnn._reorder_linear_weight(torch.randn(size, size))
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first run warms up
+        start = time.perf_counter()
+        torch.ops.mkldnn._linear_pointwise(left_N_N, packed_N_N, None, "none", [], "")
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best / 1e9
 

@@ -13,7 +13,8 @@ size. Each path is warmed up once; each timing is the best of `--repeats`,
 with the paths alternating.
 tokens/s counts generated tokens only. The achieved model FLOP rate is
 2 x parameters x tokens/s (prefill and attention left out), shown as a
-fraction of the fp32 matmul ceiling measured in the same run.
+fraction of the fp32 matmul ceiling measured in the same run (`torch.matmul`,
+and the higher rate of a matmul through a oneDNN-packed weight).
 
     .venv/bin/python benchmarks/sampling.py [--batches 1,8,32] [--new-tokens 64] [--quick]
 """
@@ -32,7 +33,7 @@ from sparring import EngineConfig, ServiceClient, types
 from sparring.engine.adapters import DEFAULT_LORA_ALPHA, linear_layer_groups
 from sparring.models import load_base_model
 
-from common import chat_prompts, matmul_ceiling_gflops, matmul_parameter_count, print_table, resolve_model_name
+from common import chat_prompts, matmul_ceiling_gflops, matmul_parameter_count, packed_matmul_ceiling_gflops, print_table, resolve_model_name
 
 LORA_RANK = 16
 # Long enough that every concurrent `sample` call joins the first batch.
@@ -93,6 +94,7 @@ def main() -> None:
     torch.manual_seed(0)
     load_before = os.getloadavg()[0]
     ceiling = matmul_ceiling_gflops(512 if args.quick else 2048)
+    packed_ceiling = packed_matmul_ceiling_gflops(512 if args.quick else 2048) or float("nan")
 
     plain = load_base_model(model_name)
     with_lora = load_base_model(model_name)
@@ -124,7 +126,8 @@ def main() -> None:
     tokens_per_s = {key: key[1] * new_tokens / seconds for key, seconds in best_s.items()}
 
     print(f"\nsampling {model_name}: {new_tokens} new tokens per row, temperature 1, LoRA r={LORA_RANK}, torch threads {torch.get_num_threads()}")
-    print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s; model: {parameters / 1e6:.1f} M parameters, {2 * parameters / 1e9:.3f} GFLOP per token")
+    print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s (torch.matmul), {packed_ceiling:.0f} GFLOP/s (oneDNN-packed weight); "
+          f"model: {parameters / 1e6:.1f} M parameters, {2 * parameters / 1e9:.3f} GFLOP per token")  # fmt: skip
     print(f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other processes share the cores)\n")
     rows = []
     for batch in batches:
@@ -133,8 +136,8 @@ def main() -> None:
             gflops = 2 * parameters * rate / 1e9
             versus_hf = rate / tokens_per_s["hf generate", batch]
             versus_hf_lora = rate / tokens_per_s["hf generate + lora", batch]
-            rows.append([batch, name, rate, versus_hf, versus_hf_lora, gflops, gflops / ceiling])
-    print_table(["batch", "path", "tokens/s", "vs hf", "vs hf+lora", "GFLOP/s", "of ceiling"], rows)
+            rows.append([batch, name, rate, versus_hf, versus_hf_lora, gflops, gflops / ceiling, gflops / packed_ceiling])
+    print_table(["batch", "path", "tokens/s", "vs hf", "vs hf+lora", "GFLOP/s", "of ceiling", "of oneDNN ceiling"], rows)
 
 
 if __name__ == "__main__":

@@ -278,16 +278,18 @@ def test_base_model_still_samples_after_every_adapter_is_deleted(tiny_model_dir,
     assert len(base_sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2)).result(timeout=60).sequences[0].tokens) == 2
 
 
-def test_base_model_samples_after_every_adapter_is_deleted_and_a_new_one_is_made(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("pack", [False, True], ids=["merged", "packed"])
+def test_base_model_samples_after_every_adapter_is_deleted_and_a_new_one_is_made(tiny_model_dir, tmp_path, pack):
     path = shutil.copytree(tiny_model_dir, tmp_path / "delete-then-create")  # its own engine: no other test's adapters
-    service = ServiceClient(base_dir=tmp_path / "checkpoints")
+    service = ServiceClient(base_dir=tmp_path / "checkpoints", engine_config=EngineConfig(pack_cpu_weights=pack))
     first = service.create_lora_training_client(str(path), rank=4, seed=1)
     prompt = types.ModelInput.from_ints(chat_prompt(first))
     engine, params = first.engine, types.SamplingParams(max_tokens=2, seed=3)
     base_sampler = service.create_sampling_client(base_model=str(path))
     before = base_sampler.sample(prompt, 1, params).result(timeout=60).sequences[0].tokens
     first.save_weights_and_get_sampling_client(kind="inflight").sample(prompt, 1, params).result(timeout=60)
-    assert engine.bank.merged_adapter == first.adapter  # sampling left it merged into the base weights
+    # Sampling left the adapter merged into the base weights, or, packing, folded into the sampler's copies only.
+    assert engine.bank.merged_adapter == (None if pack else first.adapter)
     engine.release(first.adapter).result(timeout=60)
     service.create_lora_training_client(str(path), rank=4, seed=0)  # peft had kept naming the deleted one active
     assert base_sampler.sample(prompt, 1, params).result(timeout=60).sequences[0].tokens == before

@@ -8,13 +8,16 @@ logits, and `cache.keep_rows` to drop finished rows):
   instead of concatenating, and the LM head applied to the last position
   only. The layer modules are the model's own, so LoRA layers that peft
   injected are used as they are (or their base layer, when the adapter is
-  merged into it). On CPU a few rows are projected as W @ x^T and the LM head
-  runs on a oneDNN-packed copy of its weight: both much faster with this
-  MKL on the 2-core AMD machine than `F.linear`. Projections that read the
-  same input run as one matmul (q, k and v; gate and up): their weights are
-  made to lie back to back in one buffer once (`_shared_buffer`), values
-  unchanged, so a merged adapter, written into the weights in place, lands in
-  the fused weight too. A decode step builds its
+  merged into it). Projections that read the same input run as one matmul
+  (q, k and v; gate and up). On CPU in float32 every plain projection and
+  the LM head run on a oneDNN-packed copy of their weights (`_packed_copy`),
+  made once per weights' content and kept across generations: 1.3-1.8x
+  faster decode steps than MKL on the 2-core AMD machine, for the weights'
+  size again in memory. Elsewhere (CUDA, bfloat16, `pack_weights=False`) the
+  fused weights are made to lie back to back in one buffer once
+  (`_shared_buffer`), values unchanged, so a merged adapter, written into the
+  weights in place, lands in the fused weight too; there, on CPU, a few rows
+  are projected as W @ x^T. A decode step builds its
   additive mask once, from the new slot only; queries and keys are rotated
   together (with `roll` instead of rotate_half's slices); RMSNorm is one
   `F.rms_norm` call.
@@ -27,7 +30,6 @@ a prefix shared by all rows and the rest); `key_valid_B_S` masks the padding.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -35,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import DynamicCache
+
+from .packed_weights import ProjectionWeights, packable, packed, packed_matmul
 
 FAST_ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}
 
@@ -91,16 +95,17 @@ def _mark_valid(cache, valid_B_T: torch.Tensor) -> tuple[int, int]:
 class FastDecoder:
     """Prefill and step a Llama-family model over a preallocated `KVCache`."""
 
-    def __init__(self, causal_lm: torch.nn.Module, fuse_projections: bool = True):
-        """`fuse_projections=False` runs every projection alone (the reference the fused path is tested against)."""
+    def __init__(self, causal_lm: torch.nn.Module, fuse_projections: bool = True, pack_weights: bool = True):
+        """`fuse_projections=False` runs every projection alone (the reference the fused path is tested against);
+        `pack_weights=False` never makes oneDNN-packed copies (saves the memory they take)."""
         self.causal_lm = causal_lm
         self.backbone = causal_lm.get_decoder()
-        self.lm_head = _head_projection(causal_lm.get_output_embeddings())
+        self.lm_head = _head_projection(causal_lm.get_output_embeddings(), pack_weights)
         config = causal_lm.config
         self.num_layers = config.num_hidden_layers
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.layers = [_LayerParts.of(layer, fuse_projections) for layer in self.backbone.layers]
+        self.layers = [_LayerParts.of(layer, fuse_projections, pack_weights) for layer in self.backbone.layers]
 
     @staticmethod
     def supports(causal_lm: torch.nn.Module) -> bool:
@@ -168,18 +173,18 @@ class _LayerParts:
     act_fn: torch.nn.Module
 
     @classmethod
-    def of(cls, layer: torch.nn.Module, fuse: bool) -> _LayerParts:
+    def of(cls, layer: torch.nn.Module, fuse: bool, pack: bool) -> _LayerParts:
         attn, mlp = layer.self_attn, layer.mlp
         return cls(
             input_norm=layer.input_layernorm,
-            qkv_proj=_projections([attn.q_proj, attn.k_proj, attn.v_proj], fuse),
-            o_proj=_projection(attn.o_proj),
+            qkv_proj=_projections([attn.q_proj, attn.k_proj, attn.v_proj], fuse, pack),
+            o_proj=_projection(attn.o_proj, pack),
             q_norm=getattr(attn, "q_norm", None),
             k_norm=getattr(attn, "k_norm", None),
             scaling=attn.scaling,
             post_attention_norm=layer.post_attention_layernorm,
-            gate_up_proj=_projections([mlp.gate_proj, mlp.up_proj], fuse),
-            down_proj=_projection(mlp.down_proj),
+            gate_up_proj=_projections([mlp.gate_proj, mlp.up_proj], fuse, pack),
+            down_proj=_projection(mlp.down_proj, pack),
             act_fn=mlp.act_fn,
         )
 
@@ -191,22 +196,59 @@ def _unwrapped(linear: torch.nn.Module) -> torch.nn.Module:
     return linear
 
 
-def _projection(linear: torch.nn.Module) -> Projection:
-    """A linear layer as a function; on CPU, a few rows are multiplied as W @ x^T.
+def _projection(linear: torch.nn.Module, pack: bool) -> Projection:
+    """A linear layer as a function (see `_projections`)."""
+    project = _projections([linear], False, pack)
+    return lambda x: project(x)[0]
 
-    With the weight as the left ("tall") operand, MKL streams it 1.2-2.3x faster for 2-32 rows than
-    the x @ W^T that `F.linear` runs, and as fast for one row (measured on the 2-core AMD machine,
-    fp32, 2 threads); more rows (a prefill) go through `F.linear`. A LoRA layer with its adapter
-    active runs as peft's module.
+
+def _projections(linears: list[torch.nn.Module], fuse: bool, pack: bool) -> Projections:
+    """Linear layers that read the same input, as one matmul over their weights stacked (when `fuse`), else one
+    at a time; a layer that is neither plain nor LoRA over plain runs as its module.
+
+    Packed (`packed_weights`) where every weight is float32 on CPU and the layers are plain or LoRA layers whose
+    active adapters' deltas can be folded in. Otherwise through the weights themselves, fused only when all are
+    plain `nn.Linear` (merged or no adapter), made one buffer (`_shared_buffer`); there, on CPU, a few rows are
+    multiplied as W @ x^T: with the weight as the left ("tall") operand, MKL streams it 1.2-2.3x faster for 2-32
+    rows than the x @ W^T that `F.linear` runs, and as fast for one row (the 2-core AMD machine, fp32, 2
+    threads); more rows (a prefill) go through `F.linear`.
     """
-    layer = _unwrapped(linear)
-    if type(layer) is not torch.nn.Linear:
-        return layer
-    return _linear(_shared_buffer([layer.weight]), layer.bias)
+    parts = [ProjectionWeights.of(linear) for linear in linears] if pack else []
+    if parts and all(parts) and packable([t for part in parts for t in part.tensors()]):
+        groups = [parts] if fuse and _compatible([part.linear for part in parts]) else [[part] for part in parts]
+        return _packed_projections(groups)
+    layers = [_unwrapped(linear) for linear in linears]
+    if not (fuse and all(type(layer) is torch.nn.Linear for layer in layers) and _compatible(layers)):
+        separate = [_plain_projection(layer) for layer in layers]
+        return lambda x: tuple(project(x) for project in separate)
+    project = _plain_matmul(_shared_buffer([layer.weight for layer in layers]), _stacked_bias(layers))
+    sizes = [layer.weight.shape[0] for layer in layers]
+    return lambda x: project(x).split(sizes, dim=-1)
 
 
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Projection:
-    """x @ weight^T + bias; on CPU, few rows as W @ x^T (see `_projection`)."""
+def _compatible(linears: list[torch.nn.Linear]) -> bool:
+    """Whether the layers can be one matmul: one device, dtype and input width; each with a bias or none."""
+    weights = [linear.weight for linear in linears]
+    return len({(w.device, w.dtype, w.shape[1]) for w in weights}) == 1 and len({linear.bias is None for linear in linears}) == 1
+
+
+def _stacked_bias(linears: list[torch.nn.Linear]) -> torch.Tensor | None:
+    return None if linears[0].bias is None else torch.cat([linear.bias.detach() for linear in linears])
+
+
+def _packed_projections(groups: list[list[ProjectionWeights]]) -> Projections:
+    """One packed matmul per group of projections, its output split back into the group's projections."""
+    matmuls = [(packed(group), _stacked_bias([part.linear for part in group]), [part.weight.shape[0] for part in group]) for group in groups]
+    return lambda x: tuple(out for weight, bias, sizes in matmuls for out in packed_matmul(x, weight, bias).split(sizes, dim=-1))
+
+
+def _plain_projection(layer: torch.nn.Module) -> Projection:
+    """A layer through its weight (see `_projections`), or as its module when it is not a plain `nn.Linear`."""
+    return _plain_matmul(_shared_buffer([layer.weight]), layer.bias) if type(layer) is torch.nn.Linear else layer
+
+
+def _plain_matmul(weight: torch.Tensor, bias: torch.Tensor | None) -> Projection:
+    """x @ weight^T + bias; on CPU, few rows as W @ x^T (see `_projections`)."""
     if weight.device.type != "cpu":
         return lambda x: F.linear(x, weight, bias)
 
@@ -220,27 +262,6 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Projection:
         return out_O_M.t().view(*x.shape[:-1], -1)  # a transposed view; the ops that follow accept it
 
     return project
-
-
-def _projections(linears: list[torch.nn.Module], fuse: bool) -> Projections:
-    """Linear layers that read the same input, as one matmul over their weights stacked, when all are plain
-    `nn.Linear` (merged or no adapter) on one device and dtype, each with a bias or none; else one at a time."""
-    layers = [_unwrapped(linear) for linear in linears]
-    weights = [layer.weight for layer in layers] if all(type(layer) is torch.nn.Linear for layer in layers) else []
-    biases = [layer.bias for layer in layers] if weights else []
-    fusable = (
-        fuse
-        and weights
-        and len({(w.device, w.dtype, w.shape[1]) for w in weights}) == 1
-        and (all(b is None for b in biases) or all(b is not None for b in biases))
-    )
-    if not fusable:
-        separate = [_projection(linear) for linear in linears]
-        return lambda x: tuple(project(x) for project in separate)
-    bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
-    project = _linear(_shared_buffer(weights), bias)
-    sizes = [w.shape[0] for w in weights]
-    return lambda x: project(x).split(sizes, dim=-1)
 
 
 def _shared_buffer(weights: list[torch.Tensor]) -> torch.Tensor:
@@ -273,35 +294,14 @@ def _back_to_back(weights: list[torch.Tensor]) -> bool:
     return True
 
 
-# id(frozen LM-head weight) -> (weak reference to it, its version, its oneDNN-packed copy).
-_PACKED_HEADS: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
-
-
-def _head_projection(lm_head: torch.nn.Module) -> Projection:
-    """The LM head as a function; on CPU in float32 a frozen plain head runs through a oneDNN-packed copy of its weight.
-
-    With this MKL on the 2-core AMD machine (2 threads), `F.linear` with the vocabulary-sized weight is
-    ~1.9x slower than oneDNN for 1 row, 3-4x for 2-8 rows and 2x for 32. The copy is made once per
-    weight (~0.1 s, the weight's size again in memory) and reused by later generations; a head with a
-    LoRA layer, a trainable head, or any other device or dtype runs as its module.
-    """
-    if type(lm_head) is not torch.nn.Linear:
-        return _unwrapped(lm_head)
-    weight = lm_head.weight
-    packable = weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
-    if lm_head.bias is not None or weight.requires_grad or not packable:
-        return lm_head
-    key = id(weight)
-    owner, version, packed = _PACKED_HEADS.get(key, (None, None, None))
-    if owner is None or owner() is not weight or version != weight._version:
-        with torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight)
-        _PACKED_HEADS[key] = (weakref.ref(weight, lambda _: _PACKED_HEADS.pop(key, None)), weight._version, packed)
-
-    def project(x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-
-    return project
+def _head_projection(lm_head: torch.nn.Module, pack: bool) -> Projection:
+    """The LM head as a function: packed on CPU in float32 (oneDNN is 1.9x faster than `F.linear` for 1 row, 3-4x
+    for 2-8 rows and 2x for 32), a LoRA adapter on it folded in; otherwise its module."""
+    part = ProjectionWeights.of(lm_head) if pack else None
+    if part is not None and part.linear.bias is None and packable(part.tensors()):
+        weight = packed([part])
+        return lambda x: packed_matmul(x, weight)
+    return _unwrapped(lm_head)
 
 
 def _rms_norm(norm: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -354,7 +354,7 @@ class HFDecoder:
         return out.logits[:, -1].float()
 
 
-def make_decoder(causal_lm: torch.nn.Module, prefer_fast: bool = True) -> FastDecoder | HFDecoder:
+def make_decoder(causal_lm: torch.nn.Module, prefer_fast: bool = True, pack_weights: bool = True) -> FastDecoder | HFDecoder:
     if prefer_fast and FastDecoder.supports(causal_lm):
-        return FastDecoder(causal_lm)
+        return FastDecoder(causal_lm, pack_weights=pack_weights)
     return HFDecoder(causal_lm)

@@ -30,8 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..models import LoadedModel, load_base_model
 from ..types import Datum, ModelInput, SampleResponse, SamplingParams
 from .adapters import AdapterBank
-from .decoder import make_decoder
+from .decoder import FastDecoder, make_decoder
 from .learner import prepare_data, run_forward
+from .packed_weights import packable
 from .sampler import SampleJob, generate
 
 
@@ -61,6 +62,10 @@ class EngineConfig(BaseModel):
     """Fold the adapter into the base weights while sampling; None means on for float32."""
     fast_decoder: bool = True
     """Use the preallocated-cache decoder for Llama-family models."""
+    pack_cpu_weights: bool = True
+    """On CPU in float32, the fast decoder samples through oneDNN-packed copies of the weights with the adapter folded
+    in, kept until the weights change: decode steps 1.3-2x faster on a 2-core machine, and sampling never writes the
+    base weights (no merge), for the model's size again in memory. Off to save that memory."""
 
 
 @dataclass
@@ -113,6 +118,11 @@ class Engine:
 
     @property
     def _merge(self) -> bool:
+        """Whether inference folds the adapter into the base weights: not where the fast decoder packs its weights
+        (it folds the adapter into its packed copies instead)."""
+        model = self.loaded.model
+        if self.config.pack_cpu_weights and self.config.fast_decoder and FastDecoder.supports(model) and packable([model.get_input_embeddings().weight]):
+            return False
         merge = self.config.merge_lora_for_sampling
         return self.loaded.dtype == torch.float32 if merge is None else merge
 
@@ -267,7 +277,7 @@ class Engine:
     def _generate(self, adapter: str | None, requests: list[_SampleRequest]) -> list[SampleResponse]:
         jobs = [request.job for request in requests]
         with self.bank.inference(adapter, self._merge):
-            decoder = make_decoder(self.bank.base_model, self.config.fast_decoder)
+            decoder = make_decoder(self.bank.base_model, self.config.fast_decoder, self.config.pack_cpu_weights)
             return generate(decoder, jobs, self.tokenizer, self.tokenizer.pad_token_id, [request.future.cancelled for request in requests])
 
 

@@ -1,0 +1,48 @@
+"""Sampling through oneDNN-packed weights with the adapter folded in (engine/packed_weights.py) against merging it."""
+
+import shutil
+
+import pytest
+import torch
+
+from sparring import EngineConfig, ServiceClient, types
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+
+
+def datum(tokens: list[int]) -> types.Datum:
+    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+
+
+@pytest.mark.parametrize("train_unembed", [False, True], ids=["attn+mlp", "with-tied-head"])
+def test_sampling_folds_the_adapter_into_packed_copies_and_never_writes_the_base_weights(tiny_model_dir, tmp_path, train_unembed):
+    def client(pack: bool):
+        path = shutil.copytree(tiny_model_dir, tmp_path / f"pack-{pack}")  # an engine of its own per setting
+        service = ServiceClient(base_dir=tmp_path / f"checkpoints-{pack}", engine_config=EngineConfig(pack_cpu_weights=pack))
+        return service.create_lora_training_client(str(path), rank=4, seed=3, train_unembed=train_unembed)
+
+    packed_client, merged_client = client(True), client(False)
+    renderer = packed_client.get_renderer()
+    prompt = renderer.render([{"role": "user", "content": "what is two plus two?"}])
+    params = types.SamplingParams(max_tokens=8, temperature=1.0, stop=[], seed=5)
+    base = packed_client.engine.bank.base_model.get_decoder().layers[0].self_attn.q_proj.get_base_layer().weight
+    base_before, version_before = base.detach().clone(), base._version
+
+    def sample(training_client) -> list[tuple[int, float]]:
+        sampler = training_client.save_weights_and_get_sampling_client(kind="inflight")
+        sequence = sampler.sample(types.ModelInput.from_ints(prompt), 1, params).result(timeout=60).sequences[0]
+        return list(zip(sequence.tokens, sequence.logprobs))
+
+    for _ in range(3):  # every optimizer step changes the LoRA matrices: the packed copies must follow
+        outputs = []
+        for training_client in (packed_client, merged_client):
+            training_client.forward_backward([datum(prompt + [40, 41, 42])], "cross_entropy").result(timeout=60)
+            training_client.optim_step(types.AdamParams(learning_rate=1e-2)).result(timeout=60)
+            outputs.append(sample(training_client))
+        packed, merged = outputs
+        assert [token for token, _ in packed] == [token for token, _ in merged]
+        torch.testing.assert_close([lp for _, lp in packed], [lp for _, lp in merged], rtol=0, atol=1e-4)
+    # The plain path merges, except into a head tied to the embeddings (peft's module runs it unmerged instead).
+    assert packed_client.engine.bank.merged_adapter is None
+    assert merged_client.engine.bank.merged_adapter == (None if train_unembed else merged_client.adapter)
+    assert base._version == version_before and torch.equal(base, base_before)
