@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from sparring import EngineConfig, ServiceClient, types
+from sparring.engine.packed_weights import ProjectionWeights, packed
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 
@@ -46,3 +47,25 @@ def test_sampling_folds_the_adapter_into_packed_copies_and_never_writes_the_base
     assert packed_client.engine.bank.merged_adapter is None
     assert merged_client.engine.bank.merged_adapter == (None if train_unembed else merged_client.adapter)
     assert base._version == version_before and torch.equal(base, base_before)
+
+
+def test_the_packed_copies_of_the_last_three_adapter_sets_sampled_are_kept(tiny_model_dir, tmp_path):
+    path = shutil.copytree(tiny_model_dir, tmp_path / "three-sets")
+    service = ServiceClient(base_dir=tmp_path / "checkpoints")
+    clients = [service.create_lora_training_client(str(path), rank=4, seed=seed) for seed in range(3)]
+    engine = clients[0].engine
+    layer = engine.bank.base_model.get_decoder().layers[0].mlp.down_proj
+
+    def copy_for(adapter: str | None) -> torch.Tensor:
+        def pack() -> torch.Tensor:
+            with engine.bank.use(adapter):
+                return packed([ProjectionWeights.of(layer)])
+
+        return engine.call(pack).result(timeout=60)
+
+    policy, opponent, other = (client.adapter for client in clients)
+    first = {name: copy_for(name) for name in (policy, opponent, None)}
+    assert len({id(copy) for copy in first.values()}) == 3
+    assert all(copy_for(name) is first[name] for name in (policy, opponent, None))  # taking turns packs nothing again
+    copy_for(other)  # a fourth set: the least recently used copy (the policy's) goes
+    assert copy_for(opponent) is first[opponent] and copy_for(policy) is not first[policy]

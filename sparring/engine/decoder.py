@@ -9,11 +9,12 @@ logits, and `cache.keep_rows` to drop finished rows):
   only. The layer modules are the model's own, so LoRA layers that peft
   injected are used as they are (or their base layer, when the adapter is
   merged into it). Projections that read the same input run as one matmul
-  (q, k and v; gate and up). On CPU in float32 every plain projection and
-  the LM head run on a oneDNN-packed copy of their weights (`_packed_copy`),
-  made once per weights' content and kept across generations: 1.3-1.8x
-  faster decode steps than MKL on the 2-core AMD machine, for the weights'
-  size again in memory. Elsewhere (CUDA, bfloat16, `pack_weights=False`) the
+  (q, k and v; gate and up). On CPU in float32 the projections and the LM
+  head run on oneDNN-packed copies of their weights with the active LoRA
+  adapter folded in (`packed_weights`), made once per weights' content and
+  kept across generations: 1.3-1.8x faster decode steps than MKL on the
+  2-core AMD machine, for the weights' size again in memory, and the base
+  weights are never written. Elsewhere (CUDA, bfloat16, `pack_weights=False`) the
   fused weights are made to lie back to back in one buffer once
   (`_shared_buffer`), values unchanged, so a merged adapter, written into the
   weights in place, lands in the fused weight too; there, on CPU, a few rows
@@ -298,9 +299,9 @@ def _head_projection(lm_head: torch.nn.Module, pack: bool) -> Projection:
     """The LM head as a function: packed on CPU in float32 (oneDNN is 1.9x faster than `F.linear` for 1 row, 3-4x
     for 2-8 rows and 2x for 32), a LoRA adapter on it folded in; otherwise its module."""
     part = ProjectionWeights.of(lm_head) if pack else None
-    if part is not None and part.linear.bias is None and packable(part.tensors()):
-        weight = packed([part])
-        return lambda x: packed_matmul(x, weight)
+    if part is not None and packable(part.tensors()):
+        weight, bias = packed([part]), part.linear.bias
+        return lambda x: packed_matmul(x, weight, bias)
     return _unwrapped(lm_head)
 
 

@@ -65,7 +65,8 @@ class EngineConfig(BaseModel):
     pack_cpu_weights: bool = True
     """On CPU in float32, the fast decoder samples through oneDNN-packed copies of the weights with the adapter folded
     in, kept until the weights change: decode steps 1.3-2x faster on a 2-core machine, and sampling never writes the
-    base weights (no merge), for the model's size again in memory. Off to save that memory."""
+    base weights (no merge), for the model's size again in memory per adapter sampled (the last three kept: base
+    model, policy, snapshot opponent). Off to save that memory."""
 
 
 @dataclass

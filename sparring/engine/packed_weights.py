@@ -9,20 +9,24 @@ oneDNN has reordered into its blocked layout once runs much faster than
   plus the deltas of the unmerged LoRA adapters active on it. The sampler
   packs W + BA directly (`packed`), so sampling an adapter never writes the
   base weights (no merge, no copy of W set aside, nothing to undo).
-- `packed` keeps one packed tensor per group of weights and makes it again
+- `packed` keeps a packed tensor per group of weights and set of adapters
+  folded in (the last three sets sampled: the base model, a policy and its
+  snapshot opponent sampled in turn pack nothing again), and makes it again
   only when a tensor it was made from has changed: a tensor's `_version`
   counts its in-place writes (an optimizer step on the LoRA matrices, a
   merge), so a change is always seen. Copies live as long as their weights.
 
-The price is memory, the weights' size again; `EngineConfig.pack_cpu_weights`
-turns it off. The learner keeps `F.linear`: packing its frozen weights (and
-their transposes, for the backward pass) measured 1.1x on a GRPO batch, within
-this machine's noise, for twice the memory.
+The price is memory, the weights' size again per set of adapters kept (up to
+three); `EngineConfig.pack_cpu_weights` turns it off. The learner keeps
+`F.linear`: packing its frozen weights (and their transposes, for the backward
+pass) measured 1.1x on a GRPO batch, within this machine's noise, for twice
+the memory.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -97,27 +101,32 @@ class _PackedCopy:
     """The oneDNN-packed weights."""
 
 
-# (with adapters?, ids of the plain weights) -> their packed copy. With adapters, one copy per group of
-# weights whichever adapter is folded in (sampling another adapter packs again): memory stays bounded.
-_PACKED: dict[tuple, _PackedCopy] = {}
+# ids of the plain weights -> their packed copies, least recently used first: one per set of adapters folded in
+# (ids of every source tensor), at most _COPIES_PER_WEIGHTS of them.
+_PACKED: dict[tuple[int, ...], OrderedDict[tuple[int, ...], _PackedCopy]] = {}
+# The base model, a policy and its snapshot opponent, sampled in turn, each keep their copy.
+_COPIES_PER_WEIGHTS = 3
 
 
 def packed(projections: list[ProjectionWeights]) -> torch.Tensor:
     """The projections' effective weights stacked by rows, as one oneDNN-packed tensor.
 
     Made once per content of the tensors they come from (~0.2 s for all of SmolLM2-135M's) and reused by later
-    sampling batches.
+    sampling batches; the copies of the last three adapter sets sampled (no adapter counts as one) are kept.
     """
-    key = (any(p.adapters for p in projections), *(id(p.weight) for p in projections))
     sources = [t for p in projections for t in p.tensors()]
     versions = tuple(t._version for t in sources) + tuple(p.lora.scaling[name] for p in projections for name in p.adapters)
-    copy = _PACKED.get(key)
-    if copy is None or copy.versions != versions or len(copy.sources) != len(sources) or any(ref() is not t for ref, t in zip(copy.sources, sources)):
+    key = tuple(id(t) for t in sources)
+    copies = _PACKED.setdefault(tuple(id(p.weight) for p in projections), OrderedDict())
+    copy = copies.get(key)
+    if copy is None or copy.versions != versions or any(ref() is not t for ref, t in zip(copy.sources, sources)):
         with torch.no_grad():
             weights = [p.effective() for p in projections]
             weight = torch.cat(weights) if len(weights) > 1 else weights[0]
             tensor = torch.ops.mkldnn._reorder_linear_weight(weight)
-        forget = lambda _: _PACKED.pop(key, None)  # noqa: E731
-        copy = _PackedCopy(tuple(weakref.ref(t, forget) for t in sources), versions, tensor)
-        _PACKED[key] = copy
+        forget = lambda _: copies.pop(key, None)  # noqa: E731
+        copy = copies[key] = _PackedCopy(tuple(weakref.ref(t, forget) for t in sources), versions, tensor)
+    copies.move_to_end(key)
+    while len(copies) > _COPIES_PER_WEIGHTS:
+        copies.popitem(last=False)
     return copy.tensor
