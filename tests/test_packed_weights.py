@@ -40,9 +40,9 @@ def test_sampling_folds_the_adapter_into_packed_copies_and_never_writes_the_base
             training_client.forward_backward([datum(prompt + [40, 41, 42])], "cross_entropy").result(timeout=60)
             training_client.optim_step(types.AdamParams(learning_rate=1e-2)).result(timeout=60)
             outputs.append(sample(training_client))
-        packed, merged = outputs
-        assert [token for token, _ in packed] == [token for token, _ in merged]
-        torch.testing.assert_close([lp for _, lp in packed], [lp for _, lp in merged], rtol=0, atol=1e-4)
+        folded, merged = outputs
+        assert [token for token, _ in folded] == [token for token, _ in merged]
+        torch.testing.assert_close([lp for _, lp in folded], [lp for _, lp in merged], rtol=0, atol=1e-4)
     # The plain path merges, except into a head tied to the embeddings (peft's module runs it unmerged instead).
     assert packed_client.engine.bank.merged_adapter is None
     assert merged_client.engine.bank.merged_adapter == (None if train_unembed else merged_client.adapter)

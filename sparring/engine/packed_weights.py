@@ -75,6 +75,7 @@ class ProjectionWeights:
         return [self.linear.weight, *deltas]
 
     def effective(self) -> torch.Tensor:
+        """W plus every adapter's delta, as peft's merge would write it (a new tensor; W is left alone)."""
         weight = self.linear.weight.detach()
         for name in self.adapters:
             weight = weight + self.lora.get_delta_weight(name).detach().to(weight.dtype)
@@ -95,8 +96,8 @@ def packed_matmul(x: torch.Tensor, packed_weight: torch.Tensor, bias: torch.Tens
 class _PackedCopy:
     sources: tuple[weakref.ref, ...]
     """The tensors it was made from, weakly: a dead one drops the copy."""
-    versions: tuple[int, ...]
-    """Their `_version`s when packed; any change means packing again."""
+    versions: tuple[float, ...]
+    """Their `_version`s (and the adapters' scalings) when packed; any change means packing again."""
     tensor: torch.Tensor
     """The oneDNN-packed weights."""
 
