@@ -199,8 +199,10 @@ def _unwrapped(linear: torch.nn.Module) -> torch.nn.Module:
 
 def _projection(linear: torch.nn.Module, pack: bool) -> Projection:
     """A linear layer as a function (see `_projections`)."""
-    project = _projections([linear], False, pack)
-    return lambda x: project(x)[0]
+    part = ProjectionWeights.of(linear) if pack else None
+    if part is not None and packable(part.tensors()):
+        return _packed_projection([part])
+    return _plain_projection(_unwrapped(linear))
 
 
 def _projections(linears: list[torch.nn.Module], fuse: bool, pack: bool) -> Projections:
@@ -215,16 +217,14 @@ def _projections(linears: list[torch.nn.Module], fuse: bool, pack: bool) -> Proj
     threads); more rows (a prefill) go through `F.linear`.
     """
     parts = [ProjectionWeights.of(linear) for linear in linears] if pack else []
-    if parts and all(parts) and packable([t for part in parts for t in part.tensors()]):
-        groups = [parts] if fuse and _compatible([part.linear for part in parts]) else [[part] for part in parts]
-        return _packed_projections(groups)
-    layers = [_unwrapped(linear) for linear in linears]
-    if not (fuse and all(type(layer) is torch.nn.Linear for layer in layers) and _compatible(layers)):
-        separate = [_plain_projection(layer) for layer in layers]
-        return lambda x: tuple(project(x) for project in separate)
-    project = _plain_matmul(_shared_buffer([layer.weight for layer in layers]), _stacked_bias(layers))
-    sizes = [layer.weight.shape[0] for layer in layers]
-    return lambda x: project(x).split(sizes, dim=-1)
+    packs = bool(parts) and all(parts) and packable([t for part in parts for t in part.tensors()])
+    layers = [part.linear for part in parts] if packs else [_unwrapped(linear) for linear in linears]
+    if fuse and all(type(layer) is torch.nn.Linear for layer in layers) and _compatible(layers):
+        project = _packed_projection(parts) if packs else _plain_matmul(_shared_buffer([layer.weight for layer in layers]), _stacked_bias(layers))
+        sizes = [layer.weight.shape[0] for layer in layers]
+        return lambda x: project(x).split(sizes, dim=-1)
+    separate = [_packed_projection([part]) for part in parts] if packs else [_plain_projection(layer) for layer in layers]
+    return lambda x: tuple(project(x) for project in separate)
 
 
 def _compatible(linears: list[torch.nn.Linear]) -> bool:
@@ -237,10 +237,10 @@ def _stacked_bias(linears: list[torch.nn.Linear]) -> torch.Tensor | None:
     return None if linears[0].bias is None else torch.cat([linear.bias.detach() for linear in linears])
 
 
-def _packed_projections(groups: list[list[ProjectionWeights]]) -> Projections:
-    """One packed matmul per group of projections, its output split back into the group's projections."""
-    matmuls = [(packed(group), _stacked_bias([part.linear for part in group]), [part.weight.shape[0] for part in group]) for group in groups]
-    return lambda x: tuple(out for weight, bias, sizes in matmuls for out in packed_matmul(x, weight, bias).split(sizes, dim=-1))
+def _packed_projection(parts: list[ProjectionWeights]) -> Projection:
+    """One matmul through the packed copy of the parts' effective weights stacked by rows."""
+    weight, bias = packed(parts), _stacked_bias([part.linear for part in parts])
+    return lambda x: packed_matmul(x, weight, bias)
 
 
 def _plain_projection(layer: torch.nn.Module) -> Projection:
@@ -299,10 +299,7 @@ def _head_projection(lm_head: torch.nn.Module, pack: bool) -> Projection:
     """The LM head as a function: packed on CPU in float32 (oneDNN is 1.9x faster than `F.linear` for 1 row, 3-4x
     for 2-8 rows and 2x for 32), a LoRA adapter on it folded in; otherwise its module."""
     part = ProjectionWeights.of(lm_head) if pack else None
-    if part is not None and packable(part.tensors()):
-        weight, bias = packed([part]), part.linear.bias
-        return lambda x: packed_matmul(x, weight, bias)
-    return _unwrapped(lm_head)
+    return _packed_projection([part]) if part is not None and packable(part.tensors()) else _unwrapped(lm_head)
 
 
 def _rms_norm(norm: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
