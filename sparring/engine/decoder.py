@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import DynamicCache
 
+from ..models.cache_argument import cache_kwargs
 from .packed_weights import ProjectionWeights, packable, packed, packed_matmul
 
 FAST_ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}
@@ -344,7 +345,7 @@ class HFDecoder:
             input_ids=tokens_B_T,
             position_ids=positions_B_T,
             attention_mask=cache.key_valid_B_S[:, :end].long(),
-            past_key_values=cache.cache,
+            **cache_kwargs(self.causal_lm, cache.cache),
             use_cache=True,
             logits_to_keep=1,
         )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..models.cache_argument import cache_kwargs, returned_cache
 from ..types import Datum, ForwardBackwardOutput, TensorData
 from .batch_plan import plan_micro_batches
 from .losses import LOSSES, get_loss
@@ -152,7 +153,7 @@ def _hidden_states(backbone: torch.nn.Module, tokens: list[torch.Tensor], prefix
     if prefix_length:
         prefix = backbone(input_ids=tokens[0][None, :prefix_length].to(device), use_cache=True)
         prefix_hidden_P_H = prefix.last_hidden_state[0]
-        past = prefix.past_key_values
+        past = returned_cache(prefix)
         for layer in past.layers:
             layer.keys, layer.values = layer.keys.expand(len(tokens), -1, -1, -1), layer.values.expand(len(tokens), -1, -1, -1)
         tokens = [t[prefix_length:] for t in tokens]
@@ -163,7 +164,7 @@ def _hidden_states(backbone: torch.nn.Module, tokens: list[torch.Tensor], prefix
         tokens_B_T[row, : len(row_tokens)] = row_tokens
         valid_B_T[row, : len(row_tokens)] = True
     attention_B_T = torch.cat([torch.ones(len(tokens), prefix_length, dtype=torch.bool), valid_B_T], dim=1)
-    hidden_B_T_H = backbone(input_ids=tokens_B_T.to(device), attention_mask=attention_B_T.long().to(device), past_key_values=past, use_cache=past is not None).last_hidden_state
+    hidden_B_T_H = backbone(input_ids=tokens_B_T.to(device), attention_mask=attention_B_T.long().to(device), use_cache=past is not None, **cache_kwargs(backbone, past)).last_hidden_state
     hidden_R_H = hidden_B_T_H[valid_B_T.to(device)]  # real positions, row by row
     if prefix_hidden_P_H is None:
         return hidden_R_H, torch.arange(len(hidden_R_H), device=device)
