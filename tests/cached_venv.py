@@ -1,9 +1,10 @@
 """Small venvs for tests that run a real third-party client in its own environment, built once and kept.
 
-`cached_venv(request, tmp_path_factory, key, build)` returns the Python of a venv kept in the pytest cache under
-`key` (or, under `-p no:cacheprovider`, built for this run only). `build(run, python)` fills a fresh venv:
-`run(*command)` runs one command and fails the test with its output if it fails; the venv is staged and
-renamed into place only when complete, so an interrupted build is started over, never used.
+`cached_venv(request, tmp_path_factory, pins, prepare)` returns the Python of a venv holding exactly the pinned
+list `pins` (requirements/NAME.txt, written by `make lock`), kept in the pytest cache under the list's name and
+digest (or, under `-p no:cacheprovider`, built for this run only). `prepare(run, python)`, if given, runs first in
+the fresh venv: `run(*command)` runs one command and fails the test with its output if it fails. The venv is
+staged and renamed into place only when complete, so an interrupted build is started over, never used.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from pip_overlay import pins_digest
+
 Run = Callable[..., str]
 
 
-def cached_venv(request, tmp_path_factory, key: str, build: Callable[[Run, Path], None]) -> Path:
+def cached_venv(request, tmp_path_factory, pins: Path, prepare: Callable[[Run, Path], None] | None = None) -> Path:
+    key = f"{pins.stem}-venv-{pins_digest(pins)}"
     cache = getattr(request.config, "cache", None)
     root = cache.mkdir(key) if cache is not None else tmp_path_factory.mktemp(key)
     python = root / "venv" / "bin" / "python"
@@ -35,7 +39,9 @@ def cached_venv(request, tmp_path_factory, key: str, build: Callable[[Run, Path]
         return done.stdout
 
     run(sys.executable, "-m", "venv", staging)
-    build(run, staging / "bin" / "python")
+    if prepare is not None:
+        prepare(run, staging / "bin" / "python")
+    run(staging / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "-r", pins)
     (staging / "ready").touch()
     shutil.rmtree(root / "venv", ignore_errors=True)
     staging.rename(root / "venv")

@@ -3,8 +3,8 @@
 It installs `tinker-cookbook` 0.6.1, so it runs only when asked: `pytest -m cookbook tests/test_cookbook.py`. The
 cookbook lives in a venv of its own, built once and kept in the pytest cache; it sees this interpreter's packages
 through a `.pth` file (so torch, transformers and the tinker SDK are the ones sparring is tested with, and pip
-never pulls another torch) and gets the rest of the cookbook's requirements pinned to this environment's
-versions. `tml-renderers` is left out: the cookbook imports it only for Inkling / Kimi models.
+never pulls another torch) and installs the rest from requirements/cookbook.txt (what the cookbook needs beyond
+the venv, pinned by `make lock`). `tml-renderers` is left out: the cookbook imports it only for Inkling / Kimi models.
 
 One server serves a model under the names the recipes ask for (`Qwen/Qwen3.5-4B` for the policy,
 `Qwen/Qwen3.5-9B` for twenty questions' answerer) and writes their tokenizers into a hub cache of its own; each
@@ -17,7 +17,6 @@ minutes; the README's commands are the same with SmolLM2.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -27,15 +26,12 @@ from pathlib import Path
 import pytest
 
 from cached_venv import cached_venv
+from pip_overlay import pinned
 from sparring.models import build_tiny_model
 from sparring_server import serving
 
 pytestmark = pytest.mark.cookbook
 
-COOKBOOK = "tinker-cookbook==0.6.1"
-TEXTARENA = "textarena==0.7.4"
-LAZY_REQUIREMENTS = {"tml-renderers"}
-"""Cookbook requirements it imports only for models these recipes never use (not on every package index)."""
 API_KEY = "tml-cookbook-test"
 POLICY, ANSWERER = "Qwen/Qwen3.5-4B", "Qwen/Qwen3.5-9B"
 ONE_STEP = ["eval_every=0", "save_every=0", "max_steps=1", "max_tokens=8", "behavior_if_log_dir_exists=delete"]
@@ -67,34 +63,11 @@ def chat_model_dir(tmp_path_factory) -> Path:
 def cookbook_python(request, tmp_path_factory) -> Path:
     """Python of a venv holding tinker-cookbook 0.6.1 over this interpreter's packages; built once."""
 
-    def build(run, python: Path) -> None:
+    def see_this_interpreter(run, python: Path) -> None:
         site_packages = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
         (site_packages / "sparring_env.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
-        run(python, "-m", "pip", "install", "-q", "--no-deps", COOKBOOK, TEXTARENA)
-        missing = run(python, "-c", _MISSING_REQUIREMENTS, *LAZY_REQUIREMENTS).split()
-        pins = python.parent.parent / "constraints.txt"
-        pins.write_text("".join(f"{dist.metadata['Name']}=={dist.version}\n" for dist in importlib.metadata.distributions() if dist.metadata["Name"]))
-        if missing:
-            run(python, "-m", "pip", "install", "-q", "-c", pins, *missing)
 
-    return cached_venv(request, tmp_path_factory, "tinker-cookbook-0.6.1-venv", build)
-
-
-_MISSING_REQUIREMENTS = """
-import importlib.metadata as m, re, sys
-skip = set(sys.argv[1:])
-for package in ("tinker-cookbook", "textarena"):
-    for requirement in m.requires(package):
-        if "extra ==" in requirement:
-            continue
-        name = re.split(r"[<>=!~ ;\\[]", requirement, maxsplit=1)[0]
-        if name in skip:
-            continue
-        try:
-            m.version(name)
-        except m.PackageNotFoundError:
-            print(requirement.split(";")[0].replace(" ", ""))
-"""
+    return cached_venv(request, tmp_path_factory, pinned("cookbook"), see_this_interpreter)
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from pip_overlay import pip_overlay
+from pip_overlay import pinned, pip_overlay
 from safetensors.torch import load_file
 from sparring_server import serving
 
 RECIPE = Path(__file__).parent.parent / "examples" / "mint_debate.py"
-MINT = ["mindlab-toolkit==0.2.0"]
 API_KEY = "tml-sparring-mint"
 
 
@@ -36,7 +35,7 @@ API_KEY = "tml-sparring-mint"
 def mint_overlay(request, tmp_path_factory) -> Path:
     """mindlab-toolkit and the tinker it pins, kept in the pytest cache (built for this run only under -p no:cacheprovider)."""
     cache = getattr(request.config, "cache", None)
-    return pip_overlay(MINT, cache.mkdir("mint-overlay") if cache is not None else tmp_path_factory.mktemp("mint-overlay"))
+    return pip_overlay(pinned("mint"), cache.mkdir("mint-overlay") if cache is not None else tmp_path_factory.mktemp("mint-overlay"))
 
 
 def run_recipe(overlay: Path, url: str, base_model: str, report: Path) -> subprocess.CompletedProcess:

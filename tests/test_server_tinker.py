@@ -27,12 +27,12 @@ from typer.testing import CliRunner
 import sparring
 import tinker_scenario
 from cached_venv import cached_venv
+from pip_overlay import pinned
 from sparring_server import serving
 from sparring.cli import app as cli_app
 from sparring.server.tinker.lanes import ModelLane
 
 API_KEY = "tml-sparring-test"
-TINKER_022 = "tinker==0.22.7"
 HAS_LATEST_SDK = sys.version_info >= (3, 11)
 
 
@@ -53,13 +53,7 @@ def expected(tiny_model_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tinker_022_python(request, tmp_path_factory) -> Path:
     """Python of a venv holding only tinker 0.22 and what it needs to talk (not transformers); built once."""
-    requirements = "import importlib.metadata as m; print('\\n'.join(r for r in m.requires('tinker') if 'extra ==' not in r and not r.startswith('transformers')))"
-
-    def build(run, python: Path) -> None:
-        run(python, "-m", "pip", "install", "-q", "--no-deps", TINKER_022)
-        run(python, "-m", "pip", "install", "-q", *run(python, "-c", requirements).split())
-
-    return cached_venv(request, tmp_path_factory, "tinker-0.22.7-venv", build)
+    return cached_venv(request, tmp_path_factory, pinned("tinker-0.22"))
 
 
 def run_sdk(python: Path | str, server_url: str, base_model: str) -> dict:
