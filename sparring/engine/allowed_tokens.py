@@ -16,27 +16,28 @@ concatenated), and the learner rebuilds the same boolean masks from them with
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
-def encode_allowed(allowed_V: torch.Tensor) -> list[int]:
+def encode_allowed(allowed_V: torch.Tensor | np.ndarray) -> list[int]:
     """The compact list of a boolean allowed mask over the vocabulary ([] when every token is allowed)."""
-    allowed_count = int(allowed_V.sum())
-    if allowed_count * 2 <= len(allowed_V):
-        return allowed_V.nonzero().squeeze(-1).tolist()
-    return [~token for token in (~allowed_V).nonzero().squeeze(-1).tolist()]
+    allowed_V = np.asarray(allowed_V, dtype=bool)
+    if int(allowed_V.sum()) * 2 <= len(allowed_V):
+        return np.flatnonzero(allowed_V).tolist()
+    return np.invert(np.flatnonzero(~allowed_V)).tolist()
 
 
 def allowed_masks(encoded: list[list[int]], vocab_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """Boolean masks [C, V] of C encoded allowed sets, built in one scatter."""
-    complement_C = torch.tensor([bool(entry) and entry[0] < 0 for entry in encoded], dtype=torch.bool)
-    masks_C_V = complement_C[:, None].expand(len(encoded), vocab_size).clone()
-    rows = [row for row, entry in enumerate(encoded) for _ in entry]
-    tokens = [token if token >= 0 else ~token for entry in encoded for token in entry]
-    if rows:
-        rows_K = torch.tensor(rows)
-        masks_C_V[rows_K, torch.tensor(tokens)] = ~complement_C[rows_K]
-    return masks_C_V.to(device)
+    complement_C = np.array([bool(entry) and entry[0] < 0 for entry in encoded], dtype=bool)
+    masks_C_V = np.repeat(complement_C[:, None], vocab_size, axis=1)
+    lengths_C = np.array([len(entry) for entry in encoded])
+    if lengths_C.sum():
+        rows_K = np.repeat(np.arange(len(encoded)), lengths_C)
+        tokens_K = np.concatenate([np.asarray(entry, dtype=np.int64) for entry in encoded])
+        masks_C_V[rows_K, np.where(tokens_K >= 0, tokens_K, np.invert(tokens_K))] = ~complement_C[rows_K]
+    return torch.from_numpy(masks_C_V).to(device)
 
 
 def is_allowed(encoded: list[int], token: int) -> bool:

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import torch
+import numpy as np
 
 from ..types import OutputConstraint
 from .allowed_tokens import encode_allowed
@@ -121,7 +121,6 @@ class GrammarConstraint:
         return _GrammarRow(self, self.matcher.deep_copy())
 
 
-_BIT_SHIFTS = torch.arange(32, dtype=torch.int32)
 _JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 """JSON as `json.dumps` writes it: a small model would otherwise spend its tokens on whitespace (a schema's own
 `x-guidance` options override this)."""
@@ -137,19 +136,18 @@ class _GrammarRow:
         """Compute the next allowed set now, so `finished` is known before the next step."""
         if self.matcher.is_error():
             raise RuntimeError(f"constrained sampling left its grammar: {self.matcher.get_error()}")
-        allowed_V = torch.zeros(self.grammar.vocab_size, dtype=torch.bool)
+        allowed_V = np.zeros(self.grammar.vocab_size, dtype=bool)
         if self.matcher.is_stopped():  # complete, and nothing may follow but the end of the turn
             may_end = True
         else:
-            words_W = torch.frombuffer(bytearray(self.matcher.compute_bitmask()), dtype=torch.int32)
-            bits_V = ((words_W[:, None] >> _BIT_SHIFTS) & 1).reshape(-1).bool()
+            bits_V = np.unpackbits(np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8), bitorder="little").view(bool)
             width = min(len(bits_V), self.grammar.vocab_size)
             allowed_V[:width] = bits_V[:width]
             may_end = bool(allowed_V[self.grammar.eos_token])
             allowed_V[self.grammar.eos_token] = False
         if may_end and self.grammar.end_tokens:
             allowed_V[self.grammar.end_tokens] = True
-        self.finished = not bool(allowed_V.any())
+        self.finished = not allowed_V.any()
         self._allowed = [] if self.finished else encode_allowed(allowed_V)
 
     def allowed(self) -> list[int]:
