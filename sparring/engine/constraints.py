@@ -79,7 +79,6 @@ class ChoiceTrie:
             node = stack.pop()
             node.allowed = sorted(set(node.children) | (end_tokens if node.complete else set()))
             stack.extend(node.children.values())
-        self.end_tokens = end_tokens
         self.longest = max(len(tokens) for tokens in choice_tokens) + (1 if end_tokens else 0)
 
     def start(self) -> _ChoiceRow:
