@@ -14,7 +14,7 @@ from typing import Any, Literal, Sequence, Union
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 StopReason = Literal["length", "stop"]
 TensorDtype = Literal["int64", "float32"]
@@ -26,6 +26,8 @@ _KEY_DTYPE: dict[str, TensorDtype] = {
     "weights": "float32",
     "advantages": "float32",
     "logprobs": "float32",
+    "allowed_counts": "int64",
+    "allowed_tokens": "int64",
 }
 
 
@@ -140,6 +142,34 @@ class Datum:
         object.__setattr__(self, "loss_fn_inputs", coerced)
 
 
+class OutputConstraint(_Strict):
+    """What a completion may be: one of a list of strings, a match of a regex, or JSON of a schema (exactly one given).
+
+    A sparring extension of the Tinker sampling parameters: the sampler draws each token from the model's
+    distribution renormalised over the tokens that keep the completion valid, and ends it with a stop token.
+    """
+
+    choices: list[str] | None = None
+    """The completion is exactly one of these strings (each tokenised as the tokenizer writes it alone)."""
+    regex: str | None = None
+    """The completion matches this regular expression."""
+    json_schema: dict | None = None
+    """The completion is JSON valid under this JSON schema."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> OutputConstraint:
+        given = [name for name in ("choices", "regex", "json_schema") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of choices, regex, json_schema; got {given or 'none'}")
+        if self.choices is not None and (not self.choices or any(not isinstance(c, str) or not c for c in self.choices)):
+            raise ValueError("choices must be a non-empty list of non-empty strings")
+        return self
+
+    def describe(self) -> str:
+        """A short name of the constraint, for errors and logs."""
+        return "choices" if self.choices is not None else "regex" if self.regex is not None else "json_schema"
+
+
 class SamplingParams(_Strict):
     """How to sample a completion."""
 
@@ -155,6 +185,8 @@ class SamplingParams(_Strict):
     """Keep only the k most likely tokens; -1 for no limit."""
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     """Nucleus sampling mass."""
+    constraint: OutputConstraint | None = None
+    """Constrain the completion to choices, a regex or a JSON schema (a sparring extension); None samples freely."""
 
 
 class AdamParams(_Strict):
@@ -183,7 +215,10 @@ class SampledSequence:
     tokens: list[int]
     """Generated token ids, including a stop token when one ended the sequence."""
     logprobs: list[float] | None = None
-    """Sampler log-probability of each generated token."""
+    """Sampler log-probability of each generated token (under the constraint's renormalised distribution where one was active)."""
+    allowed_tokens: list[list[int]] | None = None
+    """Per generated token, the tokens the constraint allowed there, encoded by `engine.allowed_tokens` (sorted ids, or
+    the disallowed ids written as ~id when that is shorter; [] where nothing was constrained); None without a constraint."""
 
 
 @dataclass(frozen=True)

@@ -253,3 +253,15 @@ def test_rollouts_run_ahead_on_a_service_and_a_stopped_run_resumes_there(service
     assert resumed.steps == 3
     assert [m["staleness/max"] for m in read_metrics(tmp_path / "run")] == [0.0, 1.0, 1.0]
     assert _trainer_state(tmp_path / "run")["snapshots"]["opponent"]["path"].startswith("tinker://")
+
+
+def test_a_constrained_call_on_the_remote_backend_is_refused_by_name(service, tiny_model_dir):
+    import asyncio
+
+    from sparring.rollout import FrozenChatModel
+
+    remote = sparring.ServiceClient(base_url=service.url, api_key=API_KEY)
+    model = FrozenChatModel(remote.create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 8})
+    assert asyncio.run(model([{"role": "user", "content": "hi"}])).tokens  # it samples freely
+    with pytest.raises(ValueError, match=r"backend 'tinker' samples on the remote service, which cannot constrain a reply \(choices\)"):
+        asyncio.run(model([{"role": "user", "content": "Vote."}], choices=["Player1", "Player2"]))

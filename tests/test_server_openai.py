@@ -346,6 +346,10 @@ def test_a_forced_tool_call_over_http_merges_with_its_result(models):
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "best_of": 2}, "best_of"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}}, "response_format"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema"}}, "response_format"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "guided_choice": []}, "guided_choice"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "guided_json": "[1, 2]"}, "guided_json"),
         ({"model": "nobody", "messages": [{"role": "user", "content": "hi"}]}, "model"),
     ],
 )
@@ -394,3 +398,57 @@ def test_sparring_serve_app_answers_openai_chat_on_its_base_model(tiny_model_dir
     listed, completion = asyncio.run(calls())
     assert listed == [str(tiny_model_dir)]
     assert completion.choices[0].message.role == "assistant" and 0 < completion.usage.completion_tokens <= 3
+
+
+PLAYERS = ["Player1", "Player2", "Player10"]
+VOTE_SCHEMA = {"type": "object", "properties": {"vote": {"enum": PLAYERS}, "sure": {"type": "boolean"}}, "required": ["vote", "sure"], "additionalProperties": False}
+
+
+def test_response_format_and_vllm_guided_spellings_constrain_replies_over_the_openai_sdk(served_app):
+    async def ask():
+        async with openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0) as client:
+            request = dict(model="tiny", messages=[{"role": "user", "content": "Vote."}], max_tokens=48, n=4, temperature=1.5)
+            return await asyncio.gather(
+                client.chat.completions.create(**request, response_format={"type": "json_schema", "json_schema": {"name": "vote", "schema": VOTE_SCHEMA}}),
+                client.chat.completions.create(**request, response_format={"type": "json_object"}),
+                client.chat.completions.create(**request, extra_body={"guided_choice": PLAYERS}),
+                client.chat.completions.create(**request, extra_body={"guided_regex": "(yes|no)!"}),
+                client.chat.completions.create(**request, extra_body={"guided_json": VOTE_SCHEMA}, stream=False),
+            )
+
+    schema_reply, object_reply, choice_reply, regex_reply, guided_json_reply = asyncio.run(ask())
+    for completion in (schema_reply, guided_json_reply):
+        for choice in completion.choices:
+            vote = json.loads(choice.message.content)
+            assert choice.finish_reason == "stop" and vote["vote"] in PLAYERS and isinstance(vote["sure"], bool)
+    assert all(isinstance(json.loads(choice.message.content), dict) for choice in object_reply.choices if choice.finish_reason == "stop")
+    assert all(choice.message.content in PLAYERS for choice in choice_reply.choices)
+    assert all(choice.message.content in ("yes!", "no!") for choice in regex_reply.choices)
+
+
+def test_two_constraints_in_one_request_are_a_400(served_app):
+    async def post():
+        async with in_process(served_app) as client:
+            body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "guided_choice": ["a"], "guided_regex": "b"}
+            return await client.post("/v1/chat/completions", json=body)
+
+    response = asyncio.run(post())
+    assert response.status_code == 400 and "at most one of" in response.json()["error"]["message"]
+
+
+def test_a_trained_agent_on_the_openai_sdk_records_its_guided_choices(models):
+    class Voter(Workflow):
+        trainable_targets = ["voter"]
+
+        async def execute(self, task, tuner):
+            client = tuner.as_openai_client("erin", target_tag="voter")
+            for _ in range(2):
+                completion = await client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Vote."}], max_tokens=12, extra_body={"guided_choice": PLAYERS})
+                assert completion.choices[0].message.content in PLAYERS
+            return WorkflowOutput(reward=1.0)
+
+    (episode,) = run(Voter, models)
+    assert episode.error is None, episode.error
+    for timeline in episode.timelines:
+        constrained = [bool(allowed) for allowed in timeline.allowed_tokens]
+        assert constrained == [bool(mask) for mask in timeline.loss_mask], "every sampled token of a guided call is constrained, no prompt token is"

@@ -13,6 +13,10 @@ with the base model. It needs to know which positions were sampled, which
 a datum alone does not say (a sampled token may carry a zero advantage and
 a zero logprob), so `build_sampled_masks` returns those masks in the same
 order as `build_datums` returns the datums.
+
+A timeline with constrained tokens gives its datum the allowed set of each
+target (`allowed_counts`, `allowed_tokens`), so the learner renormalises
+where the sampler did; other datums are built exactly as before.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Iterator
 
 import torch
 
+from ..engine.allowed_tokens import flatten_allowed
 from ..rollout.types import Episode, Timeline
 from ..types import Datum, ModelInput
 
@@ -35,16 +40,15 @@ def build_datums(episodes: list[Episode], advantages: dict[tuple[int, str], floa
     """
     datums_by_model: dict[str, list[Datum]] = defaultdict(list)
     for timeline, advantage in _trained_timelines(episodes, advantages):
-        datums_by_model[timeline.model].append(
-            Datum(
-                model_input=ModelInput.from_ints(timeline.tokens[:-1]),
-                loss_fn_inputs={
-                    "target_tokens": timeline.tokens[1:],
-                    "logprobs": timeline.logprobs[1:],
-                    "advantages": _token_advantages(timeline, advantage),
-                },
-            )
-        )
+        loss_fn_inputs = {
+            "target_tokens": timeline.tokens[1:],
+            "logprobs": timeline.logprobs[1:],
+            "advantages": _token_advantages(timeline, advantage),
+        }
+        if timeline.allowed_tokens:
+            counts, tokens = flatten_allowed(timeline.allowed_tokens[1:])
+            loss_fn_inputs |= {"allowed_counts": counts, "allowed_tokens": tokens}
+        datums_by_model[timeline.model].append(Datum(model_input=ModelInput.from_ints(timeline.tokens[:-1]), loss_fn_inputs=loss_fn_inputs))
     return dict(datums_by_model)
 
 

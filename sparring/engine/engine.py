@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..models import LoadedModel, load_base_model
 from ..types import Datum, ModelInput, SampleResponse, SamplingParams
 from .adapters import AdapterBank
+from .constraints import ConstraintCompiler
 from .decoder import FastDecoder, make_decoder
 from .learner import prepare_data, run_forward
 from .packed_weights import packable
@@ -102,6 +103,7 @@ class Engine:
         self._queue: collections.deque = collections.deque()
         self._wakeup = threading.Condition()
         self._seed_source = torch.Generator().manual_seed(0x5EED)
+        self.constraints = ConstraintCompiler(loaded.tokenizer, self.vocab_size)
         self._worker = threading.Thread(target=self._run, name="sparring-engine", daemon=True)
         self._worker.start()
 
@@ -194,7 +196,12 @@ class Engine:
         else:
             seeds = torch.randint(0, 2**62, (num_samples,), generator=self._seed_source).tolist()
         generators = [torch.Generator().manual_seed(seed) for seed in seeds]
-        return SampleJob(list(prompt_tokens), num_samples, params, stop_ids, stop_strings, max_tokens, generators)
+        constraint = None
+        if params.constraint is not None:
+            constraint = self.constraints.compile(params.constraint.model_dump_json(), stop_ids)
+            if constraint.longest is not None and max_tokens < constraint.longest:
+                raise ValueError(f"max_tokens is {max_tokens}, but the longest of the choices takes {constraint.longest} tokens (its stop token included)")
+        return SampleJob(list(prompt_tokens), num_samples, params, stop_ids, stop_strings, max_tokens, generators, constraint)
 
     # Worker ---------------------------------------------------------------
 

@@ -21,11 +21,15 @@ import torch
 
 from ..models.cache_argument import cache_kwargs, returned_cache
 from ..types import Datum, ForwardBackwardOutput, TensorData
+from .allowed_tokens import allowed_masks, is_allowed, split_allowed
 from .batch_plan import plan_micro_batches
 from .losses import LOSSES, get_loss
 
-KNOWN_INPUTS = tuple(dict.fromkeys(name for spec in LOSSES.values() for name in spec.required_inputs))
-"""Every input some loss reads; a datum carrying another is a mistake."""
+CONSTRAINT_INPUTS = ("allowed_counts", "allowed_tokens")
+"""The inputs of a datum sampled under a constraint: per position the length of its encoded allowed set (0 where
+unconstrained), and those sets concatenated."""
+KNOWN_INPUTS = (*dict.fromkeys(name for spec in LOSSES.values() for name in spec.required_inputs), *CONSTRAINT_INPUTS)
+"""Every input some loss or the constraint masks read; a datum carrying another is a mistake."""
 
 
 class DatumError(ValueError):
@@ -40,6 +44,8 @@ class PreparedDatum:
     """Input token ids."""
     inputs: dict[str, torch.Tensor]
     """Loss inputs, each of shape [N]."""
+    allowed_N: list[list[int]] | None = None
+    """Per position, the encoded allowed set of its target ([] where unconstrained); None when nothing is."""
 
 
 def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[PreparedDatum]:
@@ -62,7 +68,10 @@ def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[Prepa
         if unknown:
             raise DatumError(f"datum {index}: unknown loss_fn_inputs {unknown}; known are {list(KNOWN_INPUTS)}")
         inputs = {}
+        allowed_N = _allowed_sets(index, datum, length, vocab_size)
         for key, value in datum.loss_fn_inputs.items():
+            if key in CONSTRAINT_INPUTS:
+                continue
             tensor = _as_tensor(value)
             if tensor.dim() != 1:
                 raise DatumError(f"datum {index}: loss_fn_inputs[{key!r}] must be 1-D, got shape {list(tensor.shape)}")
@@ -79,8 +88,33 @@ def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[Prepa
             if not torch.isfinite(tensor.float()).all():
                 raise DatumError(f"datum {index}: loss_fn_inputs[{key!r}] contains NaN or inf")
             inputs[key] = tensor.float()
-        prepared.append(PreparedDatum(tokens_N=torch.tensor(tokens, dtype=torch.long), inputs=inputs))
+        if allowed_N is not None and "target_tokens" in inputs:
+            outside = [p for p, (entry, target) in enumerate(zip(allowed_N, inputs["target_tokens"].tolist())) if not is_allowed(entry, target)]
+            if outside:
+                raise DatumError(f"datum {index}: target_tokens at positions {outside[:5]} are not in their allowed sets (allowed_counts/allowed_tokens)")
+        prepared.append(PreparedDatum(tokens_N=torch.tensor(tokens, dtype=torch.long), inputs=inputs, allowed_N=allowed_N))
     return prepared
+
+
+def _allowed_sets(index: int, datum: Datum, length: int, vocab_size: int) -> list[list[int]] | None:
+    """The datum's per-position encoded allowed sets, checked; None when it carries none."""
+    given = [key for key in CONSTRAINT_INPUTS if key in datum.loss_fn_inputs]
+    if not given:
+        return None
+    if len(given) != len(CONSTRAINT_INPUTS):
+        raise DatumError(f"datum {index}: loss_fn_inputs {list(CONSTRAINT_INPUTS)} go together; only {given} given")
+    counts = _as_tensor(datum.loss_fn_inputs["allowed_counts"]).reshape(-1).tolist()
+    tokens = _as_tensor(datum.loss_fn_inputs["allowed_tokens"]).reshape(-1).tolist()
+    if len(counts) != length:
+        raise DatumError(f"datum {index}: allowed_counts has length {len(counts)}; expected {length} (the model_input length)")
+    if any(count < 0 for count in counts) or sum(counts) != len(tokens):
+        raise DatumError(f"datum {index}: allowed_counts must be >= 0 and sum to the length of allowed_tokens ({len(tokens)}); they sum to {sum(counts)}")
+    per_position = split_allowed([int(c) for c in counts], [int(t) for t in tokens])
+    for position, entry in enumerate(per_position):
+        if entry and any((token < 0) != (entry[0] < 0) for token in entry):
+            raise DatumError(f"datum {index}: allowed set at position {position} mixes allowed ids and ~disallowed ids")
+        _check_ids(index, "allowed_tokens", [token if token >= 0 else ~token for token in entry], vocab_size)
+    return per_position if any(per_position) else None
 
 
 def _as_tensor(value: TensorData) -> torch.Tensor:
@@ -93,9 +127,15 @@ def _check_ids(index: int, field: str, ids: list[int], vocab_size: int) -> None:
         raise DatumError(f"datum {index}: {field} has token ids out of the vocabulary [0, {vocab_size}): {bad[:5]}")
 
 
-def _target_logprobs(lm_head, hidden_M_H: torch.Tensor, targets_M: torch.Tensor) -> torch.Tensor:
-    logits = lm_head(hidden_M_H).float()
-    return logits.log_softmax(-1).gather(-1, targets_M[:, None]).squeeze(-1)
+def _target_logprobs(lm_head, hidden_K_H: torch.Tensor, targets_K: torch.Tensor, allowed_K: list[list[int]] | None) -> torch.Tensor:
+    """log p(target) per row; renormalised over the allowed tokens on rows with an allowed set."""
+    logits_K_V = lm_head(hidden_K_H).float()
+    constrained = [row for row, entry in enumerate(allowed_K or []) if entry]
+    if constrained:
+        rows_C = torch.tensor(constrained, device=logits_K_V.device)
+        allowed_C_V = allowed_masks([allowed_K[row] for row in constrained], logits_K_V.shape[-1], logits_K_V.device)
+        logits_K_V = logits_K_V.index_put((rows_C,), logits_K_V.index_select(0, rows_C).masked_fill(~allowed_C_V, float("-inf")))
+    return logits_K_V.log_softmax(-1).gather(-1, targets_K[:, None]).squeeze(-1)
 
 
 def run_forward(
@@ -126,7 +166,8 @@ def run_forward(
         grad_M = loss.gradient_mask(inputs) if backward else torch.zeros(len(inputs["target_tokens"]), dtype=torch.bool, device=device)
         with torch.set_grad_enabled(backward):
             hidden_R_H, rows_M = _hidden_states(backbone, [member.tokens_N for member in members], batch.prefix_length, device)
-            logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M)
+            allowed_M = _concatenated_allowed(members)
+            logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M)
             elementwise_M = loss.fn(logprobs_M, inputs, loss_config)
             batch_loss = elementwise_M.sum()
             if backward and batch_loss.requires_grad:
@@ -140,6 +181,13 @@ def run_forward(
         loss_fn_outputs=outputs,
         metrics={"loss:sum": total_loss, "tokens:sum": float(sum(len(p.tokens_N) for p in prepared))},
     )
+
+
+def _concatenated_allowed(members: list[PreparedDatum]) -> list[list[int]] | None:
+    """The members' per-position allowed sets end to end; None when no member has one."""
+    if all(member.allowed_N is None for member in members):
+        return None
+    return [entry for member in members for entry in (member.allowed_N or [[]] * len(member.tokens_N))]
 
 
 def _hidden_states(backbone: torch.nn.Module, tokens: list[torch.Tensor], prefix_length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,22 +231,37 @@ def _full_attention_only(config) -> bool:
     return layer_types is None or all(kind == "full_attention" for kind in layer_types)
 
 
-def _position_logprobs(lm_head, hidden_R_H: torch.Tensor, rows_M: torch.Tensor, targets_M: torch.Tensor, grad_M: torch.Tensor) -> torch.Tensor:
+def _position_logprobs(
+    lm_head, hidden_R_H: torch.Tensor, rows_M: torch.Tensor, targets_M: torch.Tensor, grad_M: torch.Tensor, allowed_M: list[list[int]] | None = None
+) -> torch.Tensor:
     """log p(target) at every datum position, the LM head applied once per distinct (hidden row, target) pair.
 
     Positions of a shared prefix that predict the same token (all but the prefix's last) are one pair for all datums
-    of the micro-batch; a pair gets gradient when any of its positions needs it.
+    of the micro-batch; a pair gets gradient when any of its positions needs it. A constrained position (a non-empty
+    `allowed_M` entry) is a pair of its own, renormalised over its allowed set.
     """
     pair_keys_M = rows_M * (int(targets_M.max()) + 1) + targets_M
+    if allowed_M is not None:
+        constrained_M = torch.tensor([bool(entry) for entry in allowed_M], device=pair_keys_M.device)
+        own_keys_M = int(pair_keys_M.max()) + 1 + torch.arange(len(pair_keys_M), device=pair_keys_M.device)
+        pair_keys_M = torch.where(constrained_M, own_keys_M, pair_keys_M)
     pair_keys_U, pair_of_M = torch.unique(pair_keys_M, return_inverse=True)
     rows_U = torch.zeros_like(pair_keys_U).index_put_((pair_of_M,), rows_M)
     targets_U = torch.zeros_like(pair_keys_U).index_put_((pair_of_M,), targets_M)
     grad_U = torch.zeros(len(pair_keys_U), dtype=torch.bool, device=grad_M.device).index_put_((pair_of_M,), grad_M, accumulate=True)
+    allowed_U = None
+    if allowed_M is not None:
+        position_of_U = torch.zeros_like(pair_keys_U).index_put_((pair_of_M,), torch.arange(len(pair_of_M), device=pair_of_M.device)).tolist()
+        allowed_U = [allowed_M[position] for position in position_of_U]
+
+    def allowed_of(selected_U: torch.Tensor) -> list[list[int]] | None:
+        return None if allowed_U is None else [allowed_U[u] for u in selected_U.nonzero().squeeze(-1).tolist()]
+
     logprobs_U = hidden_R_H.new_zeros(len(pair_keys_U), dtype=torch.float32)
     if grad_U.any():
-        logprobs_U = logprobs_U.index_put((grad_U,), _target_logprobs(lm_head, hidden_R_H[rows_U[grad_U]], targets_U[grad_U]))
+        logprobs_U = logprobs_U.index_put((grad_U,), _target_logprobs(lm_head, hidden_R_H[rows_U[grad_U]], targets_U[grad_U], allowed_of(grad_U)))
     if (~grad_U).any():
         with torch.no_grad():
-            rest_U = _target_logprobs(lm_head, hidden_R_H[rows_U[~grad_U]].detach(), targets_U[~grad_U])
+            rest_U = _target_logprobs(lm_head, hidden_R_H[rows_U[~grad_U]].detach(), targets_U[~grad_U], allowed_of(~grad_U))
         logprobs_U = logprobs_U.index_put((~grad_U,), rest_U)
     return logprobs_U[pair_of_M]

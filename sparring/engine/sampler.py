@@ -11,6 +11,14 @@ is an inverse-CDF lookup on one uniform per row (cheaper than
 `torch.multinomial`), in two levels (the CDF of block sums, then a cumsum
 inside one block) so no step runs a cumsum over the whole vocabulary.
 
+A job may carry a constraint (`constraints`): before each draw, its rows'
+logits outside the allowed tokens become -inf, so the draw (temperature,
+top-k/p and greedy included) and the returned logprob are those of the
+distribution renormalised over the allowed tokens, and each row records the
+allowed set of every token it drew (`allowed_tokens` encoding) for the
+learner to renormalise over the same set. Batches without a constrained row
+skip all of it.
+
 Returned logprobs are the model's own (temperature 1, no top-k/top-p), the
 same quantity the learner computes, so importance ratios start at 1; at
 temperature 1 they reuse the normaliser the draw already computed instead of
@@ -27,6 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from ..types import SampledSequence, SampleResponse, SamplingParams
+from .allowed_tokens import allowed_masks
+from .constraints import CompiledConstraint, RowConstraint
 from .decoder import FastDecoder, HFCache, HFDecoder, KVCache
 
 # Drop finished rows once this share of the batch has finished (copying the cache has a cost).
@@ -55,13 +65,18 @@ class SampleJob:
     """Resolved max new tokens (params.max_tokens or the engine default, within the context)."""
     generators: list[torch.Generator] = field(default_factory=list)
     """One random stream per sample."""
+    constraint: CompiledConstraint | None = None
+    """What every completion must be (choices, regex, JSON schema); None samples freely."""
 
 
 @dataclass
 class _Row:
     job: int
+    constraint: RowConstraint | None = None
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    allowed: list[list[int]] = field(default_factory=list)
+    """The encoded allowed set of each drawn token (constrained rows only)."""
     stop_reason: str | None = None
 
 
@@ -122,6 +137,18 @@ def _draw(logits_R_V: torch.Tensor, settings: _RowSettings, uniform_R: torch.Ten
     return tokens_R, logits_R_V.gather(-1, tokens_R[:, None]).squeeze(-1) - log_normaliser_R
 
 
+def _constrain(logits_R_V: torch.Tensor, rows: list[_Row], live: list[int]) -> tuple[torch.Tensor, dict[int, list[int]]]:
+    """The logits with every constrained row's disallowed tokens at -inf, and each such slot's encoded allowed set."""
+    slots = [slot for slot, row_index in enumerate(live) if rows[row_index].constraint is not None and rows[row_index].stop_reason is None]
+    if not slots:
+        return logits_R_V, {}
+    encoded = [rows[live[slot]].constraint.allowed() for slot in slots]
+    allowed_C_V = allowed_masks(encoded, logits_R_V.shape[-1], logits_R_V.device)
+    slots_C = torch.tensor(slots, device=logits_R_V.device)
+    masked_C_V = logits_R_V.index_select(0, slots_C).masked_fill_(~allowed_C_V, float("-inf"))
+    return logits_R_V.index_put((slots_C,), masked_C_V), dict(zip(slots, encoded))
+
+
 def _invert_cdf(weights_R_V: torch.Tensor, uniform_R: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw index i with probability weights[i] / sum(weights), and return the sums too.
 
@@ -153,7 +180,9 @@ def _first_above(cdf_R_N: torch.Tensor, target_R_1: torch.Tensor) -> torch.Tenso
 def _stopped(row: _Row, job: SampleJob, tokenizer) -> str | None:
     if row.tokens[-1] in job.stop_token_ids:
         return "stop"
-    if job.stop_strings:
+    if row.constraint is not None and row.constraint.finished:
+        return "stop"
+    if job.stop_strings and row.constraint is None:  # a constraint decides where its completion ends
         longest = max(len(s) for s in job.stop_strings)
         tail = tokenizer.decode(row.tokens[-(longest + 8) :], skip_special_tokens=False)
         if any(s in tail for s in job.stop_strings):
@@ -216,7 +245,7 @@ def generate(
     max_new = max(job.max_tokens for job in jobs)
     cache, logits_J_V, last_position_J = _prefill(decoder, [job.prompt_tokens for job in jobs], max_new, pad_token_id, device)
 
-    rows = [_Row(job=j) for j, job in enumerate(jobs) for _ in range(job.num_samples)]
+    rows = [_Row(job=j, constraint=None if job.constraint is None else job.constraint.start()) for j, job in enumerate(jobs) for _ in range(job.num_samples)]
     row_generators = [g for job in jobs for g in job.generators]
     job_of_row = torch.tensor([row.job for row in rows], device=device)
     cache.keep_rows(job_of_row)
@@ -228,6 +257,7 @@ def generate(
     for _ in range(max_new):
         gone = {job for job, is_abandoned in enumerate(abandoned) if is_abandoned()}
         uniform_R = torch.cat([torch.rand(1, generator=row_generators[i]) for i in live]).to(device)
+        logits_R_V, allowed_of_slot = _constrain(logits_R_V, rows, live)
         tokens_R, logprobs_R = _draw(logits_R_V, settings, uniform_R)
         keep = []
         for slot, (row_index, token, logprob) in enumerate(zip(live, tokens_R.tolist(), logprobs_R.tolist())):
@@ -240,6 +270,9 @@ def generate(
                 continue
             row.tokens.append(token)
             row.logprobs.append(logprob)
+            if row.constraint is not None:
+                row.allowed.append(allowed_of_slot[slot])
+                row.constraint.advance(token)
             row.stop_reason = _stopped(row, jobs[row.job], tokenizer)
             if row.stop_reason is None:
                 keep.append(slot)
@@ -261,7 +294,7 @@ def generate(
     responses, cursor = [], 0
     for job in jobs:
         sequences = [
-            SampledSequence(stop_reason=row.stop_reason or "length", tokens=row.tokens, logprobs=row.logprobs)
+            SampledSequence(stop_reason=row.stop_reason or "length", tokens=row.tokens, logprobs=row.logprobs, allowed_tokens=row.allowed if job.constraint else None)
             for row in rows[cursor : cursor + job.num_samples]
         ]
         cursor += job.num_samples

@@ -200,6 +200,7 @@ def _timeline(row: dict) -> dict:
         "mask": row["loss_mask"],
         "logprobs": [None if value is None else round(value, 4) for value in row["logprobs"]],
         "call_index": row.get("call_index") or [],
+        "constrained": row.get("constrained") or [],
         "texts": row.get("token_texts"),
     }
 

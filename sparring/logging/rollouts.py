@@ -108,6 +108,7 @@ class RolloutWriter:
             "loss_mask": timeline.loss_mask,
             "logprobs": [_finite_or_none(logprob) for logprob in timeline.logprobs],
             "call_index": timeline.call_index,
+            **({"constrained": allowed_counts(timeline, len(tokenizer))} if timeline.allowed_tokens else {}),
             "text": text,
             "token_texts": token_texts(tokenizer, timeline.tokens, text),
             "completions": [
@@ -115,6 +116,11 @@ class RolloutWriter:
                 for start, end in sampled_spans(timeline.loss_mask)
             ],
         }
+
+
+def allowed_counts(timeline: Timeline, vocab_size: int) -> list[int]:
+    """Per token, how many tokens the constraint allowed where it was sampled; 0 where nothing was constrained."""
+    return [0 if not allowed else len(allowed) if allowed[0] >= 0 else vocab_size - len(allowed) for allowed in timeline.allowed_tokens]
 
 
 def frozen_turns(episode: Episode) -> dict[str, list[dict]]:

@@ -2,7 +2,11 @@
 
 `await model(messages, tools=None, tool_choice=None, **sampling) -> ChatResponse`
 takes OpenAI-style messages, tools and `tool_choice` ("auto", "none",
-"required" or a named function; see `rollout.tool_choice`). Three kinds stand behind it:
+"required" or a named function; see `rollout.tool_choice`). `choices=[...]`,
+`regex=` or `response_format=` constrain the reply (`rollout.output_format`):
+the local kinds sample only valid replies and record, per sampled token, the
+tokens that were allowed, so the learner renormalises exactly as the sampler
+did. Three kinds stand behind it:
 
 - `PolicyChatModel` samples from a trainable adapter and records each call
   (prompt tokens, sampled tokens, sampler logprobs) on the episode's recorder
@@ -40,6 +44,7 @@ from typing import Any
 from ..clients import SamplingClient
 from ..types import ModelInput, SamplingParams
 from .episode_clock import sampler_wait
+from .output_format import schema_of_response_format, take_constraint
 from .recorder import Conversation, EpisodeRecorder, current_recorder, installed
 from .tool_choice import ToolChoice
 from .types import ModelCall
@@ -140,10 +145,12 @@ class _LocalChatModel(ChatModel):
         return self.sampler.get_renderer()
 
     def _params(self, sampling: dict) -> SamplingParams:
+        sampling = dict(sampling)
+        constraint = take_constraint(sampling)
         unknown = set(sampling) - SAMPLING_KEYS
         if unknown:
-            raise TypeError(f"unknown sampling arguments {sorted(unknown)}; accepted: {sorted(SAMPLING_KEYS)}")
-        return SamplingParams(**{**self.defaults, **sampling})
+            raise TypeError(f"unknown sampling arguments {sorted(unknown)}; accepted: {sorted(SAMPLING_KEYS)} and choices, regex, response_format")
+        return SamplingParams(**{**self.defaults, **sampling}, constraint=constraint)
 
     def _prompt(self, messages, tools, recorder, model_key, prefill: str):
         renderer = self.renderer
@@ -172,6 +179,8 @@ class _LocalChatModel(ChatModel):
         recorder = recorder if recorder is not None else current_recorder()
         model_key = self._trained_key()
         params = self._params(sampling)
+        if params.constraint is not None and choice.forces_call:
+            raise ValueError(f"a reply constrained by {params.constraint.describe()} cannot also be a forced tool call (tool_choice {tool_choice!r})")
         renderer = self.renderer
         prefill = renderer.tool_call_prefill(choice.function) if choice.forces_call else ""
         prompt, normalised, tools_key = self._prompt(messages, tools, recorder, model_key, prefill)
@@ -182,12 +191,13 @@ class _LocalChatModel(ChatModel):
         replies = []
         for sequence in response.sequences:
             tokens, logprobs = list(sequence.tokens), list(sequence.logprobs or [])  # the recorded copy; replies get their own
-            parsed = renderer.parse_response(sequence.tokens, prefill=prefill, forced_tool=choice.function, tool_calls=choice.mode != "none")
+            free_text = choice.mode == "none" or params.constraint is not None  # a constrained reply is its text, never a tool call
+            parsed = renderer.parse_response(sequence.tokens, prefill=prefill, forced_tool=choice.function, tool_calls=not free_text)
             message = _cut_at_stop_string(parsed, params.stop)
             if recorder is not None:
                 if model_key is not None:
                     # The prefill ends the prompt: the conversation goes on after prompt + sampled tokens.
-                    call = ModelCall(self.agent, model_key, prompt, tokens, logprobs)
+                    call = ModelCall(self.agent, model_key, prompt, tokens, logprobs, list(sequence.allowed_tokens or []))
                     recorder.record_call(call, Conversation([*normalised, normalised_message(message)], prompt + tokens, tools_key))
                 recorder.add_transcript(
                     self.agent,
@@ -246,6 +256,13 @@ class OpenAIChatModel(ChatModel):
         client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key)
         options = {**self.defaults, **sampling}
         options.pop("top_k", None)  # not part of the OpenAI API
+        # Constraints in the spellings an OpenAI-compatible server takes: response_format, and vLLM's guided_* (extra body).
+        guided = {name: options.pop(key) for key, name in (("choices", "guided_choice"), ("regex", "guided_regex")) if key in options}
+        if guided:
+            options["extra_body"] = {**options.get("extra_body", {}), **guided}
+        if isinstance(options.get("response_format"), type):  # a pydantic model class: its schema, in OpenAI's shape
+            model_class = options["response_format"]
+            options["response_format"] = {"type": "json_schema", "json_schema": {"name": model_class.__name__, "schema": schema_of_response_format(model_class)}}
         if tools:
             options["tools"] = tools
         if tool_choice is not None:

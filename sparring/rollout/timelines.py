@@ -7,7 +7,9 @@ forward/backward pass) instead of one per call, and every shared prefix is
 processed once. Calls that continue nothing start a new timeline. Merging is
 exact by construction: it compares token ids, never text. Each sampled
 token remembers which of its agent's calls produced it (`call_index`), so
-per-turn credit can still tell the merged turns apart.
+per-turn credit can still tell the merged turns apart, and each keeps the
+set of tokens a constraint allowed when it was sampled (`allowed_tokens`),
+which the learner renormalises over.
 """
 
 from __future__ import annotations
@@ -34,16 +36,28 @@ def merge_calls(calls: list[ModelCall]) -> list[Timeline]:
                     loss_mask=[0] * len(call.prompt_tokens) + [1] * len(call.completion_tokens),
                     logprobs=[0.0] * len(call.prompt_tokens) + list(call.logprobs),
                     call_index=[-1] * len(call.prompt_tokens) + [index] * len(call.completion_tokens),
+                    allowed_tokens=_extended_allowed([], 0, len(call.prompt_tokens), call),
                 )
             )
             continue
         new_prompt = call.prompt_tokens[len(target.tokens) :]
+        target.allowed_tokens = _extended_allowed(target.allowed_tokens, len(target.tokens), len(new_prompt), call)
         target.tokens += [*new_prompt, *call.completion_tokens]
         target.loss_mask += [0] * len(new_prompt) + [1] * len(call.completion_tokens)
         target.logprobs += [0.0] * len(new_prompt) + list(call.logprobs)
         target.call_index += [-1] * len(new_prompt) + [index] * len(call.completion_tokens)
         target.num_calls += 1
     return timelines
+
+
+def _extended_allowed(allowed: list[list[int]], length: int, new_prompt_length: int, call: ModelCall) -> list[list[int]]:
+    """A timeline's allowed sets (`length` tokens so far) after the call's new prompt tokens and its completion are
+    appended; [] while none of its tokens was constrained."""
+    if not allowed and not call.allowed_tokens:
+        return []
+    before = allowed or [[] for _ in range(length)]
+    completion = call.allowed_tokens or [[] for _ in call.completion_tokens]
+    return [*before, *([] for _ in range(new_prompt_length)), *completion]
 
 
 def _longest_continued(timelines: list[Timeline], call: ModelCall) -> Timeline | None:

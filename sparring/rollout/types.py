@@ -55,6 +55,8 @@ class ModelCall:
     """The sampled tokens, as sampled (never re-tokenised)."""
     logprobs: list[float]
     """Sampler log-probability of each completion token."""
+    allowed_tokens: list[list[int]] = field(default_factory=list)
+    """Per completion token, the encoded set a constraint allowed there ([] where none); empty for an unconstrained call."""
 
 
 @dataclass
@@ -76,6 +78,9 @@ class Timeline:
     call_index: list[int] = field(default_factory=list)
     """Per token, which of the agent's calls (0-based, in call order) sampled it; -1 on prompt tokens. Lets
     per-turn credit reach the right completion span; empty on hand-built timelines that need none."""
+    allowed_tokens: list[list[int]] = field(default_factory=list)
+    """Per token, the encoded set a constraint allowed when it was sampled ([] where none: prompt tokens, free
+    text); empty when no call of the timeline was constrained. The learner renormalises over these sets."""
 
 
 @dataclass

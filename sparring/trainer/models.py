@@ -35,7 +35,7 @@ from typing import Callable
 from ..clients import RemoteTrainingClient, SamplingClient, TrainingClient
 from ..integrations import TunerHandle
 from ..rollout import ChatModel, FrozenChatModel, PolicyChatModel
-from ..types import Datum
+from ..types import Datum, ForwardBackwardOutput
 from .config import AlgorithmConfig, TunerModelConfig
 
 
@@ -53,6 +53,21 @@ class Snapshot:
     """The training step at whose start it was taken (its source had made `step` optimizer steps)."""
     path: str | None = None
     """Its saved PEFT directory; None until training has saved it (checkpoints refer to it)."""
+
+
+def sampler_learner_gap(datums: list[Datum], output: ForwardBackwardOutput) -> float | None:
+    """Largest |learner logprob - sampler logprob| over the trained tokens (non-zero advantage); None when the learner
+    reports no logprobs. Near 0 when the step trains the weights that sampled (float rounding only), constrained
+    positions included: a learner that forgot a constraint's renormalisation shows up here."""
+    gaps = []
+    for datum, record in zip(datums, output.loss_fn_outputs):
+        if "logprobs" not in record:
+            return None
+        trained_N = datum.loss_fn_inputs["advantages"].to_torch() != 0
+        if trained_N.any():
+            gap_N = (record["logprobs"].to_torch() - datum.loss_fn_inputs["logprobs"].to_torch()).abs()
+            gaps.append(float(gap_N[trained_N].max()))
+    return max(gaps, default=0.0)
 
 
 @dataclass
@@ -93,6 +108,9 @@ class TrainingModels:
             if "grad_norm" in step.metrics:  # a remote service need not report it
                 metrics[f"{prefix}/grad_norm"] = step.metrics["grad_norm"]
             metrics[f"{prefix}/datums"] = float(len(datums[key]))
+            gap = sampler_learner_gap(datums[key], output)
+            if gap is not None:
+                metrics[f"{prefix}/sampler_logprob_gap"] = gap
         return metrics
 
     def frozen_tuner(self, samplers: dict) -> Callable[[], TunerHandle]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
+from ...engine.learner import CONSTRAINT_INPUTS
 from ...types import (
     AdamParams,
     Datum,
@@ -59,17 +60,25 @@ def to_tinker_model_input(prompt: ModelInput | list[int]):
     return tinker_sdk().types.ModelInput.from_ints(tokens)
 
 
+CANNOT_CONSTRAIN = "backend 'tinker' samples on the remote service, which cannot constrain a reply"
+
+
 def to_tinker_datum(datum: Datum):
     types = tinker_sdk().types
     if not isinstance(datum, Datum):
         raise TypeError(f"training data must be sparring.types.Datum, got {type(datum).__name__}")
+    constrained = [key for key in CONSTRAINT_INPUTS if key in datum.loss_fn_inputs]
+    if constrained:
+        raise ValueError(f"{CANNOT_CONSTRAIN}, nor train on constrained positions: the datum carries {constrained}")
     inputs = {key: types.TensorData(data=tensor.to_numpy(), dtype=tensor.dtype, shape=tensor.shape) for key, tensor in datum.loss_fn_inputs.items()}
     return types.Datum(model_input=to_tinker_model_input(datum.model_input), loss_fn_inputs=inputs)
 
 
 def to_tinker_sampling_params(params: SamplingParams, seed: int | None = None):
-    """The SDK's sampling params; `seed` fills in a missing one."""
-    values = params.model_dump()
+    """The SDK's sampling params; `seed` fills in a missing one. A constrained request is refused: never sampled freely."""
+    if params.constraint is not None:
+        raise ValueError(f"{CANNOT_CONSTRAIN} ({params.constraint.describe()}); sample constrained replies with a local backend")
+    values = params.model_dump(exclude={"constraint"})
     if values["seed"] is None:
         values["seed"] = seed
     return tinker_sdk().types.SamplingParams(**values)

@@ -3,7 +3,10 @@
 `ChatCompletionRequest` validates a request body with pydantic, so a bad
 field becomes a 400 in OpenAI's error shape (`error_body`) naming the field,
 never a 500. It rejects what sparring cannot honour (`top_logprobs`,
-penalties, `logit_bias`, JSON mode) by name instead of silently ignoring it,
+penalties, `logit_bias`) by name instead of silently ignoring it, takes
+constrained replies as OpenAI spells them (`response_format` json_object or
+json_schema) and as vLLM's extra body does (`guided_choice`, `guided_regex`,
+`guided_json`, so agents written for vLLM run unchanged),
 checks `tool_choice` against the tools (all four OpenAI forms are honoured,
 see `sparring.rollout.tool_choice`), and turns the rest into what a
 `ChatModel` takes: plain message dicts, tool dicts, the tool choice and
@@ -16,6 +19,7 @@ carry the same text, tool calls and logprobs.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any, Literal, Union
@@ -23,6 +27,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ...rollout import ChatResponse, ToolChoice
+from ...rollout.output_format import schema_of_response_format
 
 MAX_N = 16
 _UNSUPPORTED = {
@@ -168,7 +173,14 @@ class ChatCompletionRequest(BaseModel):
     logit_bias: dict | None = None
     """Not supported (only an empty map is accepted)."""
     response_format: dict | None = None
-    """Only {'type': 'text'} is supported."""
+    """{'type': 'text'}, {'type': 'json_object'} or {'type': 'json_schema', 'json_schema': {'name', 'schema'}}: the
+    reply is sampled to be valid JSON (of the schema)."""
+    guided_choice: list[str] | None = Field(default=None, min_length=1)
+    """The reply is exactly one of these strings (vLLM's extra-body spelling)."""
+    guided_regex: str | None = None
+    """The reply matches this regular expression (vLLM's extra-body spelling)."""
+    guided_json: Union[dict, str, None] = None
+    """The reply is JSON valid under this schema (vLLM's extra-body spelling; an object or its JSON text)."""
     parallel_tool_calls: bool | None = None
     """Accepted; the model may emit several tool calls in one reply either way."""
     user: str | None = None
@@ -197,10 +209,26 @@ class ChatCompletionRequest(BaseModel):
 
     @field_validator("response_format")
     @classmethod
-    def _text_only(cls, value):
-        if value and value.get("type") != "text":
-            raise ValueError("only response_format {'type': 'text'} is supported")
+    def _known_format(cls, value):
+        schema_of_response_format(value)
         return value
+
+    @field_validator("guided_json")
+    @classmethod
+    def _schema_object(cls, value):
+        schema = json.loads(value) if isinstance(value, str) else value
+        if schema is not None and not isinstance(schema, dict):
+            raise ValueError("must be a JSON schema object")
+        return schema
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> ChatCompletionRequest:
+        given = [name for name in ("guided_choice", "guided_regex", "guided_json") if getattr(self, name) is not None]
+        if schema_of_response_format(self.response_format) is not None:
+            given.append("response_format")
+        if len(given) > 1:
+            raise ValueError(f"give at most one of response_format (json), guided_choice, guided_regex, guided_json; got {given}")
+        return self
 
     @field_validator("tool_choice")
     @classmethod
@@ -227,6 +255,9 @@ class ChatCompletionRequest(BaseModel):
             "top_k": self.top_k,
             "seed": self.seed,
             "stop": self.stop,
+            "choices": self.guided_choice,
+            "regex": self.guided_regex,
+            "response_format": self.response_format if self.guided_json is None else {"type": "json_schema", "json_schema": {"name": "guided_json", "schema": self.guided_json}},
         }
         return {name: value for name, value in given.items() if value is not None}
 
