@@ -2,7 +2,8 @@
 
 `halving_asker` is a `ScriptedPolicy` (`policy(messages, rng) -> reply`, see
 `ScriptedChatModel`) for `baselines:` in a config; `membership_answerer`
-answers its questions truthfully (for tests and calibration). Both read the
+answers its questions truthfully (for tests and calibration; guesses are
+refereed in Python and never reach an answerer). Both read the
 conversation back through the rules' own templates.
 """
 
@@ -12,10 +13,12 @@ import random
 import re
 
 from ..common import read_template
-from .rules import ANSWERER, CANDIDATES, classify, normalise_answer, vocabulary
+from .rules import ANSWERER, CANDIDATES, FINAL, classify, normalise_answer, vocabulary
 
-HALVING_QUESTION = "Is the secret word one of these: {words}?"
+HALVING_QUESTION = "Is it one of these: {words}?"
 """The halving asker's question: a set of words (no guess phrase, so the referee reads it as a question)."""
+HALVING_ASKED = "Is {subject} one of these: {words}?"
+"""The halving question as the answerer sees it (`rules.answerer_prompt` names the secret word in place of "it")."""
 _FEEDBACK_WORDS = re.compile(r"^(yes|no)\b", re.IGNORECASE)
 
 
@@ -33,7 +36,8 @@ def halving_asker(messages: list[dict], rng: random.Random) -> str:
 
     It replays the conversation: a Yes keeps the half asked about, a No the other half, an "I don't know"
     keeps both (and the next question asks about the other half), a wrong guess drops that word. If noisy
-    answers rule out every word, it starts again from the words it has not guessed wrongly.
+    answers rule out every word, it starts again from the words it has not guessed wrongly. Asked for the
+    final guess (FINAL), it names one of the words still possible, at random.
     """
     opening = _opening_words(messages)
     words = frozenset(opening)
@@ -57,6 +61,8 @@ def halving_asker(messages: list[dict], rng: random.Random) -> str:
                 candidates = [w for w in candidates if w != guess]
     if not candidates:
         candidates = [w for w in opening if w not in wrong] or list(opening)
+    if FINAL in (messages[-1].get("content") or ""):
+        return rng.choice(candidates)
     if len(candidates) == 1:
         return f"Is it a {candidates[0]}?"
     half = len(candidates) // 2
@@ -65,20 +71,17 @@ def halving_asker(messages: list[dict], rng: random.Random) -> str:
 
 
 def membership_answerer(messages: list[dict], rng: random.Random) -> str:
-    """A scripted answerer that answers the halving asker's questions and guesses truthfully (for tests and calibration).
+    """A scripted answerer that answers the halving asker's questions truthfully (for tests and calibration).
 
-    It reads the answerer prompt (ANSWERER): Yes when the secret word is among the words the question lists
-    (or is the word it names), No otherwise, and "I don't know" for any other question.
+    It reads the answerer prompt (ANSWERER, the question naming the secret word): Yes when the secret word is
+    among the words the question lists, No otherwise, and "I don't know" for any other question.
     """
     prompt = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
     found = read_template(ANSWERER, prompt)
     if found is None:
         raise ValueError(f"not an answerer prompt (ANSWERER): {prompt!r}")
-    secret, question = found["word"].lower(), found["question"]
-    subset = read_template(HALVING_QUESTION, question)
-    if subset is not None:
-        return "Yes" if secret in {word.strip().lower() for word in subset["words"].split(",")} else "No"
-    kind, guess = classify(question, vocabulary() | {secret})
-    if kind == "guess":
-        return "Yes" if guess == secret else "No"
-    return "I don't know"
+    subset = read_template(HALVING_ASKED, found["question"])
+    if subset is None:
+        return "I don't know"
+    secret = subset["subject"].split()[-1].lower()
+    return "Yes" if secret in {word.strip().lower() for word in subset["words"].split(",")} else "No"

@@ -2,8 +2,9 @@
 
 The referee is Python: `classify` reads a reply as a guess of a listed word,
 a question for the answerer, or neither; `normalise_answer` reads the
-answerer's free text as Yes / No / Unknown; `score` turns a game into its
-reward and metrics. `load_words` reads the packaged word list
+answerer's reply as Yes / No / Unknown (a local answerer is constrained to
+exactly "Yes" or "No"; an endpoint that ignores the constraint is read
+leniently); `score` turns a game into its reward and metrics. `load_words` reads the packaged word list
 (`data/words.txt`: a train and an eval section, so held-out words are never
 trained on).
 """
@@ -22,11 +23,22 @@ SYSTEM = "You guess a secret word by asking yes/no questions. Reply with one que
 RULES = "The secret word is a common object, animal, food or place. You have {max_questions} questions."
 CANDIDATES = " It is one of: {words}."
 FIRST = " Ask your first yes/no question, for example: Is it an animal?"
-ANSWERER = "Question about {word}: {question} Answer Yes or No."
+ANSWERER = "{question} Answer Yes or No."
+"""The answerer's prompt; the question names the secret word in place of "it" (see `answerer_prompt`)."""
+ABOUT = "About {subject}: {question}"
+"""The question for the answerer when it has no "it" to put the word in."""
+FINAL = " No questions left. Which word is it?"
+"""The last request when the questions ran out: the final guess, constrained to the candidates (`choices=`)."""
+FINAL_CHOICES = " Reply with one of: {words}."
+"""Follows FINAL when candidates were shown."""
+ANSWER_CHOICES = ["yes", "no"]
+"""The answerer's choices: lower case, because SmolLM2-135M constrained to "Yes" / "No" says No to 96 % of the
+hand-labelled sample (accuracy 0.54) and to "yes" / "no" answers 0.74 of it correctly (benchmarks/answerer_accuracy.py)."""
 
 _GUESS = re.compile(r"\b(?:guess(?:\s+is)?|is\s+it|it\s+is|it's|answer(?:\s+is)?)\s*[:\-]?\s*(?:(?:a|an|the)\s+)?([a-z]+)", re.IGNORECASE)
 _WORD = re.compile(r"[a-z]+", re.IGNORECASE)
 _QUESTION_START = {"is", "are", "does", "do", "did", "can", "could", "will", "would", "was", "were", "has", "have", "should", "may"}
+_IT = re.compile(r"\b(?:it|the secret word)\b", re.IGNORECASE)
 _YES = {"yes", "yeah", "yep", "yup", "correct", "true"}
 _NO = {"no", "nope", "false", "incorrect"}
 
@@ -43,6 +55,8 @@ class Turn:
     """The word guessed, for a guess."""
     answer: Literal["Yes", "No", "Unknown"] | None = None
     """What the player was told (None for an invalid reply)."""
+    final: bool = False
+    """The constrained final guess asked for once the questions ran out (not one of the questions)."""
 
 
 @functools.cache
@@ -92,6 +106,18 @@ def classify(text: str, words: frozenset[str]) -> tuple[Literal["question", "gue
     return "invalid", None
 
 
+def answerer_prompt(secret: str, question: str) -> str:
+    """What the answerer is asked: the question with the secret word in place of its first "it" ("Is it an animal?"
+    becomes "Is a panda an animal?"), which a small model answers far better than a question about "it"."""
+    subject = f"{'an' if secret[:1] in 'aeiou' else 'a'} {secret}"
+    question = question.strip()
+    match = _IT.search(question)
+    if match is None:
+        return ANSWERER.format(question=ABOUT.format(subject=subject, question=question))
+    named = subject.capitalize() if match.start() == 0 else subject
+    return ANSWERER.format(question=question[: match.start()] + named + question[match.end() :])
+
+
 def normalise_answer(text: str) -> Literal["Yes", "No", "Unknown"]:
     """The first yes- or no-word of the answerer's reply; Unknown when it has neither."""
     for token in _WORD.findall(text.lower()):
@@ -105,15 +131,17 @@ def normalise_answer(text: str) -> Literal["Yes", "No", "Unknown"]:
 def score(turns: list[Turn], secret: str, max_questions: int, question_bonus: float) -> dict[str, float]:
     """Reward and metrics of a finished game."""
     solved = bool(turns) and turns[-1].kind == "guess" and turns[-1].guess == secret
-    questions = [t for t in turns if t.kind == "question"]
-    reward = (1.0 + 0.5 * (max_questions - len(turns)) / max_questions) if solved else 0.0
+    asked = [t for t in turns if not t.final]
+    questions = [t for t in asked if t.kind == "question"]
+    reward = (1.0 + 0.5 * (max_questions - len(asked)) / max_questions) if solved else 0.0
     metrics = {
         "reward": reward + question_bonus * len(questions) / max_questions,
         "success": float(solved),
-        "questions": float(len(turns)),
+        "solved_before_final_guess": float(solved and not turns[-1].final),
+        "questions": float(len(asked)),
         "valid_questions": float(len(questions)),
         "wrong_guesses": float(sum(t.kind == "guess" and t.guess != secret for t in turns)),
-        "invalid_action_rate": sum(t.kind == "invalid" for t in turns) / max(len(turns), 1),
+        "invalid_action_rate": sum(t.kind == "invalid" for t in asked) / max(len(asked), 1),
     }
     if questions:
         metrics["unknown_answer_rate"] = sum(t.answer == "Unknown" for t in questions) / len(questions)

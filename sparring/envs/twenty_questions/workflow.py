@@ -11,17 +11,23 @@ not the answerer): a *guess* names one word of the word list ("Is it a cat?",
 "Guess: cat"), a *question* is anything else that asks something, and
 anything else is *invalid* (counted in `invalid_action_rate`, no answerer
 call). Guesses are checked in Python, so a game is won only by naming the
-secret word; questions go to the answerer, whose free-text reply is read
-leniently as Yes / No / Unknown.
+secret word. Questions go to the answerer, with the secret word in place of
+"it" (`rules.answerer_prompt`), constrained to reply exactly "yes" or "no"
+(`choices=`; an OpenAI-compatible endpoint gets vLLM's
+`guided_choice`, and a reply that ignored it is read leniently as Yes / No /
+Unknown). When the questions run out unsolved, the player makes one final
+guess constrained to the candidate words (`choices=`; every word of the list
+in the classic game), so the game always ends on a valid guess.
 
 Reward: 1 for a correct guess plus up to 0.5 for finding it in fewer
-questions, and a small shaping of `question_bonus` spread over valid
-questions. The word list ships with the package
-(`data/words.txt` in this folder) with a fixed train / eval split, so the
-held-out words are never seen in training. `workflow_args`: `max_questions`
-(default 20), `candidates` (show the player that many possible words, the
-secret among them; 0 = none, the classic game; small models need a few),
-`answer_tokens`, `question_bonus`, `answerer` (the auxiliary model's name).
+questions (a correct final guess, after all the questions, earns 1), and a
+small shaping of `question_bonus` spread over valid questions. The word list
+ships with the package (`data/words.txt` in this folder) with a fixed train /
+eval split, so the held-out words are never seen in training.
+`workflow_args`: `max_questions` (default 20), `candidates` (show the player
+that many possible words, the secret among them; 0 = none, the classic game;
+small models need a few), `answer_tokens`, `question_bonus`, `answerer` (the
+auxiliary model's name).
 
     sparring train twenty_questions        # this folder's config.yaml
 """
@@ -32,7 +38,11 @@ import random
 
 from sparring import ChatModel, WorkflowOutput
 
-from .rules import ANSWERER, CANDIDATES, FIRST, RULES, SYSTEM, Turn, classify, load_words, normalise_answer, score, vocabulary
+from .rules import ANSWER_CHOICES, CANDIDATES, FINAL, FINAL_CHOICES, FIRST, RULES, SYSTEM, Turn, answerer_prompt, classify, load_words, normalise_answer, score, vocabulary
+
+
+FINAL_GUESS_TOKENS = 16
+"""Room for the longest word's tokens and the end of the turn."""
 
 
 def _answerer(auxiliary_models: dict[str, ChatModel], name: str) -> ChatModel:
@@ -52,6 +62,17 @@ def _candidates(secret: str, count: int, rng: random.Random) -> list[str]:
     return chosen
 
 
+async def _final_guess(model: ChatModel, history: list[dict], choices: list[str], secret: str) -> Turn:
+    """The guess once the questions ran out, constrained to `choices`; a reply outside them (an endpoint that
+    ignored the constraint) is read by the referee like any reply."""
+    reply = await model(history, choices=choices, max_tokens=FINAL_GUESS_TOKENS)
+    text = reply.content.strip().lower()
+    kind, guess = ("guess", text) if text in choices else classify(reply.content, frozenset(choices))
+    turn = Turn(reply.content, "guess" if kind == "guess" else "invalid", guess, final=True)
+    turn.answer = None if guess is None else ("Yes" if guess == secret else "No")
+    return turn
+
+
 async def twenty_questions(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput:
     args = task.get("workflow_args", {})
     max_questions = int(args.get("max_questions", 20))
@@ -62,9 +83,8 @@ async def twenty_questions(task: dict, model: ChatModel, auxiliary_models: dict[
     rng = random.Random(f"{task.get('seed', 0)}:{task.get('word', '')}")
     secret = str(task["word"]).lower() if "word" in task else rng.choice(load_words(args.get("split", "train")))
     words = vocabulary() | {secret}
-    prompt = RULES.format(max_questions=max_questions)
-    if int(args.get("candidates", 0)) > 0:
-        prompt += CANDIDATES.format(words=", ".join(_candidates(secret, int(args["candidates"]), rng)))
+    shown = _candidates(secret, int(args["candidates"]), rng) if int(args.get("candidates", 0)) > 0 else []
+    prompt = RULES.format(max_questions=max_questions) + (CANDIDATES.format(words=", ".join(shown)) if shown else "")
     history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt + FIRST}]
     turns: list[Turn] = []
     while len(turns) < max_questions:
@@ -76,7 +96,8 @@ async def twenty_questions(task: dict, model: ChatModel, auxiliary_models: dict[
             turn.answer = "Yes" if guess == secret else "No"
         elif kind == "question":
             answered = await answerer(
-                [{"role": "user", "content": ANSWERER.format(word=secret, question=reply.content.strip())}],
+                [{"role": "user", "content": answerer_prompt(secret, reply.content)}],
+                choices=ANSWER_CHOICES,
                 max_tokens=answer_tokens,
             )
             turn.answer = normalise_answer(answered.content)
@@ -84,6 +105,12 @@ async def twenty_questions(task: dict, model: ChatModel, auxiliary_models: dict[
             break
         left = max_questions - len(turns)
         feedback = {"Yes": "Yes.", "No": "No.", "Unknown": "I don't know.", None: "That is not a yes/no question."}[turn.answer]
-        history += [reply.message, {"role": "user", "content": f"{feedback} {left} question{'' if left == 1 else 's'} left."}]
+        if left:
+            feedback += f" {left} question{'' if left == 1 else 's'} left."
+        else:
+            feedback += FINAL + (FINAL_CHOICES.format(words=", ".join(shown)) if shown else "")
+        history += [reply.message, {"role": "user", "content": feedback}]
+    if not (turns[-1].kind == "guess" and turns[-1].answer == "Yes"):
+        turns.append(await _final_guess(model, history, shown or sorted(words), secret))
     metrics = score(turns, secret, max_questions, float(args.get("question_bonus", 0.1)))
     return WorkflowOutput(reward=metrics.pop("reward"), metrics=metrics, response=[(t.text, t.answer) for t in turns])
