@@ -124,7 +124,7 @@ SCENARIOS = {
         "werewolf, 7 players, 2 rounds",
         werewolf.werewolf,
         lambda count, quick: [
-            {**task, "workflow_args": {"trainable_target": "werewolf", "max_rounds": 2, "speech_tokens": 16, "action_tokens": 8}}
+            {**task, "workflow_args": {"trainable_target": "werewolf", "max_rounds": 2, "speech_tokens": 16}}
             for task in werewolf.make_tasks("eval", count, seed=100_000)
         ],
         24,

@@ -1,6 +1,8 @@
 """Werewolf: the rules with scripted decisions (dealing, lenient parsing, kills, potions, votes, winners),
-whole games driven by scripted players (a coordinated good side, nothing but illegal replies, a crash), and
-the example YAML training either side for 2 steps on the tiny model by changing only trainable_target."""
+whole games driven by scripted players (a coordinated good side, nothing but illegal replies, a crash), the
+constrained decisions (every kill, check, potion and vote offered exactly its valid choices; whole games on
+the tiny random model without one invalid decision), and the example YAML training either side for 2 steps
+on the tiny model by changing only trainable_target."""
 
 import asyncio
 import json
@@ -27,9 +29,12 @@ class Scripted(ChatModel):
     agent: str = "scripted"
     role: str | None = None
     calls: list[tuple[str, list[dict]]] = field(default_factory=list)
+    choices: list[tuple[str, str, list[str] | None]] = field(default_factory=list)
+    """(agent, request, the choices it was constrained to or None) per call."""
 
     async def __call__(self, messages, tools=None, **sampling):
         self.calls.append((self.agent, list(messages)))
+        self.choices.append((self.agent, messages[-1]["content"], sampling.get("choices")))
         return ChatResponse(message={"role": "assistant", "content": self.script(self.agent, messages[-1]["content"])})
 
 
@@ -183,6 +188,44 @@ def test_the_witch_can_poison_a_werewolf_and_everyone_hears_of_the_deaths():
     assert first_wolf in dawn.split("Night 1 is over:")[1].split("\n")[0] and output.metrics["rounds"] == 1
 
 
+def test_every_decision_is_offered_exactly_its_valid_choices_and_speeches_stay_free():
+    seed = 3
+    roles = {p.name: p.role for p in GameState.deal(seed).players}
+    witch = next(name for name, role in roles.items() if role == "witch")
+    def first_choice(agent, request):
+        if "Vote out" in request or "was attacked" in request:
+            return "skip" if "Vote out" in request else "PASS"
+        return request.rsplit("name: ", 1)[-1].split(",")[0]
+
+    recorder = Scripted(first_choice)
+    output = play(seed, recorder, recorder, max_rounds=1)
+    good = sorted(name for name, role in roles.items() if role != "werewolf")
+    asked = {"kill": [], "check": [], "witch": [], "vote": [], "speech": []}
+    for agent, request, choices in recorder.choices:
+        last = request.splitlines()[-1]
+        kind = next(k for k, marker in (("kill", "Who do you kill"), ("check", "Whose role"), ("witch", "was attacked"), ("vote", "Vote out"), ("speech", "Speak briefly")) if marker in last)
+        asked[kind].append((agent, choices))
+    assert all(choices == good for _, choices in asked["kill"]) and len(asked["kill"]) == 2  # a kill: a living good player
+    assert all(choices == [n for n in NAMES if n != agent] for agent, choices in asked["check"])
+    assert asked["witch"] == [(witch, ["PASS", "SAVE", *(f"POISON {n}" for n in NAMES if n != witch)])]
+    dead = {name for name, role in roles.items() if role != "werewolf"} - set(asked["kill"][0][1][1:])  # first good seat killed
+    for agent, choices in asked["vote"]:  # a vote: another living player, or skip
+        assert choices == [n for n in NAMES if n != agent and n not in dead] + ["skip"]
+    assert asked["speech"] and all(choices is None for _, choices in asked["speech"])
+    assert output.metrics["invalid_action_rate"] == 0.0  # skip is an allowed abstention, not an invalid vote
+
+
+@pytest.mark.parametrize("target", [WEREWOLF, GOOD_GUY])
+def test_no_decision_of_the_tiny_random_model_can_be_invalid(tiny_model_dir, target):
+    from sparring import FrozenChatModel, ServiceClient
+
+    sampler = ServiceClient().create_sampling_client(base_model=str(tiny_model_dir))
+    model = FrozenChatModel(sampler, defaults={"temperature": 1.0})
+    outputs = [play(seed, model, model, trainable_target=target, max_rounds=2, speech_tokens=3) for seed in range(4)]
+    assert all(o.metrics["broken"] == 0.0 for o in outputs)
+    assert all(o.metrics["invalid_action_rate"] == 0.0 for o in outputs)  # the random model names no one unconstrained
+
+
 def test_a_game_that_cannot_continue_scores_the_penalty():
     def script(agent, request):
         if "Speak briefly" in request:
@@ -221,7 +264,6 @@ def test_the_example_config_trains_either_side_by_changing_trainable_target(tiny
             f"train_dataset.workflow_args.trainable_target={target}",
             "train_dataset.workflow_args.max_rounds=2",
             "train_dataset.workflow_args.speech_tokens=4",
-            "train_dataset.workflow_args.action_tokens=4",
         ],
     )
     assert config.eval_dataset.workflow_args["trainable_target"] == target  # train and eval share one YAML anchor

@@ -21,13 +21,19 @@ each potion once) and a day (every living player says one short sentence,
 then all vote; most votes is eliminated, a tie eliminates nobody). The `Game`
 runs the rounds; the rules state lives in `rules.GameState`.
 
-Small models break the format, so replies are read leniently (a player's
-name anywhere in the reply) and an unreadable one falls back by rule;
-`invalid_action_rate` counts them. Reward per trained player: 1 if its side
+Decisions are constrained actions (`choices=`): a kill names one living good
+player, a check one other living player, a vote one other living player or
+`skip` (abstain), the witch one of `PASS`, `SAVE` (while she has the potion)
+and `POISON <name>` (while she has the poison). A local model can only reply
+with one of them, so no decision is invalid; speeches stay free text. A
+reply outside the choices (an OpenAI-compatible endpoint that ignores the
+constraint, a scripted player) is read leniently (a player's name anywhere in
+it) and an unreadable one falls back by rule; `invalid_action_rate` counts
+those. Reward per trained player: 1 if its side
 won, 0 otherwise (the good side wins when it survives `max_rounds`), and
 `broken_reward` (-0.1) if the game could not continue. `workflow_args`:
 `trainable_target`, `max_rounds` (5), `speech_tokens` (24),
-`action_tokens` (10), `full_history` (false), `participant` (the auxiliary
+`full_history` (false), `participant` (the auxiliary
 model's name), `broken_reward`.
 
     sparring train werewolf     # this folder's config.yaml: trainable_target werewolf; edit that one line for good_guy
@@ -57,6 +63,10 @@ DUTIES = {
     "witch": "You have one potion that saves the night's victim and one poison that kills a player.",
 }
 SPEECH_CHARS = 160
+DECISION_TOKENS = 32
+"""Room for the longest choice and the end of the turn (a constrained reply ends itself once complete)."""
+SKIP = "skip"
+"""The vote that abstains."""
 
 
 @dataclass
@@ -82,16 +92,17 @@ class Seat:
     invalid: int = 0
     """Decisions whose reply named no allowed choice and fell back by rule."""
 
-    async def ask(self, request: str, max_tokens: int) -> str:
+    async def ask(self, request: str, max_tokens: int, **constraint: list[str]) -> str:
         self.history.append({"role": "user", "content": "\n".join([*self.pending, request])})
         self.pending.clear()
-        reply = await self.model(self.history, max_tokens=max_tokens)
+        reply = await self.model(self.history, max_tokens=max_tokens, **constraint)
         self.history.append(reply.message)
         return reply.content
 
-    async def decide(self, request: str, max_tokens: int) -> str:
+    async def decide(self, request: str, choices: list[str], max_tokens: int) -> str:
+        """The reply to a decision, constrained to `choices` (a local model replies with exactly one of them)."""
         self.actions += 1
-        return await self.ask(request, max_tokens)
+        return (await self.ask(request, max_tokens, choices=choices)).strip()
 
 
 @dataclass
@@ -104,8 +115,6 @@ class Game:
     """Seat per player name."""
     speech_tokens: int
     """Most tokens of one day speech."""
-    action_tokens: int
-    """Most tokens of one decision."""
     full_history: bool = False
     """Keep each player's whole game in one conversation; otherwise each round starts a new one from a summary."""
     record: list[str] = field(default_factory=list)
@@ -133,7 +142,7 @@ class Game:
         seers = self.living_seats("seer")
         kill_request = f"Night {number}. Who do you kill? Reply with one name: {', '.join(good)}."
         proposals, checks = await asyncio.gather(
-            asyncio.gather(*(wolf.decide(kill_request, self.action_tokens) for wolf in wolves)),
+            asyncio.gather(*(wolf.decide(kill_request, good, DECISION_TOKENS) for wolf in wolves)),
             asyncio.gather(*(self._seer_check(seer) for seer in seers)),
         )
         parsed = [parse_target(text, good) for text in proposals]
@@ -154,7 +163,8 @@ class Game:
 
     async def _seer_check(self, seer: Seat) -> str:
         others = [p.name for p in self.state.living() if p.name != seer.name]
-        checked = parse_target(await seer.decide(f"Night {self.state.round}. Whose role do you check? Reply with one name: {', '.join(others)}.", self.action_tokens), others)
+        request = f"Night {self.state.round}. Whose role do you check? Reply with one name: {', '.join(others)}."
+        checked = parse_target(await seer.decide(request, others, DECISION_TOKENS), others)
         if checked is None:
             seer.invalid += 1
             checked = seer_fallback(self.state, seer.name)
@@ -168,13 +178,15 @@ class Game:
             return "pass", None
         witch = witches[0]
         targets = [p.name for p in state.living() if p.name != witch.name]
-        options = [f"{victim}{' (you)' if victim == witch.name else ''} was attacked."]
+        options, choices = [f"{victim}{' (you)' if victim == witch.name else ''} was attacked."], ["PASS"]
         if state.heal_available:
             options.append("Reply SAVE to save them.")
+            choices.append("SAVE")
         if state.poison_available:
             options.append(f"Reply POISON and one name to kill: {', '.join(targets)}.")
+            choices += [f"POISON {name}" for name in targets]
         options.append("Or reply PASS.")
-        reply = await witch.decide(f"Night {state.round}. " + " ".join(options), self.action_tokens)
+        reply = await witch.decide(f"Night {state.round}. " + " ".join(options), choices, DECISION_TOKENS)
         action, poisoned, readable = parse_witch(reply, victim, targets, state)
         witch.invalid += not readable
         return action, poisoned
@@ -196,7 +208,10 @@ class Game:
 
     async def _vote(self, seat: Seat) -> str | None:
         others = [p.name for p in self.state.living() if p.name != seat.name]
-        ballot = parse_target(await seat.decide(f"Vote out a player. Reply with one name: {', '.join(others)}.", self.action_tokens), others)
+        reply = await seat.decide(f"Vote out a player. Reply with one name: {', '.join(others)}; or {SKIP} to abstain.", [*others, SKIP], DECISION_TOKENS)
+        if reply == SKIP:
+            return None
+        ballot = parse_target(reply, others)
         seat.invalid += ballot is None  # an unreadable vote abstains
         return ballot
 
@@ -254,7 +269,7 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
     state = GameState.deal(int(task["seed"]))
     max_rounds = int(args.get("max_rounds", 5))
     seats = seat_players(state, target, model, auxiliary_models[name], max_rounds)
-    game = Game(state, seats, int(args.get("speech_tokens", 24)), int(args.get("action_tokens", 10)), bool(args.get("full_history", False)))
+    game = Game(state, seats, int(args.get("speech_tokens", 24)), bool(args.get("full_history", False)))
     trained = [seat.name for seat in game.seats.values() if seat.trained]
     try:
         winner = await game.play(max_rounds)
