@@ -93,16 +93,17 @@ class Seat:
     """Decisions whose reply named no allowed choice and fell back by rule."""
 
     async def ask(self, request: str, max_tokens: int, **constraint: list[str]) -> str:
+        """Send what it witnessed and `request`; its reply (constrained by `choices=` when given) joins its conversation."""
         self.history.append({"role": "user", "content": "\n".join([*self.pending, request])})
         self.pending.clear()
         reply = await self.model(self.history, max_tokens=max_tokens, **constraint)
         self.history.append(reply.message)
         return reply.content
 
-    async def decide(self, request: str, choices: list[str], max_tokens: int) -> str:
+    async def decide(self, request: str, choices: list[str]) -> str:
         """The reply to a decision, constrained to `choices` (a local model replies with exactly one of them)."""
         self.actions += 1
-        return (await self.ask(request, max_tokens, choices=choices)).strip()
+        return (await self.ask(request, DECISION_TOKENS, choices=choices)).strip()
 
 
 @dataclass
@@ -142,7 +143,7 @@ class Game:
         seers = self.living_seats("seer")
         kill_request = f"Night {number}. Who do you kill? Reply with one name: {', '.join(good)}."
         proposals, checks = await asyncio.gather(
-            asyncio.gather(*(wolf.decide(kill_request, good, DECISION_TOKENS) for wolf in wolves)),
+            asyncio.gather(*(wolf.decide(kill_request, good) for wolf in wolves)),
             asyncio.gather(*(self._seer_check(seer) for seer in seers)),
         )
         parsed = [parse_target(text, good) for text in proposals]
@@ -164,7 +165,7 @@ class Game:
     async def _seer_check(self, seer: Seat) -> str:
         others = [p.name for p in self.state.living() if p.name != seer.name]
         request = f"Night {self.state.round}. Whose role do you check? Reply with one name: {', '.join(others)}."
-        checked = parse_target(await seer.decide(request, others, DECISION_TOKENS), others)
+        checked = parse_target(await seer.decide(request, others), others)
         if checked is None:
             seer.invalid += 1
             checked = seer_fallback(self.state, seer.name)
@@ -186,7 +187,7 @@ class Game:
             options.append(f"Reply POISON and one name to kill: {', '.join(targets)}.")
             choices += [f"POISON {name}" for name in targets]
         options.append("Or reply PASS.")
-        reply = await witch.decide(f"Night {state.round}. " + " ".join(options), choices, DECISION_TOKENS)
+        reply = await witch.decide(f"Night {state.round}. " + " ".join(options), choices)
         action, poisoned, readable = parse_witch(reply, victim, targets, state)
         witch.invalid += not readable
         return action, poisoned
@@ -208,7 +209,7 @@ class Game:
 
     async def _vote(self, seat: Seat) -> str | None:
         others = [p.name for p in self.state.living() if p.name != seat.name]
-        reply = await seat.decide(f"Vote out a player. Reply with one name: {', '.join(others)}; or {SKIP} to abstain.", [*others, SKIP], DECISION_TOKENS)
+        reply = await seat.decide(f"Vote out a player. Reply with one name: {', '.join(others)}; or {SKIP} to abstain.", [*others, SKIP])
         if reply == SKIP:
             return None
         ballot = parse_target(reply, others)
