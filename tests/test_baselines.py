@@ -185,6 +185,8 @@ def test_the_halving_asker_recovers_from_unknown_and_wrong_answers():
     lied += [{"role": "assistant", "content": tq_baselines.HALVING_QUESTION.format(words="cat")}, {"role": "user", "content": "No. 4 questions left."}]
     lied += [{"role": "assistant", "content": "Is it a dog?"}, {"role": "user", "content": "No. 3 questions left."}]
     assert tq.halving_asker(lied, random.Random(0)) == tq_baselines.HALVING_QUESTION.format(words="cat")  # every word ruled out: start again without dog
+    final = [*opening, {"role": "assistant", "content": first}, {"role": "user", "content": "No." + tq_rules.FINAL + tq_rules.FINAL_CHOICES.format(words="cat, dog, pen, sun")}]
+    assert tq.halving_asker(final, random.Random(0)) in ("pen", "sun")  # the final guess: a bare word still possible
 
 
 @pytest.mark.parametrize("target", ["werewolf", "good_guy"])
