@@ -15,8 +15,8 @@ a model's path or name, a device -- is one line on stderr (`error: ` and the
 field path, what is wrong and what would work) and exit code 2, found before
 any model loads and before a run directory is left behind. A training run
 stopped because every episode failed (`EpisodesFailingError`: too many such
-steps in a row, or all of them) is one line with the first error's reason
-and exit code 1.
+steps in a row, or all of them) or because no step trained a token
+(`NothingTrainedError`) is one line with the reason and exit code 1.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .engine import export_adapter
 from .envs import GAMES, load_config
 from .logging import format_transcript, print_table, serve_report, write_report
 from .logging.report import DEFAULT_ROLLOUT_STEPS
-from .trainer import ConfigError, DatasetError, EpisodesFailingError, Job
+from .trainer import ConfigError, DatasetError, EpisodesFailingError, Job, NothingTrainedError
 from .trainer.checkpoints import final_adapters
 from .trainer.loop import run_debug_episodes, run_evaluation
 
@@ -110,7 +110,7 @@ def train(
         # The loop saved a checkpoint before the interrupt reached us.
         typer.echo("interrupted: checkpoint saved; continue with `sparring train --resume RUN_DIR`", err=True)
         raise typer.Exit(130) from None
-    except EpisodesFailingError as error:
+    except (EpisodesFailingError, NothingTrainedError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
     state = "interrupted (checkpoint saved)" if result.interrupted else "done"

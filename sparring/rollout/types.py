@@ -104,3 +104,8 @@ class Episode:
     """Trainable model calls made (before merging)."""
     turn_rewards: dict[str, list[float]] = field(default_factory=dict)
     """Per agent, the extra reward of each of its calls (`WorkflowOutput.turn_rewards`); empty without per-turn credit."""
+
+    @property
+    def failed(self) -> bool:
+        """The episode raised, timed out or returned an outcome that does not fit."""
+        return self.error is not None

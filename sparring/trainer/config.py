@@ -232,6 +232,9 @@ class AlgorithmConfig(ConfigRecord):
     weights that train on it; 0 is the on-policy loop (rollout, then train). Evaluation steps drain the pipeline."""
     stop_after_failed_steps: int = Field(default=3, ge=0, le=MAX_STEPS)
     """Stop the run (after saving a checkpoint) when every episode failed in this many steps in a row; 0 never stops."""
+    allow_nothing_trained: bool = False
+    """A deliberate dry run: steps that train no token are not warned about, and a run that trained none ends normally
+    (with a "final" adapter equal to the initial one) instead of raising `NothingTrainedError`."""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed for sampling and any other randomness of the run."""
     runner: Literal["local", "ray"] = "local"
