@@ -87,7 +87,7 @@ def test_crashing_episodes_are_penalised_and_the_run_goes_on(tiny_model_dir, tmp
     )
     assert result.steps == 2
     first = read_metrics(tmp_path / "run")[0]
-    assert first["workflow/error"] == pytest.approx(0.5)  # topics 0 and 1 in the first batch; 1 crashes
+    assert first["episode/error_rate"] == pytest.approx(0.5)  # topics 0 and 1 in the first batch; 1 crashes
 
 
 def resumable_config(tiny_model_dir, run_dir, total_steps):

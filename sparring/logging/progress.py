@@ -105,9 +105,9 @@ class EpisodeProgress:
         """Count one finished episode."""
         self.done += 1
         self.tokens += sampled_tokens(episode)
-        self.errors += episode.error is not None
+        self.errors += episode.failed
         values = {"reward": sum(episode.rewards.values()) / len(episode.rewards)} if episode.rewards else {}
-        values.update({key: value for key, value in episode.metrics.items() if key != "error" and value is not None})
+        values.update({key: value for key, value in episode.metrics.items() if value is not None})
         for key, value in values.items():
             self.sums[key] = self.sums.get(key, 0.0) + float(value)
             self.counts[key] = self.counts.get(key, 0) + 1
