@@ -1,6 +1,6 @@
 """`sparring` on the command line: train, debug-run, evaluate, serve, view a run and export what it trained.
 
-    sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR]
+    sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR | --overwrite]
     sparring train --conf config.yaml         # the same (AgentJet's spelling)
     sparring train guess_number               # a packaged game's name: its default config
     sparring run config.yaml --tasks 2        # episodes without training, transcripts printed
@@ -89,6 +89,7 @@ def train(
     config: Optional[Path] = typer.Argument(None, help=f"The job's YAML config, or a game's name ({', '.join(GAMES)}); not needed with --resume."),
     overrides: List[str] = OVERRIDES,
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from its latest checkpoint."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in the config's run_dir (without it, a run folder that is not empty is refused)."),
     conf: Optional[Path] = typer.Option(None, "--conf", help="The job's YAML config, as a flag (AgentJet's spelling): the same as giving it as the argument."),
 ):
     """Train the workflow's trainable agents."""
@@ -98,6 +99,13 @@ def train(
             raise typer.Exit(2)
         config = conf
     if resume is not None:
+        if overwrite:
+            typer.echo("error: give --resume (continue the run) or --overwrite (replace it), not both", err=True)
+            raise typer.Exit(2)
+        if not (resume / "config.yaml").is_file():
+            what = "does not exist" if not resume.exists() else "holds no run (no config.yaml)"
+            typer.echo(f"error: --resume {resume}: the folder {what}; give a run directory that `sparring train` wrote", err=True)
+            raise typer.Exit(2)
         config = resume / "config.yaml"
     if config is None:
         typer.echo(f"error: give a config file or a game's name ({', '.join(GAMES)}), or --resume RUN_DIR", err=True)
@@ -105,7 +113,7 @@ def train(
     loaded = _load(config, overrides)
     try:
         with _config_errors(config):
-            result = Job.from_config(loaded).tune(resume=str(resume) if resume else None)
+            result = Job.from_config(loaded).tune(resume=str(resume) if resume else None, overwrite=overwrite)
     except KeyboardInterrupt:
         # The loop saved a checkpoint before the interrupt reached us.
         typer.echo("interrupted: checkpoint saved; continue with `sparring train --resume RUN_DIR`", err=True)

@@ -20,7 +20,7 @@ checkpoint is written (see `checkpoints.py`) from which `resume` continues
 exactly. A step that trained no token is warned about with its cause, and a
 run in which no step trained one raises `NothingTrainedError` at its end,
 without a "final" adapter (`training_signal.py`; opt out for dry runs). Failed episodes are data: a step trains its healthy episodes and
-logs the share of each error kind (`workflow/error_kind/<kind>`); a step in
+logs the share of each error kind (`episode/error_kind/<kind>`); a step in
 which every episode failed is warned about, `stop_after_failed_steps`
 of them in a row stop the run after a checkpoint, and a run whose every step
 failed whole raises at its end; neither writes a "final" adapter
@@ -47,6 +47,7 @@ from .failure_streak import EpisodesFailingError, FailureStreak
 from .models import TrainingModels
 from .pipeline import RolloutPipeline
 from .resolve import resolve_run
+from .run_folder import claim_run_folder
 from .step import learn, run_rollout
 from .training_signal import OPT_OUT, NothingTrainedError, TrainingSignal
 
@@ -77,17 +78,19 @@ class RunResult:
     """The reward curve as a PNG (`reward.png`; the same chart as `reward.svg` beside it), written at the end."""
 
 
-def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
+def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False) -> RunResult:
     """Train; blocks until done. From async code, `await run_training_async(...)`."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(run_training_async(config, workflow, judge, resume))
+        return asyncio.run(run_training_async(config, workflow, judge, resume, overwrite))
     raise RuntimeError("run_training was called inside a running event loop; use `await run_training_async(...)`")
 
 
-async def run_training_async(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
+async def run_training_async(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False) -> RunResult:
+    """Train in `config.run_dir` (new or empty; `overwrite` replaces a run there), or continue the run in `resume`."""
     run_dir = Path(resume) if resume else Path(config.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    claim_run_folder(run_dir, resume=bool(resume), overwrite=overwrite)
     run = resolve_run(config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     algorithm, models, stream = config.algorithm, run.models, run.stream
