@@ -133,11 +133,12 @@ def train(
 
 
 @app.command()
-def run(config: Path = CONFIG, overrides: List[str] = OVERRIDES, tasks: int = typer.Option(2, help="How many tasks to run."), split: str = typer.Option("train", help="train or eval tasks.")):
+def run(config: Path = CONFIG, overrides: List[str] = OVERRIDES, tasks: int = typer.Option(2, help="How many tasks to run (at least 1)."), split: str = typer.Option("train", help="train or eval tasks.")):
     """Run episodes without training and print every agent's transcript, reward and token counts."""
     if split not in ("train", "eval"):
         typer.echo(f"error: --split {split!r}: use 'train' or 'eval'", err=True)
         raise typer.Exit(2)
+    _at_least_one_task(tasks)
     loaded = _load(config, overrides)
     with _config_errors(config):
         episodes = asyncio.run(run_debug_episodes(loaded, num_tasks=tasks, split=split))
@@ -151,10 +152,11 @@ def evaluate(
     config: Path = CONFIG,
     overrides: List[str] = OVERRIDES,
     adapter: Optional[Path] = typer.Option(None, help="A saved PEFT adapter to evaluate instead of the base model (configs with one trainable model)."),
-    tasks: Optional[int] = typer.Option(None, help="Evaluate on the first N eval tasks."),
+    tasks: Optional[int] = typer.Option(None, help="Evaluate on the first N eval tasks (at least 1)."),
     output: Optional[Path] = typer.Option(None, help="Write the comparison (every metric of every column, with intervals) here; default RUN_DIR/eval.json."),
 ):
     """Evaluate a model (base, or --adapter) and the config's baselines on the held-out tasks."""
+    _at_least_one_task(tasks)
     loaded = _load(config, overrides)
     if adapter is not None:
         if len(loaded.trainable_models()) != 1:
@@ -167,6 +169,13 @@ def evaluate(
     _print_comparison("Held-out evaluation", comparison)
     written = comparison.write(output if output is not None else Path(loaded.run_dir or "runs/eval") / "eval.json")
     typer.echo(f"comparison: {written}")
+
+
+def _at_least_one_task(tasks: int | None) -> None:
+    """`--tasks 0` (or less) would run nothing and say nothing: one line and exit code 2 instead."""
+    if tasks is not None and tasks < 1:
+        typer.echo(f"error: --tasks {tasks}: give at least 1 task", err=True)
+        raise typer.Exit(2)
 
 
 def _trainable_field(config) -> str:

@@ -216,7 +216,8 @@ class AlgorithmConfig(ConfigRecord):
     save_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     """Write a checkpoint every N steps; 0 writes one only at the end."""
     eval_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
-    """Evaluate on held-out tasks every N steps; 0 disables periodic evaluation."""
+    """Evaluate on the held-out tasks every N steps (and after the last); 0 evaluates them before the first step and
+    after the last only. A run without held-out tasks evaluates nothing."""
     eval_tasks: int | None = Field(default=None, ge=1, le=MAX_TASKS)
     """Evaluate on at most this many held-out tasks; None uses them all."""
     max_concurrency: int = Field(default=RunnerSettings.max_concurrency, ge=1, le=MAX_CONCURRENCY)
@@ -272,6 +273,11 @@ class AlgorithmConfig(ConfigRecord):
         if "loss_fn" in info.data:  # absent when loss_fn itself failed validation
             check_loss_config(info.data["loss_fn"], value)
         return value
+
+    def evaluates_before(self, step: int) -> bool:
+        """Whether the held-out tasks are evaluated before `step` (0-based): every `eval_interval_steps`, or before the
+        first step when that is 0."""
+        return step % self.eval_interval_steps == 0 if self.eval_interval_steps else step == 0
 
     def adam_params(self) -> AdamParams:
         """The optimizer settings as the `optim_step` argument."""

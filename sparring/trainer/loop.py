@@ -12,7 +12,7 @@ Episodes sample from the live adapters, so each step sees the weights of the
 step before; with `algorithm.max_staleness` > 0 the rollouts of later steps
 run on frozen older weights while a step trains instead (`pipeline.py`). Snapshot opponents are retaken at the start of the steps they
 are due (`TunerModelConfig.snapshot_interval_steps`). Every
-`eval_interval_steps` the held-out tasks are evaluated (the configured
+`eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the configured
 `baselines` once, beside the first evaluation; every number with a 95 %
 interval, see `evaluation.py`), and the comparison is written to
 `evaluation.json`; every `save_interval_steps`, at the end and on Ctrl-C, a
@@ -109,7 +109,7 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
         signal = TrainingSignal(trained_before=start_step > 0 and any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics))
         columns: list[PolicyEvaluation] = []
         eval_tasks = run.eval_tasks[: algorithm.eval_tasks] if algorithm.eval_tasks else run.eval_tasks
-        evaluates = bool(eval_tasks and algorithm.eval_interval_steps)
+        evaluates = bool(eval_tasks)
 
         async def evaluate_now(at_step: int, label: str, make_tuner=models.make_tuner) -> None:
             columns.append(await evaluate_policy(run.episode_fn, eval_tasks, make_tuner, run.settings, run.judge, label, "model", at_step, progress))
@@ -148,7 +148,7 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             else:
                 for step in range(start_step, total_steps):
                     snapshot_ages = models.refresh_snapshots(step)
-                    if evaluates and step % algorithm.eval_interval_steps == 0:
+                    if evaluates and algorithm.evaluates_before(step):
                         await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
                     models.reseed(config.algorithm.seed, step)
                     metrics, episodes = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step, progress)
