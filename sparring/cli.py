@@ -3,6 +3,7 @@
     sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR | --overwrite]
     sparring train --conf config.yaml         # the same (AgentJet's spelling)
     sparring train guess_number               # a packaged game's name: its default config
+    sparring train guess_number --steps 2 --eval-tasks 8   # a short run
     sparring run config.yaml --tasks 2        # episodes without training, transcripts printed
     sparring eval config.yaml [--adapter PATH] [--tasks 100] [--output comparison.json]
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
@@ -90,6 +91,8 @@ def train(
     overrides: List[str] = OVERRIDES,
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from its latest checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in the config's run_dir (without it, a run folder that is not empty is refused)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Train this many steps (a short run: the same as --set train_dataset.total_steps=N)."),
+    eval_tasks: Optional[int] = typer.Option(None, "--eval-tasks", help="Evaluate on at most this many held-out tasks (the same as --set algorithm.eval_tasks=N)."),
     conf: Optional[Path] = typer.Option(None, "--conf", help="The job's YAML config, as a flag (AgentJet's spelling): the same as giving it as the argument."),
 ):
     """Train the workflow's trainable agents."""
@@ -107,6 +110,8 @@ def train(
             typer.echo(f"error: --resume {resume}: the folder {what}; give a run directory that `sparring train` wrote", err=True)
             raise typer.Exit(2)
         config = resume / "config.yaml"
+    shortcuts = {"train_dataset.total_steps": steps, "algorithm.eval_tasks": eval_tasks}
+    overrides = [*overrides, *(f"{field}={value}" for field, value in shortcuts.items() if value is not None)]
     if config is None:
         typer.echo(f"error: give a config file or a game's name ({', '.join(GAMES)}), or --resume RUN_DIR", err=True)
         raise typer.Exit(2)
