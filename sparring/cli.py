@@ -1,4 +1,4 @@
-"""`sparring` on the command line: train, debug-run, evaluate, serve, view a run and export what it trained.
+"""`sparring` on the command line: train, debug-run, evaluate, serve, view a run, export what it trained, start a game.
 
     sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR | --overwrite]
     sparring train --conf config.yaml         # the same (AgentJet's spelling)
@@ -9,6 +9,7 @@
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
     sparring view RUN_DIR [-o report.html] [--serve]          # one HTML file: curves, evaluation, token-level rollouts
     sparring export RUN_DIR OUT [--merged]                     # the trained adapter (or a merged model) for peft / transformers / vLLM
+    sparring new NAME [--dir PARENT]                           # a game of your own in NAME/, ready to train
 
 Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand instead.
 A bad config -- a field, the file, the workflow's import path, a dataset file,
@@ -34,7 +35,7 @@ import typer
 
 from .algorithms import METHODS_NOTE
 from .engine import export_adapter
-from .envs import GAMES, load_config
+from .envs import GAMES, load_config, new_game
 from .logging import format_transcript, print_table, serve_report, write_report
 from .logging.report import DEFAULT_ROLLOUT_STEPS
 from .trainer import ConfigError, DatasetError, EpisodesFailingError, Job, NothingTrainedError
@@ -222,6 +223,19 @@ def _shown_metrics(comparison) -> list[str]:
     names = {name for column in comparison.columns for name in column.estimates}
     shown = [name for name in sorted(names) if not (name.startswith(("agent/", "role/")) and not name.endswith("/win_rate")) and not name.startswith(("reward/", "time/"))]
     return (["reward/mean"] if "reward/mean" in names else []) + shown
+
+
+@app.command()
+def new(
+    name: str = typer.Argument(..., help="The game's name: a Python name; it names the folder and the workflow function."),
+    directory: Path = typer.Option(Path("."), "--dir", help="Where to create the game's folder."),
+):
+    """Create a game of your own (workflow, rules, tasks, baselines, config.yaml, data/) that trains as it is."""
+    with _config_errors():
+        folder = new_game(name, directory)
+    typer.echo(f"created {folder}/: workflow.py, rules.py, tasks.py, baselines.py, config.yaml, data/")
+    typer.echo(f"  sparring run {folder}/config.yaml --tasks 2")
+    typer.echo(f"  sparring train {folder}/config.yaml --steps 2 --eval-tasks 8")
 
 
 @app.command()
