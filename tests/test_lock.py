@@ -55,7 +55,7 @@ def installed_pins(*names: str) -> dict[str, str]:
     return pins
 
 
-@pytest.mark.parametrize(("extras", "side_lists"), [(["dev", "tensorboard"], []), (["bench"], ["bench"]), (["agentscope1"], ["agentscope1"])])
+@pytest.mark.parametrize(("extras", "side_lists"), [(["dev", "tensorboard", "datasets"], []), (["bench"], ["bench"]), (["agentscope1"], ["agentscope1"])])
 def test_every_declared_range_is_met_by_the_pinned_version(extras, side_lists):
     pins = installed_pins(*side_lists)
     unmet = []
