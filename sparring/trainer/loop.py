@@ -127,7 +127,7 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             """Log a trained step and checkpoint it when due; True when the run must stop (every episode failing)."""
             failing = streak.observe(episodes)
             untrained = signal.observe(episodes, metrics)
-            warning = failing or (None if algorithm.allow_nothing_trained else untrained)
+            warning = failing or (None if algorithm.allow_nothing_trained else untrained) or signal.collapse_warning(metrics)
             if warning:
                 log.warning("step %d: %s", step + 1, warning)
             result.history.append(metrics)

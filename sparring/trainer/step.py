@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from typing import Callable
 
-from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, compute_advantages
+from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, collapse_metrics, compute_advantages
 from ..integrations import TunerHandle
 from ..logging import ConsoleProgress, RolloutWriter, mean_metrics
 from ..rollout import Episode, RunnerSettings, run_episodes
@@ -43,7 +43,7 @@ async def learn(episodes: list[Episode], models: TrainingModels, settings: Runne
         drop_zero_variance=algorithm.drop_zero_variance_groups,
     )
     datums = build_datums(episodes, advantages.advantages)
-    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums)}
+    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums), **collapse_metrics(episodes)}
     if algorithm.kl_coef > 0:
         sampled_masks = build_sampled_masks(episodes, advantages.advantages)
         for name, data in datums.items():

@@ -10,6 +10,11 @@ cause in a warning on each such step, and a run in which no step trained a
 token raises `NothingTrainedError` at its end -- after its checkpoint, without
 a "final" adapter, which would only equal the initial one. A deliberate dry
 run opts out with `AlgorithmConfig.allow_nothing_trained`.
+
+Before a step trains nothing, the signal thins: more and more groups tie. When
+over half of a step's groups have tied for `THINNING_STEPS` steps in a row,
+`TrainingSignal` warns that the policy is collapsing (and again every
+`THINNING_STEPS` steps while it lasts), naming the collapse measures to read.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from ..rollout import Episode
 
 OPT_OUT = "algorithm.allow_nothing_trained=true"
 """The setting that makes a run that trains nothing a deliberate dry run."""
+THINNING_SHARE = 0.5
+"""A step whose share of tied (zero-variance) groups is above this one thins the signal."""
+THINNING_STEPS = 3
+"""Thinning steps in a row before the collapse warning."""
 
 
 class NothingTrainedError(RuntimeError):
@@ -55,15 +64,30 @@ class TrainingSignal:
     """Steps of this process's run that trained at least one token."""
     last_cause: str = ""
     """Why the last step that trained no token trained none."""
+    thinning_streak: int = 0
+    """Steps in a row on which over `THINNING_SHARE` of the groups tied."""
 
     def observe(self, episodes: list[Episode], metrics: dict[str, float]) -> str | None:
         """Count one step; the warning line when it trained no token, else None."""
+        tied = metrics.get("advantage/zero_variance_fraction", 0.0)
+        self.thinning_streak = self.thinning_streak + 1 if tied > THINNING_SHARE else 0
         cause = untrained_cause(episodes, metrics)
         if cause is None:
             self.trained_steps += 1
             return None
         self.last_cause = cause
         return f"trained no token: {cause}"
+
+    def collapse_warning(self, metrics: dict[str, float]) -> str | None:
+        """The warning line when the last observed step made the thinning streak a multiple of `THINNING_STEPS`."""
+        if not self.thinning_streak or self.thinning_streak % THINNING_STEPS:
+            return None
+        return (
+            f"the policy may be collapsing: over {THINNING_SHARE:.0%} of the groups tied for {self.thinning_streak} steps in a row "
+            f"({metrics.get('advantage/zero_variance_fraction', 0.0):.0%} now; collapse/entropy {metrics.get('collapse/entropy', float('nan')):.3f}, "
+            f"collapse/distinct_share {metrics.get('collapse/distinct_share', float('nan')):.2f}): "
+            "sample more diversely (model.temperature), vary opponents or seeds within a group, or give partial credit"
+        )
 
     @property
     def trained_anything(self) -> bool:
