@@ -318,16 +318,11 @@ def serve(
     Every request is bounded before it is accepted (context length, --max-request-tokens, LoRA rank, names), each
     Tinker session sees only its own models, samplers, requests and checkpoints, and SIGTERM drains for --drain-s.
     """
-    import ipaddress
-
     from .models import sparring_home
     from .server import ServerLimits, create_app, parse_served_base, serve_until_stopped
 
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback and not api_key:
+    host = host.removeprefix("[").removesuffix("]")  # [::1] as a URL writes it
+    if not _is_loopback(host) and not api_key:
         typer.echo(f"error: refusing to serve on {host} without an API key; pass --api-key KEY (or set SPARRING_API_KEY)", err=True)
         raise typer.Exit(2)
     named = [entry.partition("=") for entry in adapter]
@@ -354,6 +349,23 @@ def serve(
     serve_until_stopped(server_app, host, port, server_app.state.drain_clock)
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether `host` reaches this machine only: localhost, 127.0.0.0/8 in any form the resolver reads (127.1), ::1."""
+    import ipaddress
+    import socket
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        return ipaddress.ip_address(socket.inet_aton(host)).is_loopback
+    except OSError:
+        return False
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     app()
@@ -361,3 +373,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+

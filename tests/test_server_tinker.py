@@ -173,6 +173,13 @@ def test_serve_refuses_a_public_address_without_an_api_key():
     assert outcome.exit_code == 2 and "without an API key" in outcome.output
 
 
+def test_every_spelling_of_loopback_counts_as_loopback():
+    from sparring.cli import _is_loopback
+
+    assert all(_is_loopback(host) for host in ["127.0.0.1", "127.1", "127.255.0.9", "::1", "localhost"])
+    assert not any(_is_loopback(host) for host in ["0.0.0.0", "::", "10.0.0.1", "192.168.1.1", "128.0.0.1", "example.com"])
+
+
 # Protobuf codec against the SDK's generated code -----------------------------------------------
 
 

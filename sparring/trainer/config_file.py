@@ -14,6 +14,7 @@ import copy
 import os
 import re
 from pathlib import Path
+from collections.abc import Hashable
 from typing import Any, Sequence
 
 import yaml
@@ -21,6 +22,23 @@ from pydantic import BaseModel
 
 from .config import TuneConfig
 from .schema import ConfigError, child_annotation, short_repr
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a mapping that names a key twice is an error (PyYAML silently keeps the last)."""
+
+
+def _mapping_without_repeats(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    first_line: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, Hashable) and key in first_line:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first given on line {first_line[key]})", key_node.start_mark)
+        if isinstance(key, Hashable):
+            first_line[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_repeats)
 
 _NUMBER_PATTERN = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -78,7 +96,7 @@ def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()
     except UnicodeDecodeError as err:
         raise ConfigError(f"cannot read config file {path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
         raise ConfigError(_describe_yaml_error(path, err)) from None
     if data is None:
