@@ -125,6 +125,8 @@ def test_bad_requests_get_json_errors_and_leave_other_models_alone(server, tiny_
         assert other.status_code == 400 and "not served" in other.json()["detail"]
         not_json = client.post("/api/v1/create_model", content=b"{nope", headers={"content-type": "application/json"})
         assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["detail"]
+        too_deep = client.post("/api/v1/create_model", content=b"[" * 100_000, headers={"content-type": "application/json"})
+        assert too_deep.status_code == 400 and "nested too deeply" in too_deep.json()["detail"]
         bad_proto = client.post("/api/v1/forward_backward", content=b"\x0a\xff", headers={"content-type": "application/x-protobuf"})
         assert bad_proto.status_code == 400 and "protobuf" in bad_proto.json()["detail"]
 
