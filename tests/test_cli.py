@@ -61,7 +61,7 @@ def test_resume_from_the_run_directory_alone(tmp_path, tiny_model_dir):
     result = runner.invoke(app, ["train", "--resume", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     assert "2 steps" in result.output
-    assert [m["step"] for m in read_metrics(tmp_path / "run")] == [1, 2]
+    assert [m["step"] for m in read_metrics(tmp_path / "run") if "reward/mean" in m] == [1, 2]
 
 
 def test_eval_shows_win_rates_per_agent_but_not_their_rewards(tmp_path, tiny_model_dir):
@@ -95,8 +95,17 @@ def test_version_quiet_and_eval_progress(tmp_path, tiny_model_dir, caplog):
     assert talkative.exit_code == 0, talkative.output
     assert "eval untrained: 4/4 episodes" in talkative.output, "sparring eval counts its episodes"
 
-    quiet = runner.invoke(app, ["--quiet", "train", str(config), "--set", "logging.console=true", "--set", "logging.tensorboard=true"])
+    quiet = runner.invoke(app, ["--quiet", "train", str(config), "--set", "logging.console=true", "--set", "logging.tensorboard=true", "--set", "eval_dataset=null"])
     assert quiet.exit_code == 0, quiet.output
     assert "step 1/1" not in quiet.output and "episodes" not in quiet.output, "no progress lines"
     assert not [record for record in caplog.records if record.levelno == 30 and record.name.startswith("sparring")], "no warnings"
     assert "done: 1 steps" in quiet.output and "report (open in a browser):" in quiet.output, "results still shown"
+
+
+def test_steps_and_eval_tasks_make_a_short_run(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path, tiny_model_dir)
+    result = runner.invoke(app, ["train", str(config), "--steps", "2", "--eval-tasks", "1"])
+    assert result.exit_code == 0, result.output
+    records = read_metrics(tmp_path / "run")
+    assert [m["step"] for m in records if "reward/mean" in m] == [1, 2]
+    assert [m["eval/episodes"] for m in records if "eval/episodes" in m] == [1, 1], "before and after training, one task each"

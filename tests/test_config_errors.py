@@ -132,6 +132,7 @@ CASES = [
     Case("config_file_missing", ("cannot read config file elsewhere.yaml",), args=["train", "elsewhere.yaml"]),
     Case("config_file_invalid_yaml", ("job.yaml:2:", "invalid YAML"), file_text="workflow: x\n  bad: indentation: here\n"),
     Case("config_file_a_list", ("job.yaml", "top level must be a mapping"), file_text="- a\n- b\n"),
+    Case("config_file_duplicate_key", ("job.yaml:4:3", "duplicate key 'group_size' (first given on line 2)"), file_text="algorithm:\n  group_size: 4\n  learning_rate: 0.0001\n  group_size: 8\n"),
     Case("unknown_game", ("guess_numbr", "known games"), args=["train", "guess_numbr"]),
     # fields: unknown, wrong types, negative values, bounds
     Case("unknown_field", ("algorithm.gruop_size", "group_size"), put("algorithm.gruop_size", 4)),

@@ -160,7 +160,7 @@ def test_the_debate_runs_with_a_model_as_judge(tiny_model_dir, tmp_path):
         logging=QUIET,
     )
     (metrics,) = read_metrics(tmp_path / "run")
-    assert result.steps == 1 and metrics["workflow/error"] == 0.0
+    assert result.steps == 1 and metrics["episode/error_rate"] == 0.0
     assert {"workflow/judge_unparsable_rate", "workflow/tie_rate", "agent/pro/win_rate", "workflow/argument_words"} <= set(metrics)
 
 

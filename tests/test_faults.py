@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, WorkflowOutput, tune
 from sparring.logging import read_metrics, read_rollouts
 from sparring.cli import app
-from sparring.rollout import ERROR_KINDS, PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
+from sparring.rollout import ERROR_KINDS, Episode, PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
 from sparring.rollout.episode_clock import EpisodeClock, SharedTime
 from sparring.rollout.loop_interrupt import INTERRUPT_SIGNAL, MainThreadInterrupter
 from sparring.rollout.player import CANCEL_GRACE_S
@@ -126,8 +126,8 @@ def test_every_fault_is_an_error_episode_of_its_kind_and_the_healthy_ones_train(
     episodes = 2 * len(tasks)
     for kind in ERROR_KINDS:
         expected = 2 * sum(1 for found in FAULTS.values() if found == kind) / episodes
-        assert metrics.get(f"workflow/error_kind/{kind}", 0.0) == pytest.approx(expected), kind
-    assert metrics["workflow/error"] == pytest.approx(2 * len(FAULTS) / episodes)
+        assert metrics.get(f"episode/error_kind/{kind}", 0.0) == pytest.approx(expected), kind
+    assert metrics["episode/error_rate"] == pytest.approx(2 * len(FAULTS) / episodes)
     assert metrics["workflow/length"] > 0 and metrics["workflow/won"] == 1.0  # the healthy episodes' metrics
     rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl")
     assert sorted(row["task_id"] for row in rows) == sorted(task["task_id"] for task in tasks for _ in range(2))
@@ -278,8 +278,8 @@ def test_steps_in_which_every_episode_fails_warn_and_stop_the_run_after_a_checkp
 
 
 def test_a_healthy_step_ends_the_failure_streak():
-    failed = [type("E", (), {"error": "x", "error_kind": "exception"})()] * 2
-    healthy = [type("E", (), {"error": None, "error_kind": None})(), failed[0]]
+    failed = [Episode(task={}, group=0, timelines=[], rewards={}, error="x", error_kind="exception")] * 2
+    healthy = [Episode(task={}, group=0, timelines=[], rewards={}), failed[0]]
     streak = FailureStreak(limit=2)
     assert streak.observe(failed) and not streak.exhausted
     assert streak.observe(healthy) is None and streak.steps == 0
@@ -299,7 +299,7 @@ def test_an_episode_blocking_the_loop_past_its_time_is_interrupted_there_and_the
     (metrics,) = result.history
     # It ends at its own timeout + grace (its share of the sampler wait before it blocked counts), not 600 s later.
     assert TIMEOUT_S + CANCEL_GRACE_S <= metrics["time/rollout"] < TIMEOUT_S + CANCEL_GRACE_S + 5.0
-    assert metrics["workflow/error_kind/timeout"] == pytest.approx(1 / 8) and metrics["workflow/error"] == pytest.approx(1 / 8)  # counted once
+    assert metrics["episode/error_kind/timeout"] == pytest.approx(1 / 8) and metrics["episode/error_rate"] == pytest.approx(1 / 8)  # counted once
     rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl")
     (blocked,) = [row for row in rows if row["error"]]
     line = "time.sleep(600)" if fault == "sleep_forever" else "while True:"

@@ -55,7 +55,7 @@ def installed_pins(*names: str) -> dict[str, str]:
     return pins
 
 
-@pytest.mark.parametrize(("extras", "side_lists"), [(["dev"], []), (["bench"], ["bench"]), (["agentscope1"], ["agentscope1"])])
+@pytest.mark.parametrize(("extras", "side_lists"), [(["dev", "tensorboard", "datasets"], []), (["bench"], ["bench"]), (["agentscope1"], ["agentscope1"])])
 def test_every_declared_range_is_met_by_the_pinned_version(extras, side_lists):
     pins = installed_pins(*side_lists)
     unmet = []
@@ -85,3 +85,13 @@ def test_make_lock_reports_each_pin_that_moved():
         "  lock: transformers 5.23.0 -> 5.24.0",
         "  lock: uv (new) -> 0.13.9",
     ]
+
+
+def test_the_lock_installs_what_the_packaged_configs_log_to():
+    """A packaged config that turns TensorBoard on must not warn in `make demo` for want of the package."""
+    import yaml
+
+    configs = sorted((ROOT / "sparring" / "envs").glob("*/config.yaml"))
+    asking = [path.parent.name for path in configs if (yaml.safe_load(path.read_text()).get("logging") or {}).get("tensorboard", True)]
+    assert asking, "no packaged config turns TensorBoard on: this test checks nothing"
+    assert "tensorboard" in installed_pins(), f"{asking} log to TensorBoard but requirements/lock.txt does not install it"

@@ -9,6 +9,7 @@ import logging
 import math
 import re
 import sys
+import time
 import types
 
 import pytest
@@ -93,8 +94,9 @@ def test_tensorboard_events_file_is_written(tmp_path):
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is not None, reason="tensorboard is installed")
-def test_missing_tensorboard_is_skipped_with_one_log_line(tmp_path, caplog):
+def test_missing_tensorboard_is_skipped_with_one_log_line(tmp_path, caplog, monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "tensorboard" else find_spec(name, *rest))
     with caplog.at_level(logging.INFO, logger="sparring.logging.metrics"):
         with MetricsLogger(tmp_path, tensorboard=True) as metrics_logger:
             metrics_logger.log(1, {"reward/mean": 0.5})
@@ -330,6 +332,34 @@ def test_progress_draws_a_bar_with_the_latest_metrics_on_a_terminal(monkeypatch,
     assert "step 3/20 reward" not in out, "no plain lines when the bar is drawn"
 
 
+def test_progress_keeps_step_eta_and_reward_readable_at_80_columns(monkeypatch, capsys):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "80")
+    with TrainingProgress(total_steps=20) as progress:
+        counter = progress.episodes("step 2 rollouts", 8)
+        counter.add(_finished_episode(1.0, 5))
+        progress.update(1, {"reward/mean": 0.41234, "time/step": 12.34})
+        progress._progress.refresh()
+    out = capsys.readouterr().out
+    assert "1/20" in out and "reward=0.412 time=12.3s" in out and "1/8" in out
+    assert re.search(r"eta \d:\d\d:\d\d", out), "an ETA once a step is done, not -:--:--"
+
+
+def test_off_a_terminal_a_line_comes_at_least_every_interval_even_between_episodes(monkeypatch, capsys):
+    monkeypatch.setattr(progress_module, "PLAIN_LINE_INTERVAL_S", 0.2)
+    monkeypatch.setattr(progress_module, "HEARTBEAT_POLL_S", 0.05)
+    with TrainingProgress(total_steps=3) as progress:
+        progress.episodes("step 1 rollouts", 4)
+        time.sleep(0.5)  # a long rollout: no episode finishes
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) >= 2 and all(line == "  step 1 rollouts: 0/4 episodes, 0 tokens (0 tok/s)" for line in lines), lines
+    with TrainingProgress(total_steps=3) as progress:
+        progress.update(1, {"reward/mean": 1.0})
+        time.sleep(0.5)  # a long update: no phase in flight
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "step 1/3 reward=1.000" and len(lines) >= 2 and lines[1].startswith("step 2/3: still working"), lines
+
+
 def test_print_table_shows_title_columns_and_values(capsys):
     print_table(
         "before / after",
@@ -344,7 +374,7 @@ def test_print_table_shows_title_columns_and_values(capsys):
 
 def _finished_episode(reward: float, tokens: int, error: str | None = None) -> Episode:
     calls = [{"messages": [], "response": {}, "trainable": True, "prompt_tokens": 4, "completion_tokens": tokens}]
-    return Episode(task={}, group=0, timelines=[], rewards={"alice": reward}, metrics={"success": reward, "error": float(error is not None)}, error=error, transcripts={"alice": calls})
+    return Episode(task={}, group=0, timelines=[], rewards={"alice": reward}, metrics={"success": reward}, error=error, transcripts={"alice": calls})
 
 
 def test_episode_progress_prints_a_plain_summary_when_an_evaluation_ends_off_a_terminal(capsys):
@@ -367,6 +397,7 @@ def test_episode_progress_prints_periodic_lines_for_a_long_phase(monkeypatch, ca
 
 def test_episode_progress_is_a_bar_beside_the_step_bar_on_a_terminal(monkeypatch, capsys):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "160")  # a wide terminal shows the whole episode summary
     with TrainingProgress(total_steps=20) as progress:
         counter = progress.episodes("step 1 rollouts", 4)
         counter.add(_finished_episode(1.0, 5))

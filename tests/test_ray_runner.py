@@ -141,5 +141,5 @@ def test_raising_hanging_and_blocking_episodes_become_errors_and_the_rest_trains
     assert {row["task_id"]: row["error"] for row in rows} == {"fine": None, "raise": "ValueError: scripted failure", "hang": "timed out after 3s", "block": "timed out after 3s"}
     assert {row["task_id"]: row["advantage"] for row in rows} == {"fine": 1.0, "raise": -0.5, "hang": -0.5, "block": -0.5}  # reinforce: the reward
     metrics = read_metrics(tmp_path / "run")[0]
-    assert metrics["workflow/error"] == pytest.approx(0.75) and metrics["tokens/trained"] > 0 and "train/loss" in metrics
+    assert metrics["episode/error_rate"] == pytest.approx(0.75) and metrics["tokens/trained"] > 0 and "train/loss" in metrics
     assert metrics["time/rollout"] < 120  # the hanging and blocked workers (600 s) were abandoned, the step went on

@@ -134,7 +134,7 @@ def test_crashes_and_timeouts_become_penalised_episodes(models):
 
     (crashed,) = run(crashes, models, error_reward=-0.25)
     assert crashed.error == "RuntimeError: board exploded" and crashed.rewards == {"policy": -0.25}
-    assert crashed.metrics["error"] == 1.0 and len(crashed.timelines) == 1
+    assert crashed.failed and crashed.failure[0] == "exception" and len(crashed.timelines) == 1
     (hung,) = run(hangs, models, episode_timeout_s=3.0)
     assert hung.error.startswith("timed out") and hung.rewards == {"policy": -0.1}
 

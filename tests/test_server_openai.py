@@ -371,13 +371,15 @@ def test_malformed_json_and_a_wrong_api_key_are_4xx(tiny_model_dir, served_app):
     async def post():
         async with in_process(served_app) as client:
             malformed = await client.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+            too_deep = await client.post("/v1/chat/completions", content=b"[" * 100_000, headers={"content-type": "application/json"})
         async with in_process(guarded) as client:
             wrong_key = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": []}, headers={"Authorization": "Bearer guess"})
             listed = await client.get("/v1/models", headers={"Authorization": "Bearer secret"})
-        return malformed, wrong_key, listed
+        return malformed, too_deep, wrong_key, listed
 
-    malformed, wrong_key, listed = asyncio.run(post())
+    malformed, too_deep, wrong_key, listed = asyncio.run(post())
     assert malformed.status_code == 400 and "not valid JSON" in malformed.json()["error"]["message"]
+    assert too_deep.status_code == 400 and "nested too deeply" in too_deep.json()["error"]["message"]
     assert wrong_key.status_code == 401 and wrong_key.json()["error"]["type"] == "authentication_error"
     assert listed.json()["data"] == [{"id": "tiny", "object": "model", "created": 0, "owned_by": "sparring"}]
 

@@ -125,6 +125,8 @@ def test_bad_requests_get_json_errors_and_leave_other_models_alone(server, tiny_
         assert other.status_code == 400 and "not served" in other.json()["detail"]
         not_json = client.post("/api/v1/create_model", content=b"{nope", headers={"content-type": "application/json"})
         assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["detail"]
+        too_deep = client.post("/api/v1/create_model", content=b"[" * 100_000, headers={"content-type": "application/json"})
+        assert too_deep.status_code == 400 and "nested too deeply" in too_deep.json()["detail"]
         bad_proto = client.post("/api/v1/forward_backward", content=b"\x0a\xff", headers={"content-type": "application/x-protobuf"})
         assert bad_proto.status_code == 400 and "protobuf" in bad_proto.json()["detail"]
 
@@ -171,6 +173,13 @@ def test_old_snapshot_samplers_are_released_past_the_cap_and_finishing_a_session
 def test_serve_refuses_a_public_address_without_an_api_key():
     outcome = CliRunner().invoke(cli_app, ["serve", "--host", "0.0.0.0"], env={"SPARRING_API_KEY": ""})
     assert outcome.exit_code == 2 and "without an API key" in outcome.output
+
+
+def test_every_spelling_of_loopback_counts_as_loopback():
+    from sparring.cli import _is_loopback
+
+    assert all(_is_loopback(host) for host in ["127.0.0.1", "127.1", "127.255.0.9", "::1", "localhost"])
+    assert not any(_is_loopback(host) for host in ["0.0.0.0", "::", "10.0.0.1", "192.168.1.1", "128.0.0.1", "example.com"])
 
 
 # Protobuf codec against the SDK's generated code -----------------------------------------------

@@ -202,7 +202,7 @@ def test_load_with_overrides(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text("algorithm:\n  group_size: 4\n")
     assert load_config_file(path, ["algorithm.group_size=2", "model.max_tokens=32"]).algorithm.group_size == 2
-    with pytest.raises(ConfigError, match=rf"^{path}: algorithm\.size: unknown field"):
+    with pytest.raises(ConfigError, match=r"^--set algorithm\.size=2: algorithm\.size: unknown field"):
         load_config_file(path, ["algorithm.size=2"])
 
 
@@ -311,7 +311,7 @@ def test_unimportable_workflow_runs_but_cannot_be_saved(tmp_path, monkeypatch):
 
     calls = []
     fake_loop = types.ModuleType("sparring.trainer.loop")
-    fake_loop.run_training = lambda config, workflow=None, judge=None, resume=None: calls.append((config, workflow, judge, resume)) or "result"
+    fake_loop.run_training = lambda config, workflow=None, judge=None, resume=None, overwrite=False: calls.append((config, workflow, judge, resume)) or "result"
     monkeypatch.setitem(sys.modules, "sparring.trainer.loop", fake_loop)
     assert job.tune(resume="runs/old") == "result"
     assert calls == [(job.config, local_workflow, None, "runs/old")]

@@ -181,5 +181,5 @@ def test_two_training_steps_on_the_tiny_model(tiny_model_dir, tmp_path):
     )
     assert result.steps == 2
     metrics = read_metrics(tmp_path / "run")
-    assert metrics[-1]["workflow/error"] == 0.0 and metrics[-1]["train/datums"] > 0
+    assert metrics[-1]["episode/error_rate"] == 0.0 and metrics[-1]["train/datums"] > 0
     assert {"workflow/success", "workflow/questions", "workflow/invalid_action_rate", "agent/policy/reward"} <= set(metrics[-1])

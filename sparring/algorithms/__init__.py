@@ -1,4 +1,4 @@
-"""RL algorithms: advantage estimators over episode groups, assembly of episodes into datums, evaluation intervals."""
+"""RL algorithms: advantage estimators over episode groups, assembly of episodes into datums, collapse measures, evaluation intervals."""
 
 from .advantages import (
     ADVANTAGE_ESTIMATORS,
@@ -11,6 +11,7 @@ from .advantages import (
     rloo,
 )
 from .assembly import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks
+from .collapse import collapse_metrics
 from .intervals import METHODS_NOTE, Estimate, bootstrap_interval, estimate, separation, wilson_interval
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "bootstrap_interval",
     "build_datums",
     "build_sampled_masks",
+    "collapse_metrics",
     "compute_advantages",
     "estimate",
     "get_estimator",

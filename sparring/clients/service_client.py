@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..engine import BASE_MODEL_FILE, EngineConfig, get_engine
+from ..engine import EngineConfig, get_engine
+from ..engine.export import base_model_name
 from ..engine import operations as ops
 from ..models import sparring_home
 from .remote import RemoteServiceClient
@@ -94,15 +95,6 @@ class ServiceClient:
 
 def _base_model_of(model_path: str) -> str:
     """The base model a saved adapter was trained on: as sparring named it, else from its PEFT config."""
-    import json
-
-    config = Path(model_path) / "adapter_config.json"
-    if not config.exists():
+    if not (Path(model_path) / "adapter_config.json").exists():
         raise FileNotFoundError(f"{model_path} is not a saved sampler checkpoint (no adapter_config.json)")
-    named = Path(model_path) / BASE_MODEL_FILE
-    if named.is_file():
-        return named.read_text(encoding="utf-8").strip()
-    base = json.loads(config.read_text()).get("base_model_name_or_path")
-    if not base:
-        raise ValueError(f"{config} does not name its base model; pass base_model=")
-    return base
+    return base_model_name(Path(model_path))

@@ -16,10 +16,13 @@ price is a second copy of the adapted weights while merged.
 Saved adapters are plain PEFT directories (adapter_config.json +
 adapter_model.safetensors), loadable by `peft.PeftModel.from_pretrained` and
 by vLLM. Their config says `task_type: CAUSAL_LM` and names as base the
-Hugging Face directory the base weights came from, so
-`AutoPeftModelForCausalLM.from_pretrained(adapter_dir)` loads one with no
-sparring around; the sparring name of the base (a catalogue name such as
-`smollm2-135m-instruct`) is kept beside it in `BASE_MODEL_FILE`.
+model's Hugging Face hub id where the catalogue knows one
+(`HuggingFaceTB/SmolLM2-135M-Instruct`), else the Hugging Face directory the
+base weights came from, so `AutoPeftModelForCausalLM.from_pretrained(adapter_dir)`
+loads one with no sparring around, on another machine too. sparring's own
+metadata sits beside it: the sparring name of the base (a catalogue name such
+as `smollm2-135m-instruct`, or the path given) in `BASE_MODEL_FILE`, and the
+local directory of its weights in `BASE_MODEL_DIR_FILE`.
 """
 
 from __future__ import annotations
@@ -36,9 +39,13 @@ from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file, save_file
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 
+from ..models import hub_id
+
 DEFAULT_LORA_ALPHA = 32
 BASE_MODEL_FILE = "sparring_base_model.txt"
 """In a saved adapter: the base model as sparring names it (what `get_engine` loads it by)."""
+BASE_MODEL_DIR_FILE = "sparring_base_model_dir.txt"
+"""In a saved adapter: the local Hugging Face directory the base weights came from (the config names the hub id)."""
 
 
 def linear_layer_groups(model: torch.nn.Module) -> dict[str, set[str]]:
@@ -133,10 +140,12 @@ class AdapterBank:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         config = copy.copy(self.peft_model.peft_config[name])
-        config.base_model_name_or_path = str(self.base_model_dir) if self.base_model_dir is not None else self.base_model_name
+        local = str(self.base_model_dir) if self.base_model_dir is not None else self.base_model_name
+        config.base_model_name_or_path = hub_id(self.base_model_name) or local
         config.task_type = "CAUSAL_LM"
         config.save_pretrained(str(path))
         (path / BASE_MODEL_FILE).write_text(self.base_model_name + "\n", encoding="utf-8")
+        (path / BASE_MODEL_DIR_FILE).write_text(local + "\n", encoding="utf-8")
 
         state = {k: v.detach().to("cpu").contiguous() for k, v in get_peft_model_state_dict(self.peft_model, adapter_name=name, save_embedding_layers=False).items()}
         save_file(state, str(path / "adapter_model.safetensors"), metadata={"format": "pt"})

@@ -5,6 +5,7 @@ from sparring.models.catalogue import (
     ModelNotInstalledError,
     ModelSpec,
     UnknownModelError,
+    hub_id,
     resolve_model,
     sparring_home,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "build_tiny_model",
     "converted_cache_dir",
     "get_renderer",
+    "hub_id",
     "load_base_model",
     "load_tokenizer",
     "parse_device",

@@ -79,6 +79,16 @@ KNOWN_MODELS: dict[str, Callable[[], ModelSpec]] = {
     "smollm2-135m-instruct": _smollm2_135m_instruct,
 }
 """Catalogue name -> function locating that model's files (lazy, may raise ModelNotInstalledError)."""
+HUB_IDS: dict[str, str] = {
+    "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+}
+"""Catalogue name -> the Hugging Face hub id of the same weights: what saved adapters name as their base, so they
+load anywhere (`AutoPeftModelForCausalLM` finds the base by that id, in the hub or its cache)."""
+
+
+def hub_id(name_or_path: str) -> str | None:
+    """The hub id of a catalogue model (case-insensitive name); None for a local path or a model the catalogue lacks."""
+    return HUB_IDS.get(str(name_or_path).strip().lower())
 
 
 def resolve_model(name_or_path: str) -> ModelSpec:

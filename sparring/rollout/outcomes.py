@@ -6,7 +6,7 @@ metrics and turn rewards, all finite floats, and raises `EpisodeFault` with
 one of `ERROR_KINDS` when something does not fit. The runner makes such an
 episode (and one that raised or timed out) an error episode with the
 penalty reward; the trainer logs the share of each kind as
-`workflow/error_kind/<kind>`.
+`episode/error_kind/<kind>`.
 
 A number is anything Python turns into a float by itself (int, float, bool,
 numpy and 0-d torch scalars); a string is not, even "0.5".
@@ -55,6 +55,8 @@ class CheckedOutcome:
     """The workflow's (and judge's, as `judge/<name>`) metrics."""
     turn_rewards: dict[str, list[float]] = field(default_factory=dict)
     """Per agent, the extra reward of each of its trainable calls."""
+    reward: float | None = None
+    """The one reward given for all trainable agents (kept when none spoke); None when it was given per agent."""
 
 
 async def checked_outcome(output: Any, task: dict, tuner: ModelRouter, judge: Callable | None, calls: Counter[str]) -> CheckedOutcome:
@@ -79,10 +81,9 @@ async def checked_outcome(output: Any, task: dict, tuner: ModelRouter, judge: Ca
         if missing:
             raise EpisodeFault("bad_reward", f"the reward dict {sorted(reward, key=str)} has no entry for trainable agents {missing}")
         rewards = {agent: _reward(reward[agent], f"reward[{agent!r}]") for agent in agents}
-    else:
-        value = _reward(reward, "reward")
-        rewards = {agent: value for agent in agents}
-    return CheckedOutcome(rewards, metrics, _turn_rewards(output.turn_rewards, calls))
+        return CheckedOutcome(rewards, metrics, _turn_rewards(output.turn_rewards, calls))
+    value = _reward(reward, "reward")
+    return CheckedOutcome({agent: value for agent in agents}, metrics, _turn_rewards(output.turn_rewards, calls), reward=value)
 
 
 def _number(value: Any) -> float | None:

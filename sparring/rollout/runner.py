@@ -106,13 +106,14 @@ async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: Mode
         group=group,
         timelines=merge_calls(recorder.calls),
         rewards=rewards,
-        metrics={**(outcome.metrics if outcome else {}), "error": float(outcome is None)},
+        metrics=outcome.metrics if outcome else {},
         roles=dict(recorder.roles),
         error=error,
         error_kind=error_kind,
         transcripts=recorder.transcripts,
         num_calls=len(recorder.calls),
         turn_rewards=outcome.turn_rewards if outcome else {},
+        reward=outcome.reward if outcome else None,
     )
 
 

@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+REPORTED_ERROR_METRIC = "error"
+"""A workflow metric that, at 1 (or more), reports the episode failed: it counts as failed (the failing-streak stop
+included) while its reward and metrics are kept as the workflow gave them."""
+REPORTED_ERROR_KIND = "reported_error"
+"""The failure kind of an episode whose workflow reported `REPORTED_ERROR_METRIC`."""
+
 
 @dataclass
 class WorkflowOutput:
@@ -109,3 +115,22 @@ class Episode:
     """Trainable model calls made (before merging)."""
     turn_rewards: dict[str, list[float]] = field(default_factory=dict)
     """Per agent, the extra reward of each of its calls (`WorkflowOutput.turn_rewards`); empty without per-turn credit."""
+    reward: float | None = None
+    """The one reward the workflow (or judge) gave for all trainable agents, kept even when none of them spoke;
+    None when it gave a reward per agent, or the episode failed."""
+
+    @property
+    def failed(self) -> bool:
+        """The episode raised, timed out or returned an outcome that does not fit, or the workflow reported its own
+        `error` metric of 1 (or more)."""
+        return self.error is not None or self.metrics.get(REPORTED_ERROR_METRIC, 0.0) >= 1.0
+
+    @property
+    def failure(self) -> tuple[str, str] | None:
+        """(kind, reason) of a failed episode: its error kind and error, or 'reported_error' for a workflow-reported
+        failure; None when it did not fail."""
+        if self.error is not None:
+            return self.error_kind or "exception", self.error
+        if self.failed:
+            return REPORTED_ERROR_KIND, f"the workflow reported {REPORTED_ERROR_METRIC}={self.metrics[REPORTED_ERROR_METRIC]:g}"
+        return None

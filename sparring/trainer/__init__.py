@@ -8,6 +8,7 @@ from .failure_streak import EpisodesFailingError
 from .job import Job
 from .loop import RunResult, run_training, run_training_async
 from .schema import ConfigError
+from .training_signal import NothingTrainedError
 from .tune import tune
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "Job",
     "RunResult",
     "LoggingConfig",
+    "NothingTrainedError",
     "TaskStream",
     "TuneConfig",
     "TunerModelConfig",

@@ -216,7 +216,8 @@ class AlgorithmConfig(ConfigRecord):
     save_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     """Write a checkpoint every N steps; 0 writes one only at the end."""
     eval_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
-    """Evaluate on held-out tasks every N steps; 0 disables periodic evaluation."""
+    """Evaluate on the held-out tasks every N steps (and after the last); 0 evaluates them before the first step and
+    after the last only. A run without held-out tasks evaluates nothing."""
     eval_tasks: int | None = Field(default=None, ge=1, le=MAX_TASKS)
     """Evaluate on at most this many held-out tasks; None uses them all."""
     max_concurrency: int = Field(default=RunnerSettings.max_concurrency, ge=1, le=MAX_CONCURRENCY)
@@ -232,6 +233,9 @@ class AlgorithmConfig(ConfigRecord):
     weights that train on it; 0 is the on-policy loop (rollout, then train). Evaluation steps drain the pipeline."""
     stop_after_failed_steps: int = Field(default=3, ge=0, le=MAX_STEPS)
     """Stop the run (after saving a checkpoint) when every episode failed in this many steps in a row; 0 never stops."""
+    allow_nothing_trained: bool = False
+    """A deliberate dry run: steps that train no token are not warned about, and a run that trained none ends normally
+    (with a "final" adapter equal to the initial one) instead of raising `NothingTrainedError`."""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed for sampling and any other randomness of the run."""
     runner: Literal["local", "ray"] = "local"
@@ -269,6 +273,11 @@ class AlgorithmConfig(ConfigRecord):
         if "loss_fn" in info.data:  # absent when loss_fn itself failed validation
             check_loss_config(info.data["loss_fn"], value)
         return value
+
+    def evaluates_before(self, step: int) -> bool:
+        """Whether the held-out tasks are evaluated before `step` (0-based): every `eval_interval_steps`, or before the
+        first step when that is 0."""
+        return step % self.eval_interval_steps == 0 if self.eval_interval_steps else step == 0
 
     def adam_params(self) -> AdamParams:
         """The optimizer settings as the `optim_step` argument."""

@@ -1,7 +1,8 @@
 """The job YAML file: reading it (with ``--set section.field=value`` overrides) and writing it.
 
 `load_config_file` reads and validates a job file, every error prefixed with
-the file name; `apply_overrides` implements ``--set`` against the
+the file name, or with the `--set` override it comes from; import paths that
+name a file or module beside the config file resolve against its folder; `apply_overrides` implements ``--set`` against the
 `TuneConfig` schema, so a typo is reported with the keys that would have
 worked; `dump_config` writes a config back, every field included, so a run
 directory holds the exact file that reproduces it.
@@ -13,6 +14,7 @@ import copy
 import os
 import re
 from pathlib import Path
+from collections.abc import Hashable
 from typing import Any, Sequence
 
 import yaml
@@ -20,6 +22,23 @@ from pydantic import BaseModel
 
 from .config import TuneConfig
 from .schema import ConfigError, child_annotation, short_repr
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a mapping that names a key twice is an error (PyYAML silently keeps the last)."""
+
+
+def _mapping_without_repeats(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    first_line: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, Hashable) and key in first_line:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first given on line {first_line[key]})", key_node.start_mark)
+        if isinstance(key, Hashable):
+            first_line[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_repeats)
 
 _NUMBER_PATTERN = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -77,7 +96,7 @@ def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()
     except UnicodeDecodeError as err:
         raise ConfigError(f"cannot read config file {path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
         raise ConfigError(_describe_yaml_error(path, err)) from None
     if data is None:
@@ -86,11 +105,29 @@ def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()
         raise ConfigError(f"{path}: the top level must be a mapping of config sections, not {type(data).__name__}")
     if dataset_root is not None:
         _rebase_dataset_paths(data, Path(dataset_root))
+    _rebase_import_paths(data, path.parent)
+    for override in overrides:
+        try:
+            data = apply_overrides(data, [override])
+        except ConfigError as err:
+            raise ConfigError(f"--set {override}: {err}") from None
     try:
-        data = apply_overrides(data, overrides)
+        return TuneConfig.from_dict(data)
     except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from None
-    return TuneConfig.from_dict(data, source=str(path))
+        raise ConfigError(f"{_blamed(err.problems, overrides) or path}: {err}", err.problems) from None
+
+
+def _blamed(problems: Sequence[str], overrides: Sequence[str]) -> str | None:
+    """`--set PATH=VALUE` when every problem is at a field an override set (or inside it, or its section); else None."""
+    keys = [override.partition("=")[0].strip() for override in overrides]
+    blamed = []
+    for problem in problems:
+        location = problem.partition(":")[0]
+        culprit = next((key for key in keys if location == key or location.startswith(key + ".") or key.startswith(location + ".")), None)
+        if culprit is None:
+            return None
+        blamed.append(next(override for override in overrides if override.partition("=")[0].strip() == culprit))
+    return ", ".join(f"--set {override}" for override in dict.fromkeys(blamed)) or None
 
 
 def _describe_yaml_error(path: Path, err: yaml.YAMLError) -> str:
@@ -107,6 +144,29 @@ def _rebase_dataset_paths(data: dict[str, Any], root: Path) -> None:
         dataset = data.get(section)
         if isinstance(dataset, dict) and isinstance(dataset.get("path"), str):
             dataset["path"] = str(root / dataset["path"])
+
+
+def _rebase_import_paths(data: dict[str, Any], folder: Path) -> None:
+    """Point the workflow, judge and baseline import paths that name a file or module in the config file's `folder` at
+    that file, so they resolve against the config's folder first, never against a same-named folder in the working
+    directory (`rhyme:rhyme` next to `config.yaml` is `<folder>/rhyme.py:rhyme` wherever the command runs)."""
+
+    def rebased(import_path: Any) -> Any:
+        if not isinstance(import_path, str):
+            return import_path
+        module, separator, attr = import_path.replace("->", ":").rpartition(":")
+        if not separator or not module:
+            return import_path
+        candidate = folder / module if module.endswith(".py") else folder / f"{module}.py"
+        if Path(module).is_absolute() or not candidate.is_file():
+            return import_path
+        return f"{candidate.resolve()}:{attr}"
+
+    for field in ("workflow", "judge"):
+        if field in data:
+            data[field] = rebased(data[field])
+    if isinstance(data.get("baselines"), dict):
+        data["baselines"] = {name: rebased(import_path) for name, import_path in data["baselines"].items()}
 
 
 def dump_config(config: TuneConfig, path: str | os.PathLike[str]) -> Path:

@@ -2,8 +2,9 @@
 run that trained nothing fails.
 
 Failed episodes are data, so a step goes on training its healthy episodes.
-A step in which none is healthy trains nothing (every agent gets the same
-penalty reward), and such steps in a row mean the workflow is broken, not
+A step in which none is healthy (each raised, timed out, returned an outcome
+that does not fit, or reported its own `error` metric of 1) trains nothing
+useful, and such steps in a row mean the workflow is broken, not
 unlucky: `FailureStreak` warns on each one with the commonest error kind and
 an example message, and once `AlgorithmConfig.stop_after_failed_steps` of
 them come in a row the loop saves a checkpoint and raises
@@ -44,15 +45,16 @@ class FailureStreak:
 
     def observe(self, episodes: list[Episode]) -> str | None:
         """Count one step; the warning line when every episode of it failed, else None (and the streak ends)."""
-        if not episodes or not all(episode.error for episode in episodes):
+        if not episodes or not all(episode.failed for episode in episodes):
             self.steps = 0
             self.healthy_steps += 1
             return None
+        failures = [episode.failure for episode in episodes]
         if self.steps == 0:
-            self.first_error = f"{episodes[0].error_kind}: {episodes[0].error}"
+            self.first_error = ": ".join(failures[0])
         self.steps += 1
-        kind, count = Counter(episode.error_kind for episode in episodes).most_common(1)[0]
-        example = next(episode.error for episode in episodes if episode.error_kind == kind)
+        kind, count = Counter(kind for kind, _ in failures).most_common(1)[0]
+        example = next(reason for failed_kind, reason in failures if failed_kind == kind)
         self.commonest = f"{kind} in {count} of {len(episodes)} episodes, e.g. {example}"
         return f"every episode of this step failed ({self.steps} step(s) in a row); commonest error: {self.commonest}"
 

@@ -1,7 +1,8 @@
 """Import paths: the strings by which YAML names a workflow, a judge or a baseline policy, both ways.
 
 `import_object` resolves 'package.module:attr', 'package.module.attr' or
-'path/to/file.py:attr' to the object, raising `ConfigError` that says which
+'path/to/file.py:attr' to the object (a file imports its sibling modules as
+`python file.py` would), raising `ConfigError` that says which
 part failed; `importable_path` is its inverse, the path a `Job` writes to
 YAML for an object given in Python (None when importing could not give it
 back: a lambda, a nested function, an interactive session's function).
@@ -87,11 +88,14 @@ def _import_file(file_name: str) -> types.ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
+    sys.path.insert(0, str(path.parent))  # its sibling modules import as they would for `python file.py`
     try:
         spec.loader.exec_module(module)
     except Exception as err:
         del sys.modules[module_name]
         raise ConfigError(f"cannot import from {file_name!r}: running the file failed: {type(err).__name__}: {_one_line(err)}") from err
+    finally:
+        sys.path.remove(str(path.parent))
     return module
 
 

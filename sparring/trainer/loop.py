@@ -12,13 +12,15 @@ Episodes sample from the live adapters, so each step sees the weights of the
 step before; with `algorithm.max_staleness` > 0 the rollouts of later steps
 run on frozen older weights while a step trains instead (`pipeline.py`). Snapshot opponents are retaken at the start of the steps they
 are due (`TunerModelConfig.snapshot_interval_steps`). Every
-`eval_interval_steps` the held-out tasks are evaluated (the configured
+`eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the configured
 `baselines` once, beside the first evaluation; every number with a 95 %
 interval, see `evaluation.py`), and the comparison is written to
 `evaluation.json`; every `save_interval_steps`, at the end and on Ctrl-C, a
 checkpoint is written (see `checkpoints.py`) from which `resume` continues
-exactly. Failed episodes are data: a step trains its healthy episodes and
-logs the share of each error kind (`workflow/error_kind/<kind>`); a step in
+exactly. A step that trained no token is warned about with its cause, and a
+run in which no step trained one raises `NothingTrainedError` at its end,
+without a "final" adapter (`training_signal.py`; opt out for dry runs). Failed episodes are data: a step trains its healthy episodes and
+logs the share of each error kind (`episode/error_kind/<kind>`); a step in
 which every episode failed is warned about, `stop_after_failed_steps`
 of them in a row stop the run after a checkpoint, and a run whose every step
 failed whole raises at its end; neither writes a "final" adapter
@@ -45,7 +47,9 @@ from .failure_streak import EpisodesFailingError, FailureStreak
 from .models import TrainingModels
 from .pipeline import RolloutPipeline
 from .resolve import resolve_run
+from .run_folder import claim_run_folder
 from .step import learn, run_rollout
+from .training_signal import OPT_OUT, NothingTrainedError, TrainingSignal
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +78,19 @@ class RunResult:
     """The reward curve as a PNG (`reward.png`; the same chart as `reward.svg` beside it), written at the end."""
 
 
-def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
+def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False) -> RunResult:
     """Train; blocks until done. From async code, `await run_training_async(...)`."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(run_training_async(config, workflow, judge, resume))
+        return asyncio.run(run_training_async(config, workflow, judge, resume, overwrite))
     raise RuntimeError("run_training was called inside a running event loop; use `await run_training_async(...)`")
 
 
-async def run_training_async(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None) -> RunResult:
+async def run_training_async(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False) -> RunResult:
+    """Train in `config.run_dir` (new or empty; `overwrite` replaces a run there), or continue the run in `resume`."""
     run_dir = Path(resume) if resume else Path(config.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    claim_run_folder(run_dir, resume=bool(resume), overwrite=overwrite)
     run = resolve_run(config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     algorithm, models, stream = config.algorithm, run.models, run.stream
@@ -94,14 +100,16 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
         start_step, saved_versions = restore_checkpoint(checkpoint, models, stream)
         log.info("resumed %s at step %d", run_dir, start_step)
     result = RunResult(run_dir=run_dir, steps=start_step)
+    previous_metrics = [record for record in read_metrics(run_dir) if record["step"] <= start_step] if start_step else []
     total_steps = stream.num_steps
     pipeline: RolloutPipeline | None = None
     with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
         rollouts = RolloutWriter(run_dir) if config.logging.save_rollouts else None
         streak = FailureStreak(algorithm.stop_after_failed_steps)
+        signal = TrainingSignal(trained_before=start_step > 0 and any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics))
         columns: list[PolicyEvaluation] = []
         eval_tasks = run.eval_tasks[: algorithm.eval_tasks] if algorithm.eval_tasks else run.eval_tasks
-        evaluates = bool(eval_tasks and algorithm.eval_interval_steps)
+        evaluates = bool(eval_tasks)
 
         async def evaluate_now(at_step: int, label: str, make_tuner=models.make_tuner) -> None:
             columns.append(await evaluate_policy(run.episode_fn, eval_tasks, make_tuner, run.settings, run.judge, label, "model", at_step, progress))
@@ -117,7 +125,9 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
 
         async def finish_step(step: int, metrics: dict[str, float], episodes: list[Episode]) -> bool:
             """Log a trained step and checkpoint it when due; True when the run must stop (every episode failing)."""
-            warning = streak.observe(episodes)
+            failing = streak.observe(episodes)
+            untrained = signal.observe(episodes, metrics)
+            warning = failing or (None if algorithm.allow_nothing_trained else untrained) or signal.collapse_warning(metrics)
             if warning:
                 log.warning("step %d: %s", step + 1, warning)
             result.history.append(metrics)
@@ -138,7 +148,7 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             else:
                 for step in range(start_step, total_steps):
                     snapshot_ages = models.refresh_snapshots(step)
-                    if evaluates and step % algorithm.eval_interval_steps == 0:
+                    if evaluates and algorithm.evaluates_before(step):
                         await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
                     models.reseed(config.algorithm.seed, step)
                     metrics, episodes = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step, progress)
@@ -149,7 +159,8 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             result.interrupted = True
             log.warning("interrupted: saving a checkpoint at step %d", result.steps)
         failure = None if result.interrupted else streak.failure(result.steps)
-        if evaluates and not result.interrupted and failure is None:
+        untrained = not signal.trained_anything and not algorithm.allow_nothing_trained and not result.interrupted and failure is None
+        if evaluates and not result.interrupted and failure is None and not untrained:
             await evaluate_now(result.steps, "trained")
         if columns:
             # Model columns first (in step order), then the baselines; the last model evaluation is the subject.
@@ -157,8 +168,8 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             result.comparison = Comparison(models_first, subject=[c for c in columns if c.kind == "model"][-1].label)
             result.comparison.write(run_dir)
     checkpoint = save_checkpoint(run_dir, result.steps, models, resume_point(result.steps))
-    trained_nothing = not streak.healthy_steps and not start_step  # e.g. interrupted before a step trained
-    if failure is None and not trained_nothing:
+    no_healthy_step = not streak.healthy_steps and not start_step  # e.g. interrupted before a step trained
+    if failure is None and not untrained and not no_healthy_step:
         result.sampler_paths = models.save_for_sampler("final")
     records = read_metrics(run_dir)
     write_reward_plot(run_dir, records)
@@ -167,6 +178,8 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
     if failure is not None:
         then = f"continue with `sparring train --resume {run_dir}`" if result.steps < total_steps else "run it again"
         raise EpisodesFailingError(f"{failure}. Checkpoint saved at {checkpoint}, no final adapter written; fix the workflow and {then}")
+    if untrained:
+        raise NothingTrainedError(f"{signal.failure(result.steps)}. Checkpoint saved at {checkpoint}, no final adapter written; for a deliberate dry run set {OPT_OUT}")
     return result
 
 

@@ -174,7 +174,7 @@ class RolloutPipeline:
             frozen = await self._future(self._ready, version)
             await self._refresh_snapshots(step, version, frozen)
             make_tuner = self.models.frozen_tuner(frozen.samplers)
-            if self.evaluate is not None and step % self.algorithm.eval_interval_steps == 0:
+            if self.evaluate is not None and self.algorithm.evaluates_before(step):
                 await self.evaluate(step, "untrained" if step == 0 else f"step {step}", make_tuner)
             self.models.reseed(self.algorithm.seed, step)
             started = time.perf_counter()

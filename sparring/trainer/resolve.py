@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..clients import ServiceClient
+from ..clients import SamplingClient, ServiceClient, TrainingClient
 from ..engine import EngineConfig
 from ..models import ModelNotInstalledError, UnknownModelError, parse_device, resolve_model
 from ..rollout import ChatModel, FrozenChatModel, OpenAIChatModel, PolicyChatModel, RunnerSettings, ScriptedPolicy, WorkflowSignatureError, as_episode_fn
@@ -177,6 +177,7 @@ def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
         field = "model" if config.models is None else f"models.{key}"
         with _loads(f"{field}.model_path", model):
             client = service_for(model).create_lora_training_client(model.model_path, rank=model.lora_rank, seed=config.algorithm.seed + index)
+        _check_context(field, model, client)
         if model.adapter_path:
             with _loads(f"{field}.adapter_path", model):
                 client.load_weights(model.adapter_path).result()
@@ -200,8 +201,18 @@ def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
         else:
             with _loads(f"auxiliary_models.{name}.model_path", model):
                 sampler = service_for(model).create_sampling_client(base_model=model.model_path)
+        _check_context(f"auxiliary_models.{name}", model, sampler)
         auxiliary[name] = FrozenChatModel(sampler, defaults=model.sampling_params(), agent=name)
     return TrainingModels(clients, policies, auxiliary, base_sampler, snapshots)
+
+
+def _check_context(field: str, model: TunerModelConfig, client: object) -> None:
+    """A `max_model_len` beyond the context of the local model it names is a config error (a service checks its own)."""
+    if model.max_model_len is None or not isinstance(client, (TrainingClient, SamplingClient)):
+        return
+    context = client.engine.max_context
+    if model.max_model_len > context:
+        raise ConfigError(f"{field}.max_model_len: {model.max_model_len} is beyond the context of {model.model_path!r}, {context} tokens; use {context} or less, or leave it unset")
 
 
 @contextmanager

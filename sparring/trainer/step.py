@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from typing import Callable
 
-from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, compute_advantages
+from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, collapse_metrics, compute_advantages
 from ..integrations import TunerHandle
 from ..logging import ConsoleProgress, RolloutWriter, mean_metrics
 from ..rollout import Episode, RunnerSettings, run_episodes
@@ -43,7 +43,7 @@ async def learn(episodes: list[Episode], models: TrainingModels, settings: Runne
         drop_zero_variance=algorithm.drop_zero_variance_groups,
     )
     datums = build_datums(episodes, advantages.advantages)
-    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums)}
+    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums), **collapse_metrics(episodes)}
     if algorithm.kl_coef > 0:
         sampled_masks = build_sampled_masks(episodes, advantages.advantages)
         for name, data in datums.items():
@@ -59,19 +59,23 @@ async def learn(episodes: list[Episode], models: TrainingModels, settings: Runne
 
 
 def episode_metrics(episodes: list[Episode], error_reward: float) -> dict[str, float]:
-    """Reward (overall, per agent, per role), errors and their kinds, and the workflows' own metrics, averaged over episodes.
+    """Reward (overall, per agent, per role), failures and their kinds, and the workflows' own metrics, averaged over episodes.
 
-    An error episode in which no trainable agent spoke has no agent to reward; it still counts in `reward/mean`,
-    with `error_reward`. `workflow/error_kind/<kind>` is the share of episodes that failed with that kind.
+    An episode in which no trainable agent spoke has no agent to reward; it still counts in `reward/mean`, with the
+    workflow's reward (or `error_reward` when it failed). The framework's bookkeeping has its own names and never
+    overwrites a workflow's metric: `episode/error_rate` is the share of episodes that failed (a workflow-reported
+    `error` of 1 included) and `episode/error_kind/<kind>` the share that failed with that kind; a workflow's own
+    `error` is logged as it gave it, `workflow/error`.
     """
-    rewards = [r for e in episodes for r in (e.rewards.values() if e.rewards or not e.error else [error_reward])]
-    metrics = {"reward/mean": sum(rewards) / len(rewards) if rewards else 0.0, "episodes": float(len(episodes))}
+    rewards = [r for e in episodes for r in (e.rewards.values() if e.rewards else [e.reward] if e.reward is not None else [error_reward] if e.error else [])]
+    failures = [e.failure for e in episodes if e.failed]
+    metrics = {"reward/mean": sum(rewards) / len(rewards) if rewards else 0.0, "episodes": float(len(episodes)), "episode/error_rate": len(failures) / len(episodes) if episodes else 0.0}
     if rewards:
         mean = metrics["reward/mean"]
         metrics["reward/std"] = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
     per_agent = [{f"agent/{agent}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
     per_role = [{f"role/{e.roles.get(agent, agent)}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
     merged = mean_metrics([{("" if "/" in k else "workflow/") + k: v for k, v in e.metrics.items()} for e in episodes])
-    kinds = Counter(e.error_kind for e in episodes if e.error)
-    error_kinds = {f"workflow/error_kind/{kind}": count / len(episodes) for kind, count in sorted(kinds.items())}
+    kinds = Counter(kind for kind, _ in failures)
+    error_kinds = {f"episode/error_kind/{kind}": count / len(episodes) for kind, count in sorted(kinds.items())}
     return {**metrics, **mean_metrics(per_agent), **mean_metrics(per_role), **merged, **error_kinds}

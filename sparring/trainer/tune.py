@@ -2,8 +2,8 @@
 
 It takes the reference tuner's arguments (workflow_func, judge_func,
 train_dataset, eval_dataset, model, auxiliary_models, algorithm) plus
-sparring's `models` (several trainable models at once), `run_dir`, `logging`
-and `resume`, builds the same `TuneConfig` that `sparring train config.yaml`
+sparring's `models` (several trainable models at once), `run_dir`, `logging`,
+`resume` and `overwrite`, builds the same `TuneConfig` that `sparring train config.yaml`
 reads, and runs the loop.
 """
 
@@ -30,8 +30,12 @@ def tune(
     run_dir: str | Path | None = None,
     logging: LoggingConfig | None = None,
     resume: str | Path | None = None,
+    overwrite: bool = False,
 ) -> RunResult:
-    """Train the agents of `workflow_func` (a function- or class-style workflow); returns the run's result."""
+    """Train the agents of `workflow_func` (a function- or class-style workflow); returns the run's result.
+
+    `resume` continues the run in that folder; `overwrite` replaces a run already in `run_dir` (refused without either).
+    """
     job = Job(
         model=model or TunerModelConfig(),
         models=models,
@@ -41,4 +45,4 @@ def tune(
         logging=logging or LoggingConfig(),
     )
     job.set_workflow(workflow_func, judge=judge_func).set_data(train=train_dataset, eval=eval_dataset)
-    return job.tune(resume=resume)
+    return job.tune(resume=resume, overwrite=overwrite)

@@ -151,6 +151,8 @@ async def _json_body(request: Request) -> dict:
         body = json.loads(await request.body() or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise OpenAIError(400, f"the request body is not valid JSON: {error}") from None
+    except RecursionError:
+        raise OpenAIError(400, "the request body is not valid JSON: nested too deeply") from None
     if not isinstance(body, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
     return body

@@ -64,6 +64,8 @@ async def json_body(request: Request) -> Any:
         return json.loads(raw) if raw else {}
     except (ValueError, UnicodeDecodeError) as error:
         raise WireError(400, f"request body is not valid JSON: {error}") from None
+    except RecursionError:
+        raise WireError(400, "request body is not valid JSON: nested too deeply") from None
 
 
 async def forward_backward_body(request: Request) -> Any:
