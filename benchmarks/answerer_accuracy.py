@@ -6,7 +6,7 @@ The game's answerer prompt (`rules.answerer_prompt`) and choices (`rules.ANSWER_
 - the 50 hand-labelled (word, question, answer) rows of
   `sparring/envs/twenty_questions/data/answerer_sample.jsonl` (held-out words;
   category, size and use questions; 25 Yes, 25 No);
-- the halving asker's questions ("Is the secret word one of these: ...?") on
+- the halving asker's questions ("Is it one of these: ...?") on
   every held-out word, one question whose list holds the word and one whose
   list does not (4 words each, drawn from the held-out words), where the
   truth is known exactly.

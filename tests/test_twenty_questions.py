@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, LoggingConfig, TunerModelConfig, tune
+from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, FrozenChatModel, LoggingConfig, ServiceClient, TunerModelConfig, tune
 from sparring.envs import game_folder
 from sparring.envs.twenty_questions import make_tasks, twenty_questions
 from sparring.envs.twenty_questions.rules import answerer_prompt, classify, load_words, normalise_answer, vocabulary
@@ -134,8 +134,6 @@ def test_a_solved_game_asks_for_no_final_guess_and_a_wrong_final_guess_loses():
 
 def test_on_the_tiny_model_every_answer_is_yes_or_no_and_every_final_guess_a_candidate(tiny_model_dir):
     import asyncio
-
-    from sparring import FrozenChatModel, ServiceClient
 
     sampler = ServiceClient().create_sampling_client(base_model=str(tiny_model_dir))
     frozen = FrozenChatModel(sampler, defaults={"temperature": 1.0, "max_tokens": 6})
