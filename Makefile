@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml requirements/lock.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/sparring train guess_number
+	$(VENV)/bin/sparring train guess_number --overwrite
 
 test: $(STAMP)
 	$(PY) -m pytest -q
