@@ -83,7 +83,7 @@ def pip_find_links() -> list[str]:
     return locations
 
 
-def compile_environment(environment: Environment, work: Path) -> str:
+def compile_environment(environment: Environment, work: Path, find_links: list[str]) -> str:
     """The full resolution of `environment`, as uv writes it (preferring the versions lock.txt pins)."""
     inputs = work / f"{environment.name}.in"
     inputs.write_text("".join(f"{requirement}\n" for requirement in environment.requirements))
@@ -93,7 +93,7 @@ def compile_environment(environment: Environment, work: Path) -> str:
     if (HERE / "lock.txt").exists():
         output.write_text((HERE / "lock.txt").read_text())
     command = [sys.executable, "-m", "uv", "pip", "compile", "--quiet", *TARGET, "--no-header", "--override", str(overrides), "-o", str(output)]
-    command += [f"--find-links={location}" for location in pip_find_links()]
+    command += [f"--find-links={location}" for location in find_links]
     command += [f"--extra={extra}" for extra in environment.extras]
     command += [str(PYPROJECT)] if environment.with_package else []
     subprocess.run([*command, str(inputs)], check=True, cwd=ROOT)
@@ -116,11 +116,12 @@ def describe_changes(name: str, before: dict[str, str], after: dict[str, str]) -
 
 def main() -> int:
     changes = []
+    find_links = pip_find_links()
     with tempfile.TemporaryDirectory() as work:
         for environment in ENVIRONMENTS:
             path = HERE / f"{environment.name}.txt"
             before = read_file_pins(path)
-            resolved = read_pins(compile_environment(environment, Path(work)))
+            resolved = read_pins(compile_environment(environment, Path(work), find_links))
             lock = read_file_pins(HERE / "lock.txt") if environment.beyond_lock else {}
             pins = [f"{name}=={version}" for name, version in resolved.items() if lock.get(name) != version]
             scope = "only what differs from lock.txt" if environment.beyond_lock else "everything it needs"

@@ -9,6 +9,7 @@ Built once per `root` and content of the list, then reused; the test skips when 
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +26,6 @@ def pinned(name: str) -> Path:
 
 def pins_digest(pins: Path) -> str:
     """A short digest of a pinned list, so a re-locked list gets a fresh environment."""
-    import hashlib
-
     return hashlib.sha256(pins.read_bytes()).hexdigest()[:12]
 
 
