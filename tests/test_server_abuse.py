@@ -208,13 +208,16 @@ def test_the_requests_of_a_client_whose_heartbeat_stopped_are_cancelled(long_mod
 
 
 def test_a_chat_completion_whose_client_hung_up_is_not_computed(served, abuser):
+    # The one allowed reply is thousands of tokens long, so no early end-of-text makes the work finish inside the
+    # client's half second on a fast machine (it did on CI when the reply length was left to chance).
+    forced_reply = " ".join(["hello world"] * 560)
     with pytest.raises(httpx.TimeoutException):
         Abuser.sent += 1
         httpx.post(
             f"{served.url}/v1/chat/completions",
-            json={"model": "named", "messages": [{"role": "user", "content": "hi"}], "max_tokens": CONTEXT - 64, "n": 16, "seed": 0},
+            json={"model": "named", "messages": [{"role": "user", "content": "hi"}], "max_tokens": CONTEXT - 64, "n": 16, "seed": 0, "guided_choice": [forced_reply]},
             headers={"Authorization": f"Bearer {API_KEY}"},
-            timeout=1.0,
+            timeout=0.5,  # the whole reply takes 7 s on the 2-core CPU
         )
     deadline = time.monotonic() + 10
     while "client left before its reply was sampled" not in served.log.read_text() and time.monotonic() < deadline:
