@@ -155,6 +155,9 @@ class OutputConstraint(_Strict):
     """The completion matches this regular expression."""
     json_schema: dict | None = None
     """The completion is JSON valid under this JSON schema."""
+    closing: str | None = None
+    """Fixed text the completion ends with after its regex or JSON match: a forced tool call's closing, so the
+    constrained reply is a whole call (sampled too, each token allowed alone)."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> OutputConstraint:
@@ -163,6 +166,8 @@ class OutputConstraint(_Strict):
             raise ValueError(f"give exactly one of choices, regex, json_schema; got {given or 'none'}")
         if self.choices is not None and (not self.choices or any(not isinstance(c, str) or not c for c in self.choices)):
             raise ValueError("choices must be a non-empty list of non-empty strings")
+        if self.closing is not None and self.choices is not None:
+            raise ValueError("closing goes with regex or json_schema; with choices, end each choice with it")
         return self
 
     def describe(self) -> str:

@@ -192,26 +192,26 @@ def test_structured_output_through_the_forced_tool(renderer):
     assert direct_model.sampler.prefills == [tool_call_prefill("generate_structured_output")]
 
 
-def test_a_local_model_is_really_forced_to_call_the_structured_output_tool(tiny_model_dir, tmp_path):
-    """The tiny random model samples garbage, yet its reply is a call of the forced tool (with garbage arguments)."""
-    frozen = FrozenChatModel(ServiceClient(base_dir=tmp_path).create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 8})
+def test_a_local_model_is_really_forced_to_call_the_structured_output_tool_with_valid_arguments(tiny_model_dir, tmp_path):
+    """The tiny random model samples garbage as free text, yet its structured output is a call of the forced tool
+    whose arguments validate: a local model holds them to the schema."""
+    frozen = FrozenChatModel(ServiceClient(base_dir=tmp_path).create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 64})
     model = agentscope_model(frozen)
 
     async def structured_call():
         if MAJOR == 1:
             result = await model([{"role": "user", "content": "Seven?"}], structured_model=Answer)
-            return [block["name"] for block in result.content if block["type"] == "tool_use"]
-        from agentscope.exception import StructuredOutputError
+            return [block["name"] for block in result.content if block["type"] == "tool_use"], result.metadata
         from agentscope.message import UserMsg
         from agentscope.tool import ToolChoice
 
-        with contextlib.suppress(StructuredOutputError):  # garbage arguments do not validate
-            await model.generate_structured_output([UserMsg(name="user", content="Seven?")], Answer, tool_choice=ToolChoice(mode="generate_structured_output"))
-        return None
+        result = await model.generate_structured_output([UserMsg(name="user", content="Seven?")], Answer, tool_choice=ToolChoice(mode="generate_structured_output"))
+        return None, result.content
 
-    names, recorder = run_in_episode(structured_call)
+    (names, structured), recorder = run_in_episode(structured_call)
     (entry,) = recorder.transcripts[frozen.agent]
     assert [call["function"]["name"] for call in entry["response"]["tool_calls"]] == ["generate_structured_output"]
+    Answer.model_validate(structured)
     if MAJOR == 1:
         assert names == ["generate_structured_output"]  # AgentScope got it as a ToolUseBlock too
 

@@ -7,6 +7,7 @@ equal the sampler's within 1e-5 (the importance ratio of the unchanged policy is
 the same batch as constrained ones sample the tokens they sample alone.
 """
 
+import asyncio
 import json
 import math
 
@@ -154,3 +155,45 @@ def test_allowed_sets_encode_the_shorter_side_and_round_trip():
     assert encode_allowed(most) == [~2, ~7]
     assert torch.equal(allowed_masks([encode_allowed(few), encode_allowed(most)], vocab), torch.stack([few, most]))
     assert is_allowed([~2, ~7], 3) and not is_allowed([~2, ~7], 7) and is_allowed([], 5)
+
+
+def test_a_closing_text_follows_the_grammar_exactly(client, sampler, prompt):
+    closing = "}\n</tool_call>"
+    schema = {"type": "object", "properties": {"vote": {"enum": PLAYERS}}, "required": ["vote"], "additionalProperties": False}
+    for constraint, parse in ((OutputConstraint(json_schema=schema, closing=closing), json.loads), (OutputConstraint(regex="(yes|no)", closing=closing), str)):
+        for sequence in sample(sampler, prompt, n=4, seed=3, max_tokens=64, constraint=constraint):
+            reply = text_of(sampler, sequence.tokens)
+            assert sequence.stop_reason == "stop" and reply.endswith(closing), reply
+            parse(reply[: -len(closing)])
+            assert learner_logprobs(client, prompt, sequence) == pytest.approx(sequence.logprobs, abs=1e-5)
+    with pytest.raises(ValueError, match="closing goes with regex or json_schema"):
+        OutputConstraint(choices=["a"], closing="b")
+
+
+def test_a_forced_strict_tool_call_holds_its_arguments_to_the_schema(sampler):
+    from sparring.rollout import FrozenChatModel
+
+    schema = {"type": "object", "properties": {"vote": {"enum": PLAYERS}, "sure": {"type": "boolean"}}, "required": ["vote", "sure"], "additionalProperties": False}
+    model = FrozenChatModel(sampler, defaults={"max_tokens": 48})
+    messages = [{"role": "user", "content": "Who is the werewolf?"}]
+
+    def arguments(strict: bool) -> list[str]:
+        tools = [{"type": "function", "function": {"name": "vote", "parameters": schema, **({"strict": True} if strict else {})}}]
+        replies = [asyncio.run(model(messages, tools, tool_choice="required", seed=seed)) for seed in range(6)]
+        return [reply.tool_calls[0]["function"]["arguments"] for reply in replies]
+
+    for held in arguments(strict=True):
+        parsed = json.loads(held)
+        assert set(parsed) == {"vote", "sure"} and parsed["vote"] in PLAYERS and isinstance(parsed["sure"], bool)
+    unheld = arguments(strict=False)  # the tiny random model's free arguments: what strict is for
+    assert not all(_is_valid_vote(text) for text in unheld)
+    with pytest.raises(ValueError, match="strict: true but has no parameters"):
+        asyncio.run(model(messages, [{"type": "function", "function": {"name": "vote", "strict": True}}], tool_choice="required"))
+
+
+def _is_valid_vote(text: str) -> bool:
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and parsed.get("vote") in PLAYERS

@@ -14,7 +14,9 @@ the constraint accepts it, so the reply is a whole, closed turn.
   computed once.
 - `GrammarConstraint`: regexes and JSON schemas through llguidance's
   `LLMatcher` (per-row state is a copy of one compiled matcher; the mask is
-  its bitmask unpacked, its EOS bit standing for the request's stop tokens).
+  its bitmask unpacked, its EOS bit standing for the request's stop tokens);
+  a `closing` text after the match becomes part of the grammar (a lark
+  grammar around `%json` for a schema).
 
 `ConstraintCompiler` builds them for one tokenizer and keeps the last few
 compiled, since an agent repeats the same constraint turn after turn.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -183,8 +186,12 @@ class ConstraintCompiler:
             return ChoiceTrie(choice_tokens, end_tokens)
         import llguidance
 
+        closing = constraint.closing or ""
         if constraint.regex is not None:
-            grammar = llguidance.LLMatcher.grammar_from_regex(constraint.regex)
+            grammar = llguidance.LLMatcher.grammar_from_regex(f"(?:{constraint.regex}){re.escape(closing)}")
+        elif closing:
+            schema = {**constraint.json_schema, "x-guidance": {**_JSON_LAYOUT, **constraint.json_schema.get("x-guidance", {})}}
+            grammar = llguidance.LLMatcher.grammar_from_lark(f"start: value {json.dumps(closing)}\nvalue: %json {json.dumps(schema)}")
         else:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(constraint.json_schema), defaults=_JSON_LAYOUT)
         return GrammarConstraint(self._llg_tokenizer, grammar, end_tokens, self.vocab_size, self.tokenizer.eos_token_id)

@@ -27,6 +27,9 @@ from typing import Any
 from ..rollout.chat_model import ChatModel, ChatResponse, normalised_message
 from ..rollout.recorder import current_recorder
 
+STRUCTURED_TOOL = "generate_structured_output"
+"""The tool both AgentScope majors force for structured output: a local model holds its arguments to the schema."""
+
 
 class HistoryRewriteWarning(UserWarning):
     """A trainable agent's prompt stopped extending its own earlier conversation, so its calls no longer merge."""
@@ -169,6 +172,8 @@ async def call_chat_model(chat_model: ChatModel, messages: list[dict], tools: li
     warn_if_history_rewritten(chat_model, chat_messages)
     if tool_choice is not None and tools and _accepts_tool_choice(chat_model):
         sampling = {**sampling, "tool_choice": _openai_tool_choice(tool_choice)}
+        if tool_choice == STRUCTURED_TOOL and getattr(chat_model, "constrains_output", False):
+            tools = [_strict(tool) if tool["function"]["name"] == STRUCTURED_TOOL else tool for tool in tools]
     _raise_if_cancelled()
     try:
         response = await chat_model(chat_messages, tools=tools or None, **sampling)
@@ -177,6 +182,11 @@ async def call_chat_model(chat_model: ChatModel, messages: list[dict], tools: li
     if tool_choice == "none" and response.tool_calls:
         response = dataclasses.replace(response, message={k: v for k, v in response.message.items() if k != "tool_calls"})
     return response
+
+
+def _strict(tool: dict) -> dict:
+    """The tool marked `strict: true`, so a local model's arguments are held to its schema (structured output)."""
+    return {**tool, "function": {**tool["function"], "strict": True}}
 
 
 @dataclass

@@ -21,10 +21,8 @@ from agentscope.model import ChatModelBase, ChatResponse
 from pydantic import BaseModel
 
 from ..rollout.chat_model import ChatModel
-from .agentscope_bridge import call_chat_model, own_turns, reply_tool_calls
+from .agentscope_bridge import STRUCTURED_TOOL, call_chat_model, own_turns, reply_tool_calls
 from .agentscope_dual import SparringSide
-
-STRUCTURED_TOOL = "generate_structured_output"
 
 
 class AgentScopeChatModel(ChatModelBase):

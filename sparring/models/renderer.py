@@ -108,6 +108,11 @@ def tool_call_prefill(name: str | None = None) -> str:
     return f'{TOOL_CALL_OPEN}{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
 
 
+def tool_call_closing() -> str:
+    """What ends a hermes-style call after its arguments: ``format_tool_call``'s text after the arguments object."""
+    return f"}}\n{TOOL_CALL_CLOSE}"
+
+
 def tools_system_section(tools: list[dict]) -> str:
     """The hermes/Qwen2.5 ``# Tools`` section appended to the system message."""
     tool_lines = "".join("\n" + json.dumps(tool, ensure_ascii=False) for tool in tools)
@@ -227,6 +232,10 @@ class ChatRenderer(abc.ABC):
     def tool_call_prefill(self, name: str | None = None) -> str:
         """The text that starts a reply which must call a tool (``name``, or one the model picks)."""
         return tool_call_prefill(name)
+
+    def tool_call_closing(self) -> str:
+        """The text that ends a call after its arguments (what a constrained forced call is closed with)."""
+        return tool_call_closing()
 
     def parse_response(self, completion_tokens: list[int], *, prefill: str = "", forced_tool: str | None = None, tool_calls: bool = True) -> dict:
         """The assistant message for sampled completion tokens (end-of-turn stripped, tool calls parsed).

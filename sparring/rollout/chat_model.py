@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clients import SamplingClient
-from ..types import ModelInput, SamplingParams
+from ..types import ModelInput, OutputConstraint, SamplingParams
 from .episode_clock import sampler_wait
 from .output_format import schema_of_response_format, take_constraint
 from .recorder import Conversation, EpisodeRecorder, current_recorder, installed
@@ -90,6 +90,11 @@ class ChatModel(abc.ABC):
     def renderer(self):
         """The chat renderer behind this model's tokens (to show them as text); None for remote endpoints."""
         return None
+
+    @property
+    def constrains_output(self) -> bool:
+        """Whether this model samples `choices=` / `regex=` / `response_format=` and strict tool calls exactly."""
+        return False
 
     async def generate(
         self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, n: int = 1, recorder: EpisodeRecorder | None = None, **sampling: Any
@@ -144,6 +149,10 @@ class _LocalChatModel(ChatModel):
     def renderer(self):
         return self.sampler.get_renderer()
 
+    @property
+    def constrains_output(self) -> bool:
+        return getattr(self.sampler, "constrains_output", True)
+
     def _params(self, sampling: dict) -> SamplingParams:
         sampling = dict(sampling)
         constraint = take_constraint(sampling)
@@ -181,7 +190,10 @@ class _LocalChatModel(ChatModel):
         params = self._params(sampling)
         if params.constraint is not None and choice.forces_call:
             raise ValueError(f"a reply constrained by {params.constraint.describe()} cannot also be a forced tool call (tool_choice {tool_choice!r})")
+        free_text = choice.mode == "none" or params.constraint is not None  # a constrained reply is its text, never a tool call
         renderer = self.renderer
+        if choice.arguments_schema is not None:
+            params = params.model_copy(update={"constraint": OutputConstraint(json_schema=choice.arguments_schema, closing=renderer.tool_call_closing())})
         prefill = renderer.tool_call_prefill(choice.function) if choice.forces_call else ""
         prompt, normalised, tools_key = self._prompt(messages, tools, recorder, model_key, prefill)
         with sampler_wait():  # the episode's clock counts only its share of the time the shared sampler takes
@@ -191,7 +203,6 @@ class _LocalChatModel(ChatModel):
         replies = []
         for sequence in response.sequences:
             tokens, logprobs = list(sequence.tokens), list(sequence.logprobs or [])  # the recorded copy; replies get their own
-            free_text = choice.mode == "none" or params.constraint is not None  # a constrained reply is its text, never a tool call
             parsed = renderer.parse_response(sequence.tokens, prefill=prefill, forced_tool=choice.function, tool_calls=not free_text)
             message = _cut_at_stop_string(parsed, params.stop)
             if recorder is not None:

@@ -13,6 +13,10 @@ the tools of a call and says what the reply must do:
 - `{"type": "function", "function": {"name": NAME}}`: the reply must call
   NAME: the prefill runs up to NAME's arguments, so only they are sampled.
 
+A forced function whose definition says `strict: true` (OpenAI's Structured
+Outputs) has its arguments constrained to its `parameters` schema by local
+models; under "auto" a strict tool is offered like any other.
+
 The prefill is part of the prompt (never trained); the sampled tokens alone
 are the completion. Forcing needs tools, and a forced name must be one of
 them: anything else is a `ValueError` naming it.
@@ -34,6 +38,9 @@ class ToolChoice:
     """'auto': tool call or text; 'none': text only; 'required': a tool call."""
     function: str | None = None
     """The function a 'required' reply must call; None lets the model pick among the tools."""
+    arguments_schema: dict | None = None
+    """The forced function's parameters when its definition says `strict: true` (OpenAI's Structured Outputs):
+    a local model's arguments are then constrained to this schema; None samples them freely."""
 
     @classmethod
     def of(cls, tool_choice: Any, tools: list[dict] | None) -> ToolChoice:
@@ -44,13 +51,13 @@ class ToolChoice:
         if tool_choice == "required":
             if not names:
                 raise ValueError("tool_choice 'required' needs tools to call, but no tools were given")
-            return cls("required", names[0] if len(names) == 1 else None)
+            return cls("required", names[0], _strict_schema(tools[0])) if len(names) == 1 else cls("required")
         name = _forced_name(tool_choice)
         if not names:
             raise ValueError(f"tool_choice forces function {name!r}, but no tools were given")
         if name not in names:
             raise ValueError(f"tool_choice forces function {name!r}, which is not one of the tools {names}")
-        return cls("required", name)
+        return cls("required", name, _strict_schema(tools[names.index(name)]))
 
     @property
     def forces_call(self) -> bool:
@@ -67,6 +74,16 @@ def tool_names(tools: list[dict] | None) -> list[str]:
             raise ValueError(f"tool {tool!r} has no function name")
         names.append(name)
     return names
+
+
+def _strict_schema(tool: dict) -> dict | None:
+    function = tool.get("function", tool)
+    if not function.get("strict"):
+        return None
+    parameters = function.get("parameters")
+    if not isinstance(parameters, dict):
+        raise ValueError(f"tool {function['name']!r} says strict: true but has no parameters schema to hold its arguments to")
+    return parameters
 
 
 def _forced_name(tool_choice: Any) -> str:

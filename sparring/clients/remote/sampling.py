@@ -56,6 +56,9 @@ class SeedStream:
 class RemoteSamplingClient(ReadyClient):
     """Generates completions and scores prompts on a service's sampling session."""
 
+    constrains_output = False
+    """The Tinker protocol has no constrained sampling: a constrained request is refused (see `convert`)."""
+
     def __init__(self, sampler: Any, base_model: str, seeds: SeedStream | None = None, live: bool = False):
         self.tinker_client = sampler
         """The SDK's sampling client (swapped for a newer session when `live`)."""
