@@ -243,6 +243,15 @@ def test_apply_kl_penalty_numbers():
     assert penalized[0].loss_fn_inputs["target_tokens"].tolist() == [6, 7, 8]
     assert datums[0].loss_fn_inputs["advantages"].tolist() == [0.0, 2.0, 2.0]  # inputs untouched
 
+    # A constrained target (allowed_counts > 0) is renormalised over its allowed set: no penalty against the base.
+    constrained = Datum(
+        ModelInput.from_ints([5, 6, 7]),
+        {"target_tokens": [6, 7, 8], "logprobs": [0.0, -0.5, -0.1], "advantages": [0.0, 2.0, 2.0], "allowed_counts": [0, 0, 2], "allowed_tokens": [8, 9]},
+    )
+    penalized, metrics = apply_kl_penalty([constrained], [[-3.0, -1.0, -4.0]], [[0, 1, 1]], kl_coef=0.1)
+    assert penalized[0].loss_fn_inputs["advantages"].tolist() == pytest.approx([0.0, 2.0 - 0.1 * 0.5, 2.0])
+    assert metrics == pytest.approx({"kl/policy_base": 0.5, "kl/constrained_share": 0.5})
+
     with pytest.raises(ValueError, match="datum 1 has 1 targets but 2 base logprobs"):
         apply_kl_penalty(datums, [[-3.0, -1.0, -0.8], [-0.7, -0.1]], [[0, 1, 1], [1]], kl_coef=0.1)
     with pytest.raises(ValueError, match="aligned one to one"):

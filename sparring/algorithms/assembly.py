@@ -78,6 +78,12 @@ def apply_kl_penalty(
     `base_logprobs[i]` and `sampled_masks[i]` are aligned with `datums[i]`'s
     target tokens. Returns new datums and `kl/policy_base`, the mean log-ratio
     over sampled tokens (a sample estimate of KL(policy || base)).
+
+    Constrained positions (a datum's `allowed_counts` > 0) carry no penalty: their
+    sampler logprob is renormalised over the allowed set while the base logprob is
+    over the whole vocabulary, so their difference would charge every constrained
+    token -log p_base(allowed set), a bias rather than a divergence.
+    `kl/constrained_share` says how many sampled targets that left out.
     """
     if not len(datums) == len(base_logprobs) == len(sampled_masks):
         raise ValueError(
@@ -85,7 +91,7 @@ def apply_kl_penalty(
             f"{len(sampled_masks)} sampled_masks; they must be aligned one to one"
         )
     penalized = []
-    log_ratio_sum = sampled_count = 0.0
+    log_ratio_sum = sampled_count = constrained_count = 0.0
     for index, (datum, base, mask) in enumerate(zip(datums, base_logprobs, sampled_masks)):
         sampler_logprobs_N = datum.loss_fn_inputs["logprobs"].to_torch().double()
         advantages_N = datum.loss_fn_inputs["advantages"].to_torch().double()
@@ -96,12 +102,18 @@ def apply_kl_penalty(
                 f"apply_kl_penalty: datum {index} has {len(sampler_logprobs_N)} targets but "
                 f"{len(base_logprobs_N)} base logprobs and {len(sampled_N)} mask entries"
             )
+        if "allowed_counts" in datum.loss_fn_inputs:
+            constrained_N = (datum.loss_fn_inputs["allowed_counts"].to_torch() > 0).double() * sampled_N
+            constrained_count += constrained_N.sum().item()
+            sampled_N = sampled_N - constrained_N
         log_ratio_N = (sampler_logprobs_N - base_logprobs_N) * sampled_N
         log_ratio_sum += log_ratio_N.sum().item()
         sampled_count += sampled_N.sum().item()
         loss_fn_inputs = {**datum.loss_fn_inputs, "advantages": (advantages_N - kl_coef * log_ratio_N).tolist()}
         penalized.append(Datum(model_input=datum.model_input, loss_fn_inputs=loss_fn_inputs))
     metrics = {"kl/policy_base": log_ratio_sum / sampled_count if sampled_count else 0.0}
+    if constrained_count:
+        metrics["kl/constrained_share"] = constrained_count / (constrained_count + sampled_count)
     return penalized, metrics
 
 
