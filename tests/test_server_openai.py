@@ -428,6 +428,21 @@ def test_response_format_and_vllm_guided_spellings_constrain_replies_over_the_op
     assert all(choice.message.content in ("yes!", "no!") for choice in regex_reply.choices)
 
 
+def test_a_forced_strict_tool_call_over_the_openai_sdk_has_schema_valid_arguments(served_app):
+    tool = {"type": "function", "function": {"name": "vote", "parameters": VOTE_SCHEMA, "strict": True}}
+
+    async def ask():
+        async with openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0) as client:
+            return await client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "Vote."}], max_tokens=48, n=4, temperature=1.5, tools=[tool], tool_choice="required"
+            )
+
+    for choice in asyncio.run(ask()).choices:
+        (call,) = choice.message.tool_calls
+        vote = json.loads(call.function.arguments)
+        assert call.function.name == "vote" and vote["vote"] in PLAYERS and isinstance(vote["sure"], bool)
+
+
 def test_two_constraints_in_one_request_are_a_400(served_app):
     async def post():
         async with in_process(served_app) as client:
