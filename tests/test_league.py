@@ -15,7 +15,7 @@ from sparring.algorithms import OpponentRecord, draw_opponents, draw_probabiliti
 from sparring.engine.losses import LOSSES, check_loss_config, elementwise_loss, get_loss
 from sparring.envs.tictactoe import make_tasks, random_legal, tictactoe
 from sparring.integrations import TunerHandle
-from sparring.logging import read_metrics
+from sparring.logging import read_metrics, render_report
 from sparring.rollout import PolicyChatModel, RunnerSettings, ScriptedChatModel, as_episode_fn, run_episodes
 from sparring.trainer import ConfigError, TuneConfig
 from sparring.trainer.league import League
@@ -170,3 +170,5 @@ def test_three_league_steps_on_the_tiny_model(tiny_model_dir, tmp_path):
     state = json.loads((tmp_path / "run" / "checkpoints" / "step_000003" / "trainer_state.json").read_text())
     assert [s["name"] for s in state["league"]["snapshots"]] == ["snapshot-1", "snapshot-2"]
     assert set(state["league"]["records"]) == {"snapshot-1", "snapshot-2"}
+    page = render_report(tmp_path / "run")  # what `sparring view` shows: the last step's pool as a table
+    assert "League opponents" in page and "<th>snapshot-2</th><td>1.000</td><td>4</td>" in page and "<th>random_legal</th><td>0.000</td><td>0</td>" in page
