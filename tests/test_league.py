@@ -1,6 +1,7 @@
 """The opponent league: PFSP weighting and draws from fixed records, eviction, the entropy-bonus loss term, the
 training temperature floor, the league's config checks, and a 3-step tic-tac-toe league on the tiny model
-(snapshots added and evicted, 'latest' drawing only the newest, per-opponent rates and collapse metrics logged)."""
+(snapshots added and evicted, 'latest' drawing only the newest, per-opponent rates and collapse metrics logged,
+the pool resumed from a checkpoint)."""
 
 import asyncio
 import json
@@ -10,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
+from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
 from sparring.algorithms import OpponentRecord, draw_opponents, draw_probabilities, eviction_choice, pfsp_weight
 from sparring.engine.losses import LOSSES, check_loss_config, elementwise_loss, get_loss
 from sparring.envs.tictactoe import make_tasks, random_legal, tictactoe
@@ -170,5 +171,10 @@ def test_three_league_steps_on_the_tiny_model(tiny_model_dir, tmp_path):
     state = json.loads((tmp_path / "run" / "checkpoints" / "step_000003" / "trainer_state.json").read_text())
     assert [s["name"] for s in state["league"]["snapshots"]] == ["snapshot-1", "snapshot-2"]
     assert set(state["league"]["records"]) == {"snapshot-1", "snapshot-2"}
+    config_file = tmp_path / "run" / "config.yaml"  # one step more, resumed: the pool and records come back from the checkpoint
+    config_file.write_text(config_file.read_text().replace("total_steps: 3", "total_steps: 4"))
+    Job.load_yaml(config_file).tune(resume=str(tmp_path / "run"))
+    fourth = [m for m in read_metrics(tmp_path / "run") if "reward/mean" in m][-1]
+    assert fourth["league/snapshots"] == 2 and fourth["league/snapshot-3/games"] == 4 and "league/snapshot-2/draw_probability" in fourth
     page = render_report(tmp_path / "run")  # what `sparring view` shows: the last step's pool as a table
-    assert "League opponents" in page and "<th>snapshot-2</th><td>1.000</td><td>4</td>" in page and "<th>random_legal</th><td>0.000</td><td>0</td>" in page
+    assert "League opponents" in page and "<th>snapshot-3</th><td>1.000</td><td>4</td>" in page and "<th>random_legal</th><td>0.000</td><td>0</td>" in page

@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..algorithms import OUTCOMES, OpponentRecord, draw_opponents, draw_probabilities, eviction_choice
+from ..clients import RemoteTrainingClient, TrainingClient
 from ..rollout import ChatModel, FrozenChatModel, ScriptedChatModel, WorkflowOutput
 from ..rollout.outcomes import EpisodeFault
 from ..rollout.workflow import EpisodeFn, ModelRouter
@@ -50,8 +51,12 @@ class LeagueSnapshot:
 
 @dataclass
 class _Draw:
+    """One episode's drawn opponent."""
+
     name: str
+    """The opponent's name in the pool."""
     seed: int
+    """Seeds a scripted opponent's randomness for this episode."""
 
 
 @dataclass
@@ -60,8 +65,8 @@ class League:
 
     config: LeagueConfig
     """What the pool holds and how it is drawn from."""
-    client: object
-    """The learner's training client: snapshots are taken from it."""
+    client: TrainingClient | RemoteTrainingClient | None
+    """The learner's training client: snapshots are taken from it (None: a pool without snapshots)."""
     sampling_defaults: dict
     """Sampling settings of the snapshots (the learner's)."""
     frozen: dict[str, ChatModel] = field(default_factory=dict)
