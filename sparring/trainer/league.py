@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..algorithms import OUTCOMES, OpponentRecord, draw_opponents, draw_probabilities, eviction_choice
 from ..clients import RemoteTrainingClient, TrainingClient
@@ -75,6 +76,8 @@ class League:
     """Snapshots in the pool, oldest first."""
     records: dict[str, OpponentRecord] = field(default_factory=dict)
     """The learner's decayed record against every opponent in the pool."""
+    scripted: dict[str, Callable] = field(init=False)
+    """The scripted opponents' policies, by name (imported from `config.scripted`)."""
     _planned: dict[int, list[_Draw]] = field(default_factory=dict)
     _probabilities: dict[str, float] = field(default_factory=dict)
     _results: list[tuple[str, str]] = field(default_factory=list)
