@@ -65,9 +65,9 @@ def dro(target_logprobs: Tensor, inputs: Mapping[str, Tensor], config: Mapping[s
 def entropy_bonus(target_logprobs: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]) -> Tensor:
     """-entropy_coef * H on the trained tokens (advantage != 0), H estimated from the sampled token alone.
 
-    Per token the value is coef * r * log p (r = p/q, so -coef * r * (-log p), minus the entropy estimate) and the
-    gradient coef * r * log p * grad log p, the score-function estimate of -coef * grad H (E_p[grad log p] = 0 drops the
-    +1): minimising it raises the policy's entropy, pushing up rarely sampled tokens most. No full-vocabulary pass.
+    Per token the value is coef * r * log p (r = p/q): -coef times the entropy estimate r * (-log p). The gradient is
+    coef * r * log p * grad log p, the score-function estimate of -coef * grad H (the +1 of grad(p log p) drops out,
+    E_p[grad log p] = 0): minimising it raises the policy's entropy, rarely sampled tokens most. No full-vocabulary pass.
     """
     trained = (inputs["advantages"] != 0).to(target_logprobs.dtype)
     weight = (_ratio(target_logprobs, inputs) * target_logprobs).detach()
