@@ -1,7 +1,7 @@
-"""The opponent league: PFSP weighting and draws from fixed records, eviction, the entropy-bonus loss term, the
-training temperature floor, the league's config checks, and a 3-step tic-tac-toe league on the tiny model
-(snapshots added and evicted, 'latest' drawing only the newest, per-opponent rates and collapse metrics logged,
-the pool resumed from a checkpoint)."""
+"""The opponent league: PFSP weighting and draws from fixed records, eviction, the entropy-bonus loss term (alone
+and in the learner), the training temperature floor, per-episode or per-group draws through the workflow API, the
+league's config checks, and a 3-step tic-tac-toe league on the tiny model (snapshots added and evicted, 'latest'
+drawing only the newest, per-opponent rates and collapse metrics logged, the pool resumed from a checkpoint)."""
 
 import asyncio
 import json
@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
-from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
+from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, ServiceClient, TunerModelConfig, WorkflowOutput, tune, types
 from sparring.algorithms import OpponentRecord, draw_opponents, draw_probabilities, eviction_choice, pfsp_weight
 from sparring.engine.losses import LOSSES, check_loss_config, elementwise_loss, get_loss
 from sparring.envs.tictactoe import make_tasks, random_legal, tictactoe
@@ -98,6 +98,19 @@ def test_the_entropy_bonus_is_a_term_off_by_default_and_only_on_trained_tokens()
         get_loss("entropy_bonus")
     with pytest.raises(ConfigError, match="loss_fn 'entropy_bonus'"):
         AlgorithmConfig(loss_fn="entropy_bonus")
+
+
+def test_the_learner_adds_the_entropy_bonus_when_its_coefficient_is_set(tiny_model_dir, tmp_path):
+    client = ServiceClient(base_dir=tmp_path).create_lora_training_client(str(tiny_model_dir), rank=4, seed=0)
+    tokens = client.get_renderer().render([{"role": "user", "content": "hello there"}])
+    advantages = [0.0] * (len(tokens) - 4) + [1.0, -0.5, 0.0]
+    sampler_logprobs = [-1.0] * (len(tokens) - 1)
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": sampler_logprobs, "advantages": advantages})
+    plain, bonus = (client.forward([datum], "ppo", config).result() for config in ({}, {"entropy_coef": 0.5}))
+    learner_N = plain.loss_fn_outputs[0]["logprobs"].to_torch().double()
+    advantages_N, sampler_N = torch.tensor(advantages, dtype=torch.float64), torch.tensor(sampler_logprobs, dtype=torch.float64)
+    expected = (0.5 * (advantages_N != 0) * (learner_N - sampler_N).exp() * learner_N).sum().item()
+    assert bonus.metrics["loss:sum"] - plain.metrics["loss:sum"] == pytest.approx(expected, rel=1e-4) and expected < 0
 
 
 def test_training_rollouts_sample_at_the_temperature_floor_or_above():
