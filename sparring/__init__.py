@@ -23,7 +23,7 @@ from .rollout import (
     WorkflowOutput,
     WorkflowTask,
 )
-from .trainer import AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LoggingConfig, RunResult, TuneConfig, TunerModelConfig, load_config_file, tune
+from .trainer import AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LeagueConfig, LoggingConfig, RunResult, TuneConfig, TunerModelConfig, load_config_file, tune
 
 __all__ = [
     "APIFuture",
@@ -41,6 +41,7 @@ __all__ = [
     "HistoryRewriteWarning",
     "Job",
     "JudgeOutput",
+    "LeagueConfig",
     "LoggingConfig",
     "OpenAIChatModel",
     "RunResult",

@@ -53,6 +53,7 @@ FAULTS = {
     "nan_metric": "bad_metric",
     "wrong_type": "wrong_output_type",
     "nan_turn_rewards": "bad_turn_rewards",
+    "bad_outcome": "bad_outcome",
     "hang": "timeout",
     "block": "timeout",
     "block_and_return": "timeout",
@@ -107,6 +108,7 @@ async def faulty(task, model, auxiliary_models):
             "nan_metric": WorkflowOutput(reward=1.0, metrics={"x": float("nan")}),
             "wrong_type": {"reward": 1.0},
             "nan_turn_rewards": WorkflowOutput(reward=1.0, turn_rewards=[float("nan")]),
+            "bad_outcome": WorkflowOutput(reward=1.0, outcome="victory"),
         }[fault]
     finally:
         ENDED[task["task_id"]] = time.monotonic()

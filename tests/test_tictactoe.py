@@ -4,6 +4,7 @@ players (illegal input included), the workflow's rewards and metrics, and 2 trai
 import asyncio
 import itertools
 import random
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import pytest
@@ -11,11 +12,12 @@ import pytest
 from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, LoggingConfig, ServiceClient, TunerModelConfig, tune
 from sparring.envs import load_game_config
 from sparring.envs.common import play_game
-from sparring.envs.tictactoe import TicTacToe, make_tasks, tictactoe
+import sparring.envs.tictactoe
+from sparring.envs.tictactoe import TicTacToe, make_tasks, minimax, random_legal, tictactoe
 from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, minimax_move, parse_move, random_move
 from sparring.logging import read_metrics, read_rollouts
 from sparring.rollout import FrozenChatModel
-from sparring.trainer import import_object, load_train_and_eval_tasks
+from sparring.trainer import import_object, load_tasks, load_train_and_eval_tasks
 
 
 @dataclass(eq=False)
@@ -145,6 +147,36 @@ def test_an_auxiliary_model_can_be_the_opponent_and_bad_opponents_are_named():
         run_workflow({"seed": 0, "side": "z", "workflow_args": {"opponent": "random"}}, Scripted([]))
 
 
+def test_moves_are_constrained_to_the_free_cells_unless_free_text():
+    asked = []
+
+    @dataclass(eq=False)
+    class Recording(Scripted):
+        async def __call__(self, messages, tools=None, **sampling):
+            asked.append(sampling.get("choices"))
+            return await super().__call__(messages, tools, **sampling)
+
+    run_workflow({"seed": 0, "side": "x", "workflow_args": {"opponent": "minimax"}}, Recording(["1", "2", "3", "4", "6"]))
+    assert asked[0] == [str(cell) for cell in range(1, 10)] and len(asked[1]) == 7  # X and O have each taken one cell
+    asked.clear()
+    run_workflow({"seed": 0, "side": "x", "workflow_args": {"opponent": "minimax", "free_text": True}}, Recording(["1", "2", "3", "4", "6"]))
+    assert set(asked) == {None}
+
+
+def test_move_credit_rewards_taking_a_win_and_blocking_one():
+    # x: 1, o: 4, x: 2, o: 3 (blocks 1-2-3), x: 5, o: 6 (nothing), x: 9 (takes the 1-5-9 win).
+    out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self", "move_credit": 0.5}}, Scripted(["1", "4", "2", "3", "5", "6", "9"]))
+    assert out.turn_rewards == {"x": [0.0, 0.0, 0.0, 0.5], "o": [0.0, 0.5, 0.0]} and out.outcome is None  # self-play: no single side
+    out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self"}}, Scripted(["1", "4", "2", "3", "5", "6", "9"]))
+    assert out.turn_rewards is None
+
+
+def test_a_league_opponent_is_played_by_name_and_the_outcome_reported():
+    drawn = Scripted(["1", "2", "3", "4"])  # a league names its draw 'minimax' too: the auxiliary model wins over the bot
+    out = run_workflow({"seed": 0, "side": "o", "workflow_args": {"opponent": "minimax"}}, Scripted(["5", "9", "8", "7"]), {"minimax": drawn})
+    assert drawn.seen and out.outcome == "loss" and out.reward == {"o": -1.0}
+
+
 def test_make_tasks_alternates_sides_and_differs_by_seed():
     tasks = make_tasks("train", 4, seed=1)
     assert [t["side"] for t in tasks] == ["x", "o", "x", "o"]
@@ -196,14 +228,18 @@ def test_every_reachable_position_renders_its_free_cells():
 
 def test_the_example_configs_load():
     config = load_game_config("tictactoe")
-    assert import_object(config.workflow) is tictactoe and config.auxiliary_models["snapshot"].snapshot_of == "policy"
+    assert import_object(config.workflow) is tictactoe and not config.auxiliary_models
+    league = config.league
+    assert (league.sampling, league.draw_per, league.snapshot_every_steps) == ("pfsp", "episode", 5)
+    assert {name: import_object(path) for name, path in league.scripted.items()} == {"random_legal": random_legal, "minimax": minimax}
     train, held_out = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
-    assert len(train) == 255 and len(held_out) == 200 and held_out[0]["workflow_args"]["opponent"] == "random"
-    league = [task["workflow_args"]["opponent"] for task in train]
-    assert league[:6] == ["snapshot", "random", "minimax"] * 2 and not config.train_dataset.shuffle  # one of each per step
+    assert len(train) == 256 and len(held_out) == 200 and held_out[0]["workflow_args"]["opponent"] == "random"
+    assert [{key: task[key] for key in ("task_id", "seed", "side")} for task in train] == make_tasks("train", 256, seed=1)
     games = [{key: task[key] for key in ("task_id", "seed", "side")} for task in held_out]
     assert games == make_tasks("eval", 200, seed=2) and games[:100] == make_tasks("eval", 100, seed=2)  # the first 100: earlier results' games
-    train_seeds = {task["seed"] for task in train} | {task["seed"] for task in make_tasks("train", 256, seed=1)}
+    earlier_league = load_tasks(DatasetConfig(path=str(Path(sparring.envs.tictactoe.__file__).parent / "data" / "league.jsonl")))
+    assert [task["workflow_args"]["opponent"] for task in earlier_league[:6]] == ["snapshot", "random", "minimax"] * 2
+    train_seeds = {task["seed"] for task in train} | {task["seed"] for task in earlier_league}
     assert len({task["seed"] for task in held_out}) == 200 and not train_seeds & {task["seed"] for task in held_out}
 
 

@@ -1,4 +1,4 @@
-"""RL algorithms: advantage estimators over episode groups, assembly of episodes into datums, collapse measures, evaluation intervals."""
+"""RL algorithms: advantage estimators over episode groups, assembly of episodes into datums, collapse measures, league opponent sampling, evaluation intervals."""
 
 from .advantages import (
     ADVANTAGE_ESTIMATORS,
@@ -12,6 +12,7 @@ from .advantages import (
 )
 from .assembly import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks
 from .collapse import collapse_metrics
+from .opponent_sampling import OUTCOMES, OpponentRecord, draw_opponents, draw_probabilities, eviction_choice, pfsp_weight
 from .intervals import METHODS_NOTE, Estimate, bootstrap_interval, estimate, separation, wilson_interval
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "AdvantageResult",
     "Estimate",
     "METHODS_NOTE",
+    "OUTCOMES",
+    "OpponentRecord",
     "apply_kl_penalty",
     "assembly_metrics",
     "bootstrap_interval",
@@ -26,10 +29,14 @@ __all__ = [
     "build_sampled_masks",
     "collapse_metrics",
     "compute_advantages",
+    "draw_opponents",
+    "draw_probabilities",
     "estimate",
+    "eviction_choice",
     "get_estimator",
     "grpo",
     "multi_step_grpo",
+    "pfsp_weight",
     "reinforce",
     "rloo",
     "separation",

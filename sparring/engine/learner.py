@@ -23,7 +23,7 @@ from ..models.cache_argument import cache_kwargs, returned_cache
 from ..types import Datum, ForwardBackwardOutput, TensorData
 from .allowed_tokens import allowed_masks, is_allowed, split_allowed
 from .batch_plan import plan_micro_batches
-from .losses import LOSSES, get_loss
+from .losses import LOSSES, elementwise_loss, get_loss
 
 CONSTRAINT_INPUTS = ("allowed_counts", "allowed_tokens")
 """The inputs of a datum sampled under a constraint: per position the length of its encoded allowed set (0 where
@@ -168,7 +168,7 @@ def run_forward(
             hidden_R_H, rows_M = _hidden_states(backbone, [member.tokens_N for member in members], batch.prefix_length, device)
             allowed_M = _concatenated_allowed(members)
             logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M)
-            elementwise_M = loss.fn(logprobs_M, inputs, loss_config)
+            elementwise_M = elementwise_loss(loss_fn, logprobs_M, inputs, loss_config)
             batch_loss = elementwise_M.sum()
             if backward and batch_loss.requires_grad:
                 batch_loss.backward()

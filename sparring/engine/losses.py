@@ -10,7 +10,9 @@ testable against a plain reference on the CPU.
 must carry (so a malformed datum is rejected before any compute), the
 `loss_fn_config` keys it reads, and the input that gates its gradient. The
 learner and the config validation take everything from it, so a new loss is
-one function and one entry.
+one function and one entry. A spec marked `term` (the entropy bonus) is no loss
+of its own: `elementwise_loss` adds it to the chosen loss when its config key
+(`entropy_coef`) is non-zero, so it rides along any policy loss, off by default.
 """
 
 from __future__ import annotations
@@ -60,6 +62,18 @@ def dro(target_logprobs: Tensor, inputs: Mapping[str, Tensor], config: Mapping[s
     return -(target_logprobs * inputs["advantages"] - 0.5 * beta * penalty)
 
 
+def entropy_bonus(target_logprobs: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]) -> Tensor:
+    """-entropy_coef * H on the trained tokens (advantage != 0), H estimated from the sampled token alone.
+
+    Per token the value is coef * r * log p (r = p/q): -coef times the entropy estimate r * (-log p). The gradient is
+    coef * r * log p * grad log p, the score-function estimate of -coef * grad H (the +1 of grad(p log p) drops out,
+    E_p[grad log p] = 0): minimising it raises the policy's entropy, rarely sampled tokens most. No full-vocabulary pass.
+    """
+    trained = (inputs["advantages"] != 0).to(target_logprobs.dtype)
+    weight = (_ratio(target_logprobs, inputs) * target_logprobs).detach()
+    return config.get("entropy_coef", 0.0) * trained * weight * (1.0 + target_logprobs - target_logprobs.detach())
+
+
 @dataclass(frozen=True)
 class LossSpec:
     """One loss: everything the learner and the config validation need to know about it."""
@@ -73,6 +87,9 @@ class LossSpec:
     gradient_input: str | None
     """The input whose zero positions add neither loss nor gradient, so the learner runs the LM head there without
     gradient; None when every position counts."""
+
+    term: bool = False
+    """An additive term rather than a loss: added to the chosen loss when one of its config keys is non-zero."""
 
     def gradient_mask(self, inputs: Mapping[str, Tensor]) -> Tensor:
         """Positions whose loss depends on the model output (the rest need logits without gradient)."""
@@ -90,26 +107,46 @@ LOSSES: dict[str, LossSpec] = {
     "ppo": LossSpec(ppo, _POLICY_INPUTS, _CLIP_KEYS, gradient_input="advantages"),
     "cispo": LossSpec(cispo, _POLICY_INPUTS, _CLIP_KEYS, gradient_input="advantages"),
     "dro": LossSpec(dro, _POLICY_INPUTS, ("beta",), gradient_input=None),
+    "entropy_bonus": LossSpec(entropy_bonus, _POLICY_INPUTS, ("entropy_coef",), gradient_input="advantages", term=True),
 }
 
 
 def get_loss(name: str) -> LossSpec:
+    losses = sorted(name for name, spec in LOSSES.items() if not spec.term)
     if name not in LOSSES:
-        raise ValueError(f"unknown loss_fn {name!r}; choose one of {sorted(LOSSES)}")
+        raise ValueError(f"unknown loss_fn {name!r}; choose one of {losses}")
+    if LOSSES[name].term:
+        raise ValueError(f"{name!r} is a term added to a loss (set {' / '.join(LOSSES[name].config_keys)} in loss_fn_config), not a loss_fn; choose one of {losses}")
     return LOSSES[name]
+
+
+def _terms_on(config: Mapping[str, float]) -> list[LossSpec]:
+    """The additive terms `config` switches on (a non-zero value for one of their keys)."""
+    return [spec for spec in LOSSES.values() if spec.term and any(config.get(key) for key in spec.config_keys)]
+
+
+def elementwise_loss(name: str, target_logprobs: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]) -> Tensor:
+    """The per-token loss `name`, plus every additive term `config` switches on (e.g. entropy_coef)."""
+    loss = get_loss(name).fn(target_logprobs, inputs, config)
+    for term in _terms_on(config):
+        loss = loss + term.fn(target_logprobs, inputs, config)
+    return loss
 
 
 def advantage_weighted_losses() -> list[str]:
     """The losses that add nothing where a token's advantage is 0: the ones an RL loop can train with when its
     datums carry an advantage only on sampled tokens (prompt positions hold placeholder logprobs)."""
-    return [name for name, spec in LOSSES.items() if spec.gradient_input == "advantages"]
+    return [name for name, spec in LOSSES.items() if spec.gradient_input == "advantages" and not spec.term]
 
 
 def check_loss_config(name: str, config: Mapping[str, float] | None) -> dict[str, float]:
-    """`config` as floats, after checking that the loss `name` exists and reads every key of it."""
-    accepted = get_loss(name).config_keys
+    """`config` as floats, after checking that the loss `name` exists and reads every key of it (its own, or those of
+    an additive term whose inputs it has)."""
+    spec = get_loss(name)
+    terms = [term for term in LOSSES.values() if term.term and set(term.required_inputs) <= set(spec.required_inputs)]
+    accepted = [*spec.config_keys, *(key for term in terms for key in term.config_keys)]
     config = dict(config or {})
     unknown = sorted(set(config) - set(accepted))
     if unknown:
-        raise ValueError(f"loss_fn_config keys {unknown} are not used by {name!r}; it accepts {list(accepted)}")
+        raise ValueError(f"loss_fn_config keys {unknown} are not used by {name!r}; it accepts {accepted}")
     return {key: float(value) for key, value in config.items()}

@@ -9,7 +9,8 @@ column's, as on the console), a rollout browser (step -> task -> episode)
 that shows each trainable agent's merged timeline token by token, coloured by
 loss mask and advantage (hover: token id, text, sampling logprob), with the
 frozen agents' turns beside it, and every metric over steps as inline SVG
-charts (`plots.py`). The page carries its data as inline JSON and its script and
+charts (`plots.py`); a league run's last step is also a table of its opponents
+(draw probability, games, win / draw / loss rates). The page carries its data as inline JSON and its script and
 style inline (`report_template.html`): it needs no network and no tokenizer.
 `write_report` writes it (`run_dir/report.html` by default); `serve_report`
 serves it freshly rendered on every request, so a browser follows a run live.
@@ -35,7 +36,8 @@ EVALUATION_FILE = "evaluation.json"
 """Where a training run stores its held-out comparison (written by `sparring.trainer.evaluation.Comparison`)."""
 CONFIG_FILE = "config.yaml"
 MARKERS = {"above": "▲", "below": "▼"}
-SECTION_TITLES = {"reward": "Reward", "eval": "Held-out evaluation", "workflow": "The workflow's metrics", "agent": "Per agent", "role": "Per role"}
+SECTION_TITLES = {"reward": "Reward", "eval": "Held-out evaluation", "workflow": "The workflow's metrics", "agent": "Per agent", "role": "Per role", "league": "League opponents"}
+LEAGUE_OUTCOMES = ("win", "draw", "loss")
 DEFAULT_ROLLOUT_STEPS = 24
 """A report holds the rollouts of at most this many steps (a long werewolf run's rollouts would make a page of
 hundreds of MB); `sparring view --rollout-steps 0` puts in all of them."""
@@ -118,6 +120,22 @@ def metric_sections(records: list[dict]) -> list[tuple[str, list[str]]]:
         sections.setdefault("eval", []).append(line_chart(metric, series, metric=key))
     ordered = ["reward", "eval", "workflow"] + sorted(set(sections) - {"reward", "eval", "workflow"})
     return [(SECTION_TITLES.get(name, name), sections[name]) for name in ordered if name in sections]
+
+
+def league_html(metrics: list[dict]) -> str:
+    """The last training step's league as a table: per opponent in its pool, the chance it was drawn, the games played
+    against it and the policy's win / draw / loss rates in them."""
+    last = next((record for record in reversed(metrics) if any(key.startswith("league/") for key in record)), None)
+    if last is None:
+        return ""
+    opponents = [key.split("/")[1] for key in last if key.startswith("league/") and key.endswith("/draw_probability")]
+    rows = []
+    for name in opponents:
+        games = last.get(f"league/{name}/games")
+        rates = "".join(f"<td>{last[f'league/{name}/{outcome}_rate']:.2f}</td>" if games else "<td>-</td>" for outcome in LEAGUE_OUTCOMES)
+        rows.append(f"<tr><th>{html.escape(name)}</th><td>{last[f'league/{name}/draw_probability']:.3f}</td><td>{int(games or 0)}</td>{rates}</tr>")
+    header = "<tr><th>opponent</th><th>draw probability</th><th>games</th><th>win</th><th>draw</th><th>loss</th></tr>"
+    return f'<p class="caption">The pool at step {last.get("step")}, the policy\'s results against each opponent in that step.</p><table class="evaluation">{header}{"".join(rows)}</table>'
 
 
 def _estimate_cell(found: dict | None, marker: str | None) -> str:
@@ -233,7 +251,8 @@ def render_report(run_dir: str | Path, *, live: bool = False, rollout_steps: int
     headline = f'<div class="headline">{reward_chart(records.metrics)}</div>' if records.metrics else '<p class="empty">No metrics logged yet.</p>'
     charts = []
     for title, svgs in metric_sections(records.metrics):
-        charts.append(f'<h3>{html.escape(title)}</h3><div class="charts">{"".join(svgs)}</div>')
+        table = league_html(records.metrics) if title == SECTION_TITLES["league"] else ""
+        charts.append(f'<h3>{html.escape(title)}</h3>{table}<div class="charts">{"".join(svgs)}</div>')
     config = f"<details><summary>config.yaml</summary><pre>{html.escape(records.config_text)}</pre></details>" if records.config_text else ""
     fills = {
         "__TITLE__": html.escape(f"sparring run {records.run_dir.resolve().name}"),

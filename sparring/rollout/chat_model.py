@@ -232,10 +232,18 @@ class PolicyChatModel(_LocalChatModel):
 
     model_key: str = "policy"
     """Which trainable model (adapter) this is, when several are trained at once."""
+    temperature_floor: float = 0.0
+    """Calls sample at no lower temperature than this (training rollouts, `algorithm.rollout_temperature_floor`); 0: as asked."""
     trainable = True
 
     def _trained_key(self) -> str | None:
         return self.model_key
+
+    def _params(self, sampling: dict) -> SamplingParams:
+        params = super()._params(sampling)
+        if params.temperature < self.temperature_floor:
+            return params.model_copy(update={"temperature": self.temperature_floor})
+        return params
 
 
 @dataclass(eq=False)

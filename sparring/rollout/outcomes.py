@@ -31,8 +31,11 @@ ERROR_KINDS = {
     "nonfinite_reward": "a reward is nan or inf",
     "bad_metric": "a metric is not a finite number (a string, None, a list, nan, inf)",
     "bad_turn_rewards": "turn_rewards do not fit the trainable calls, or hold something that is not a finite number",
+    "bad_outcome": "outcome is not 'win', 'draw' or 'loss' (or None), or a league game reported none",
 }
 """Why an episode failed: kind -> what it means (the kinds of `Episode.error_kind`)."""
+GAME_OUTCOMES = ("win", "draw", "loss")
+"""What `WorkflowOutput.outcome` may be, besides None."""
 SUCCESS_METRIC = "success_rate"
 """The metric `WorkflowOutput.is_success` becomes (1.0 or 0.0; averaged over a step's episodes as `workflow/success_rate`)."""
 
@@ -66,6 +69,8 @@ async def checked_outcome(output: Any, task: dict, tuner: ModelRouter, judge: Ca
     reward, metrics = output.reward, _metrics(output.metrics, "")
     if output.is_success is not None:
         metrics[SUCCESS_METRIC] = _success(output.is_success)
+    if output.outcome is not None and output.outcome not in GAME_OUTCOMES:
+        raise EpisodeFault("bad_outcome", f"outcome is {output.outcome!r}; it must be None or one of {GAME_OUTCOMES}")
     if reward is None:
         if judge is None:
             raise EpisodeFault("bad_reward", "the workflow returned reward=None and no judge_func is configured")

@@ -35,6 +35,9 @@ class WorkflowOutput:
     list per agent name). Call t is then credited with the episode reward plus the turn rewards from t on."""
     is_success: bool | None = None
     """Whether the episode succeeded (AgentJet's flag); when given it is logged as the metric `workflow/success_rate`."""
+    outcome: str | None = None
+    """A game's result from the trained side: 'win', 'draw' or 'loss'. A league (`league:` in a config) needs it to keep
+    the policy's record against each opponent; elsewhere it is optional."""
 
 
 @dataclass

@@ -6,6 +6,8 @@ from .dataset import DatasetError, TaskStream, load_tasks, load_train_and_eval_t
 from .imports import import_object
 from .failure_streak import EpisodesFailingError
 from .job import Job
+from .league import OPPONENT_ARG, League
+from .league_config import LeagueConfig
 from .loop import RunResult, run_training, run_training_async
 from .schema import ConfigError
 from .training_signal import NothingTrainedError
@@ -18,9 +20,12 @@ __all__ = [
     "DatasetError",
     "EpisodesFailingError",
     "Job",
+    "League",
+    "LeagueConfig",
     "RunResult",
     "LoggingConfig",
     "NothingTrainedError",
+    "OPPONENT_ARG",
     "TaskStream",
     "TuneConfig",
     "TunerModelConfig",

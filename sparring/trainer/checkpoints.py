@@ -3,7 +3,8 @@
 A checkpoint is `run_dir/checkpoints/step_<N>/`: one training-state
 directory per trainable model (adapter + optimizer, via `save_state`) and
 `trainer_state.json` (step, data position, Python/NumPy/torch RNG, and the
-saved adapter and step of every snapshot opponent), written last.
+saved adapter and step of every snapshot opponent, the league's pool and
+records), written last.
 `latest.json` points at the newest complete checkpoint and is replaced
 atomically, so a run killed mid-save resumes from the previous one.
 
@@ -51,13 +52,16 @@ class ResumePoint:
     """Snapshot opponents in play: name -> {'path': saved adapter, 'step': weights version it holds}."""
     versions: dict[int, dict[str, str]] = field(default_factory=dict)
     """Older weights the next rollouts sample from (max_staleness > 0): version -> model key -> saved sampler path."""
+    league: dict = field(default_factory=dict)
+    """The league's pool (saved snapshot adapters) and its records against each opponent; empty without a league."""
 
     @classmethod
     def now(cls, stream: TaskStream, models) -> ResumePoint:
         """The point as things stand: the data position, the RNGs and snapshots of this moment."""
         rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
         snapshots = {name: {"path": snapshot.path, "step": snapshot.step} for name, snapshot in models.snapshots.items() if snapshot.path}
-        return cls(data=stream.state_dict(), rng=rng, snapshots=snapshots)
+        league = models.league.state_dict() if models.league is not None else {}
+        return cls(data=stream.state_dict(), rng=rng, snapshots=snapshots, league=league)
 
 
 def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint) -> Path:
@@ -68,6 +72,8 @@ def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint) -> Pat
     torch.save(point.rng, directory / "rng.pt")
     backends = {key: _backend(client) for key, client in models.clients.items()}
     state = {"step": step, "models": model_paths, "backends": backends, "data": point.data, "snapshots": point.snapshots}
+    if point.league:
+        state["league"] = point.league
     if point.versions:
         state["versions"] = {str(version): paths for version, paths in sorted(point.versions.items())}
     _write_atomically(directory / "trainer_state.json", json.dumps(state, indent=2))
@@ -114,6 +120,8 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int
         future.result()
     for name, snapshot in state.get("snapshots", {}).items():
         models.load_snapshot(name, snapshot["path"], snapshot["step"])
+    if models.league is not None and "league" in state:
+        models.league.load_state_dict(state["league"])
     stream.load_state_dict(state["data"])
     rng = torch.load(directory / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])

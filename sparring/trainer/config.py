@@ -33,6 +33,7 @@ from ..engine.losses import advantage_weighted_losses, check_loss_config
 from ..rollout import RunnerSettings
 from ..types import AdamParams
 from .imports import import_object
+from .league_config import LeagueConfig
 from .schema import ConfigError, ConfigRecord
 
 DEFAULT_MODEL_NAME = "policy"
@@ -227,6 +228,10 @@ class AlgorithmConfig(ConfigRecord):
     it is cancelled and scored as an error; one that ignores the cancellation is abandoned 2 s later."""
     error_reward: float = Field(default=RunnerSettings.error_reward, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
     """Reward given to an episode that crashed or timed out, so a bad output is discouraged but the run goes on."""
+    rollout_temperature_floor: float = Field(default=0.0, ge=0.0, le=MAX_TEMPERATURE)
+    """Training rollouts sample the trainable models at no lower temperature than this (a call asking for less, greedy
+    included, is raised to it); evaluations keep the configured temperature. A lever against a policy turning
+    deterministic, whose groups then tie and train nothing; 0 leaves every call as asked."""
     max_staleness: int = Field(default=0, ge=0, le=MAX_STALENESS)
     """Asynchronous off-policy training: the rollouts of step k sample the weights of step k - N (a frozen copy) and
     run while earlier steps train, so at most N optimizer steps lie between the weights that sampled a token and the
@@ -329,6 +334,9 @@ class TuneConfig(ConfigRecord):
     baselines: dict[str, str] = Field(default_factory=dict)
     """Scripted policies evaluated beside the model on the same held-out tasks: name -> import path of
     `policy(messages, rng) -> reply` (e.g. 'sparring.envs.guess_number:binary_search'); never trained."""
+    league: LeagueConfig | None = None
+    """An opponent pool (policy snapshots, scripted and frozen opponents) from which every training episode draws its
+    opponent (see `league_config.py`, docs/league.md); None: the workflow picks its own opponents."""
 
     @model_validator(mode="after")
     def _importable_baselines(self) -> TuneConfig:
@@ -368,7 +376,32 @@ class TuneConfig(ConfigRecord):
                 raise ValueError(f"{path}: a model name may use letters, digits, '_', '-' and '.' only")
             if config.is_remote:
                 raise ValueError(f"{path}.base_url: a remote endpoint cannot be trained; list it in auxiliary_models")
+        if self.league is not None:
+            self._check_league(self.league)
         return self
+
+    def _check_league(self, league: LeagueConfig) -> None:
+        trainable = self.trainable_models()
+        if league.learner is None and len(trainable) > 1:
+            raise ValueError(f"league.learner: several models train ({sorted(trainable)}); name the one whose snapshots join the pool")
+        if league.learner is not None and league.learner not in trainable:
+            raise ValueError(f"league.learner: no trainable model {league.learner!r}; trainable models are {sorted(trainable)}")
+        for name in league.models:
+            if name not in self.auxiliary_models:
+                raise ValueError(f"league.models: {name!r} is not in auxiliary_models ({sorted(self.auxiliary_models)})")
+        shared = sorted(set(league.scripted) & set(self.auxiliary_models))
+        if shared:
+            raise ValueError(f"league.scripted: {shared} are also auxiliary models; a scripted opponent needs a name of its own")
+        if self.algorithm.max_staleness:
+            raise ValueError("league: rollouts that run ahead of training (algorithm.max_staleness > 0) are not supported with a league; set it to 0")
+        if self.algorithm.runner != "local":
+            raise ValueError("league: its opponents are served in this process; use algorithm.runner 'local'")
+
+    def league_learner(self) -> str:
+        """The trainable model the league snapshots (`league.learner`, else the only trainable one)."""
+        if self.league is None:
+            raise ValueError("no league configured")
+        return self.league.learner or next(iter(self.trainable_models()))
 
     def trainable_models(self) -> dict[str, TunerModelConfig]:
         """The models that learn, by name; a lone `model` is named DEFAULT_MODEL_NAME."""

@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
 from .config_file import dump_config, load_config_file
 from .imports import import_object, importable_path
+from .league_config import LeagueConfig
 from .schema import ConfigError
 
 DatasetSpec = DatasetConfig | dict[str, Any] | list[dict[str, Any]] | str | os.PathLike[str]
@@ -68,6 +69,7 @@ class Job:
         algorithm: AlgorithmConfig | dict[str, Any] | str | None = None,
         run_dir: str | os.PathLike[str] | None = None,
         logging: LoggingConfig | dict[str, Any] | None = None,
+        league: LeagueConfig | dict[str, Any] | None = None,
     ) -> None:
         """Build the config; a string `model` is a model path and a string `algorithm` an algorithm type."""
         fields: dict[str, Any] = {
@@ -77,6 +79,7 @@ class Job:
             "algorithm": {"algorithm_type": algorithm} if isinstance(algorithm, str) else algorithm,
             "run_dir": os.fspath(run_dir) if run_dir is not None else None,
             "logging": logging,
+            "league": league,
         }
         self.config = TuneConfig(**{name: value for name, value in fields.items() if value is not None})
         self._workflow: Callable[..., Any] | type | None = None

@@ -11,7 +11,8 @@ halves of a step are `step.py`).
 Episodes sample from the live adapters, so each step sees the weights of the
 step before; with `algorithm.max_staleness` > 0 the rollouts of later steps
 run on frozen older weights while a step trains instead (`pipeline.py`). Snapshot opponents are retaken at the start of the steps they
-are due (`TunerModelConfig.snapshot_interval_steps`). Every
+are due (`TunerModelConfig.snapshot_interval_steps`). With a `league:` every training episode draws its opponent from
+the league's pool, which takes its snapshots at the start of a step (`league.py`). Every
 `eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the configured
 `baselines` once, beside the first evaluation; every number with a 95 %
 interval, see `evaluation.py`), and the comparison is written to
@@ -148,6 +149,8 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             else:
                 for step in range(start_step, total_steps):
                     snapshot_ages = models.refresh_snapshots(step)
+                    if models.league is not None:
+                        models.league.refresh(step)
                     if evaluates and algorithm.evaluates_before(step):
                         await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
                     models.reseed(config.algorithm.seed, step)
@@ -186,9 +189,15 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
 async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, progress: ConsoleProgress | None = None) -> tuple[dict[str, float], list[Episode]]:
     """One on-policy step: run the episodes on the live weights, train on them, write their rollouts; returns the step's metrics and its episodes."""
     started = time.perf_counter()
-    episodes = await run_rollout(episode_fn, tasks, models.make_tuner, settings, judge, step, progress)
+    league = models.league
+    if league is not None:
+        league.begin_step(step, tasks, settings.group_size)
+        episode_fn = league.episode_fn(episode_fn)
+    episodes = await run_rollout(episode_fn, tasks, models.make_training_tuner, settings, judge, step, progress)
     rollout_time = time.perf_counter() - started
     metrics = await learn(episodes, models, settings, config, rollouts, step)
+    if league is not None:
+        metrics.update(league.end_step())
     metrics["time/rollout"] = rollout_time
     metrics["time/step"] = time.perf_counter() - started
     return metrics, episodes

@@ -37,6 +37,7 @@ from ..integrations import TunerHandle
 from ..rollout import ChatModel, FrozenChatModel, PolicyChatModel
 from ..types import Datum, ForwardBackwardOutput
 from .config import AlgorithmConfig, TunerModelConfig
+from .league import League
 
 
 @dataclass
@@ -84,6 +85,10 @@ class TrainingModels:
     """The first trainable model's base model, for the KL penalty."""
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
     """Auxiliary models that are snapshots of a trainable model, by config name."""
+    league: League | None = None
+    """The opponent pool training episodes draw from (`league:` in the config); None without one."""
+    rollout_temperature_floor: float = 0.0
+    """Training rollouts sample the trainable models at no lower temperature (`algorithm.rollout_temperature_floor`)."""
 
     @property
     def tokenizer(self):
@@ -91,6 +96,15 @@ class TrainingModels:
 
     def make_tuner(self) -> TunerHandle:
         return TunerHandle(policies=self.policies, auxiliary_models=self.auxiliary)
+
+    def make_training_tuner(self) -> TunerHandle:
+        """The handle a training rollout's episode gets: its policies sample at `rollout_temperature_floor` or above."""
+        return TunerHandle(policies=self._floored(self.policies), auxiliary_models=self.auxiliary)
+
+    def _floored(self, policies: dict[str, PolicyChatModel]) -> dict[str, PolicyChatModel]:
+        if not self.rollout_temperature_floor:
+            return policies
+        return {key: dataclasses.replace(policy, temperature_floor=self.rollout_temperature_floor) for key, policy in policies.items()}
 
     def reseed(self, seed: int, step: int) -> None:
         for client in self.clients.values():
@@ -113,10 +127,12 @@ class TrainingModels:
                 metrics[f"{prefix}/sampler_logprob_gap"] = gap
         return metrics
 
-    def frozen_tuner(self, samplers: dict) -> Callable[[], TunerHandle]:
+    def frozen_tuner(self, samplers: dict, training: bool = False) -> Callable[[], TunerHandle]:
         """Tuner handles whose trainable models sample from `samplers` (frozen weights, per model key) and are recorded
-        and trained under their own keys; the auxiliary models are the ones in play now."""
+        and trained under their own keys; the auxiliary models are the ones in play now. For a `training` rollout the
+        policies sample at `rollout_temperature_floor` or above."""
         policies = {key: dataclasses.replace(policy, sampler=samplers[key]) for key, policy in self.policies.items()}
+        policies = self._floored(policies) if training else policies
         auxiliary = dict(self.auxiliary)
         return lambda: TunerHandle(policies=policies, auxiliary_models=auxiliary)
 

@@ -178,7 +178,7 @@ class RolloutPipeline:
                 await self.evaluate(step, "untrained" if step == 0 else f"step {step}", make_tuner)
             self.models.reseed(self.algorithm.seed, step)
             started = time.perf_counter()
-            episodes = await run_rollout(self.resolved.episode_fn, next(self.resolved.stream), make_tuner, self.resolved.settings, self.resolved.judge, step, self.progress)
+            episodes = await run_rollout(self.resolved.episode_fn, next(self.resolved.stream), self.models.frozen_tuner(frozen.samplers, training=True), self.resolved.settings, self.resolved.judge, step, self.progress)
             rollout = Rollout(episodes, version, time.perf_counter() - started, self.models.snapshot_ages(version))
             self._future(self._finished, step).set_result(rollout)
         self.points[self.total_steps] = ResumePoint.now(self.resolved.stream, self.models)

@@ -18,7 +18,8 @@ all start here, so they cannot disagree about what a config means.
 `build_models` is the models' part: one service per backend (a local engine
 per device and dtype, one Tinker-protocol session per URL and key), a LoRA
 training client per trainable model, a frozen chat model per auxiliary one,
-and each snapshot opponent taken from its source adapter.
+each snapshot opponent taken from its source adapter, and the league's pool
+(`league.py`) when the config has one.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .config import TuneConfig, TunerModelConfig
 from .config_file import dump_config
 from .dataset import TaskStream, load_train_and_eval_tasks
 from .imports import import_object
+from .league import League
 from .models import Snapshot, TrainingModels
 from .schema import ConfigError
 
@@ -203,7 +205,12 @@ def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
                 sampler = service_for(model).create_sampling_client(base_model=model.model_path)
         _check_context(f"auxiliary_models.{name}", model, sampler)
         auxiliary[name] = FrozenChatModel(sampler, defaults=model.sampling_params(), agent=name)
-    return TrainingModels(clients, policies, auxiliary, base_sampler, snapshots)
+    league = None
+    if config.league is not None:
+        learner = config.league_learner()
+        frozen = {name: auxiliary[name] for name in config.league.models}
+        league = League(config.league, clients[learner], trainable[learner].sampling_params(), frozen)
+    return TrainingModels(clients, policies, auxiliary, base_sampler, snapshots, league, config.algorithm.rollout_temperature_floor)
 
 
 def _check_context(field: str, model: TunerModelConfig, client: object) -> None:

@@ -2,7 +2,7 @@
 
 It takes the reference tuner's arguments (workflow_func, judge_func,
 train_dataset, eval_dataset, model, auxiliary_models, algorithm) plus
-sparring's `models` (several trainable models at once), `run_dir`, `logging`,
+sparring's `models` (several trainable models at once), `run_dir`, `logging`, `league`,
 `resume` and `overwrite`, builds the same `TuneConfig` that `sparring train config.yaml`
 reads, and runs the loop.
 """
@@ -14,6 +14,7 @@ from typing import Callable
 
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig
 from .job import Job
+from .league_config import LeagueConfig
 from .loop import RunResult
 
 
@@ -29,6 +30,7 @@ def tune(
     models: dict[str, TunerModelConfig] | None = None,
     run_dir: str | Path | None = None,
     logging: LoggingConfig | None = None,
+    league: LeagueConfig | None = None,
     resume: str | Path | None = None,
     overwrite: bool = False,
 ) -> RunResult:
@@ -43,6 +45,7 @@ def tune(
         algorithm=algorithm or AlgorithmConfig(),
         run_dir=str(run_dir) if run_dir is not None else None,
         logging=logging or LoggingConfig(),
+        league=league,
     )
     job.set_workflow(workflow_func, judge=judge_func).set_data(train=train_dataset, eval=eval_dataset)
     return job.tune(resume=resume, overwrite=overwrite)

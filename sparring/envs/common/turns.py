@@ -4,7 +4,8 @@
 is shown, how a reply becomes a move, and the result. `play_game` is the
 coordinator: it routes each turn to the right player, keeps one conversation
 per chat-model player (so a trainable player's turns continue one
-conversation and train as one merged sequence), asks scripted bots (plain
+conversation and train as one merged sequence; a game that lists a turn's
+`choices` gets replies constrained to them), asks scripted bots (plain
 functions of the game) for theirs, and ends the game as soon as a reply is
 unparsable or illegal: that player forfeits and the other one wins.
 
@@ -62,6 +63,11 @@ class TwoPlayerGame(abc.ABC):
     def play(self, move: Any) -> None:
         """Apply a legal move of the player to move."""
 
+    def choices(self, seat: str) -> list[str] | None:
+        """The replies `seat` may give this turn, when its chat model's reply is constrained to them (`choices=`);
+        None leaves the reply free (the default)."""
+        return None
+
 
 @dataclass
 class Turn:
@@ -115,7 +121,8 @@ async def play_game(
         if isinstance(player, ChatModel):
             history = conversations[seat] if memory == "full" else list(openings[seat])
             history.append({"role": "user", "content": game.prompt(seat)})
-            reply = await player(list(history))  # a copy: transcripts keep the messages as they were sent
+            options = game.choices(seat)
+            reply = await player(list(history), **({"choices": options} if options else {}))  # a copy: transcripts keep the messages as sent
             history.append(reply.message)
             move, text = game.parse(reply.content), reply.content
         else:

@@ -92,6 +92,17 @@ def parse_move(text: str, board: Board) -> int | None:
     return None
 
 
+def completing_cells(board: Board, mark: str) -> set[int]:
+    """The free cells (1-9) that would complete a line of `mark`: a win for it, a block against it."""
+    return {
+        cell + 1
+        for line in LINES
+        if sorted(board.cells[i] for i in line) == sorted(("", mark, mark))
+        for cell in line
+        if not board.cells[cell]
+    }
+
+
 def random_move(board: Board, rng: random.Random) -> int:
     return rng.choice(board.free())
 

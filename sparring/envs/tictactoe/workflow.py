@@ -10,20 +10,26 @@ plays against the policy:
 - `random` / `minimax`: a Python bot (uniform random, or perfect play);
 - any other name: that auxiliary model, e.g. `base` (the frozen base model)
   or `snapshot` (a frozen snapshot of the policy from an earlier step, see
-  `TunerModelConfig.snapshot_of`).
+  `TunerModelConfig.snapshot_of`). An auxiliary model of that name comes
+  first, so a league (`league:` in the config, docs/league.md) hands each
+  training game its drawn opponent this way; the game reports its `outcome`
+  (win / draw / loss of the trained side) for the league's records.
 
 Against an opponent the policy plays the task's `side` (or `workflow_args
 .side`; else X for even seeds, O for odd ones). A player sees the board with
 the free cells numbered (after one worked example exchange, which is what
-makes a 135M model answer with a bare number) and answers with a number; the
-first number in the reply that names a free cell is its move. A reply that
-names none ends the game: the mover gets `illegal_reward`, the other side
-wins. `workflow_args.memory` ("full", default, or "turn") says whether a
+makes a 135M model answer with a bare number) and answers with a number: a
+chat model's reply is constrained to the free cells (`choices=`), unless
+`workflow_args.free_text` is true; then the first number in the reply that
+names a free cell is its move, and a reply that names none ends the game: the
+mover gets `illegal_reward`, the other side wins. `workflow_args.memory` ("full", default, or "turn") says whether a
 player sees its earlier turns (one merged training sequence per player) or
 only the current position.
 
 Rewards per seat: `win_reward` 1, `draw_reward` 0, `loss_reward` -1,
-`illegal_reward` -1. Metrics: `win_rate` / `draw_rate` / `loss_rate` of the
+`illegal_reward` -1. `workflow_args.move_credit` (0, off) adds per-move
+credit: a turn reward of that size for every move of a trained seat that
+takes a win or blocks the opponent's. Metrics: `win_rate` / `draw_rate` / `loss_rate` of the
 trained side, the same win rate as `role/player/win_rate`,
 `agent/<seat>/win_rate` and `vs_<opponent>/win_rate`, `invalid_action_rate`
 (illegal or unparsable replies per policy move), `forfeit_rate`, `turns`.
@@ -38,7 +44,7 @@ import random
 from sparring import ChatModel, WorkflowOutput
 
 from ..common import Bot, GameRecord, TwoPlayerGame, play_game
-from .rules import Board, minimax_move, parse_move, random_move
+from .rules import Board, completing_cells, minimax_move, parse_move, random_move
 
 SEATS = ("x", "o")
 ROLE = "player"
@@ -58,8 +64,9 @@ class TicTacToe(TwoPlayerGame):
 
     seats = SEATS
 
-    def __init__(self, board: Board | None = None):
+    def __init__(self, board: Board | None = None, constrained: bool = True):
         self.board = board or Board()
+        self.constrained = constrained
 
     def to_move(self) -> str:
         return self.board.to_move.lower()
@@ -77,6 +84,9 @@ class TicTacToe(TwoPlayerGame):
     def prompt(self, seat: str) -> str:
         return PROMPT.format(board=self.board.render(), free=", ".join(str(cell) for cell in self.board.free()))
 
+    def choices(self, seat: str) -> list[str] | None:
+        return [str(cell) for cell in self.board.free()] if self.constrained else None
+
     def parse(self, text: str) -> int | None:
         return parse_move(text, self.board)
 
@@ -85,12 +95,13 @@ class TicTacToe(TwoPlayerGame):
 
 
 def opponent_player(name: str, seat: str, auxiliary_models: dict[str, ChatModel], rng: random.Random) -> ChatModel | Bot:
-    """A scripted bot ('random', 'minimax') or the auxiliary model of that name, playing `seat`."""
+    """The auxiliary model of that name (a league's drawn opponent among them), else a scripted bot ('random',
+    'minimax'), playing `seat`."""
+    if name in auxiliary_models:
+        return auxiliary_models[name].as_agent(seat, role="opponent")
     if name in SCRIPTED:
         choose = SCRIPTED[name]
         return lambda game: choose(game.board, rng)
-    if name in auxiliary_models:
-        return auxiliary_models[name].as_agent(seat, role="opponent")
     raise ValueError(f"unknown opponent {name!r}: use 'self', {', '.join(repr(n) for n in SCRIPTED)} or an auxiliary model ({sorted(auxiliary_models)})")
 
 
@@ -122,6 +133,26 @@ def game_metrics(record: GameRecord, trained: list[str], opponent: str) -> dict[
     return metrics
 
 
+def outcome_of(record: GameRecord, seat: str) -> str:
+    """'win', 'draw' or 'loss' for `seat` (a forfeit loses)."""
+    return "draw" if record.winner is None else "win" if record.winner == seat else "loss"
+
+
+def move_credit(record: GameRecord, trained: list[str], credit: float) -> dict[str, list[float]]:
+    """Per trained seat, one turn reward per move: `credit` for a move that completes its line (takes a win) or the
+    opponent's (blocks one), else 0 (a forfeited turn included)."""
+    board, rewards = Board(), {seat: [] for seat in trained}
+    for turn in record.turns:
+        if turn.seat in rewards:
+            mark = board.to_move
+            other = "O" if mark == "X" else "X"
+            useful = turn.move is not None and turn.move in completing_cells(board, mark) | completing_cells(board, other)
+            rewards[turn.seat].append(credit if useful else 0.0)
+        if turn.move is not None:
+            board = board.play(turn.move)
+    return rewards
+
+
 def policy_side(task: dict, args: dict, seed: int) -> str:
     side = str(task.get("side") or args.get("side") or ("x" if seed % 2 == 0 else "o")).lower()
     if side not in SEATS:
@@ -142,9 +173,12 @@ async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, Ch
         other = "o" if side == "x" else "x"
         trained = [side]
         players = {side: model.as_agent(side, role=ROLE), other: opponent_player(opponent, other, auxiliary_models, random.Random(seed))}
-    record = await play_game(TicTacToe(), players, memory=args.get("memory", "full"))
+    record = await play_game(TicTacToe(constrained=not args.get("free_text", False)), players, memory=args.get("memory", "full"))
+    credit = float(args.get("move_credit", 0.0))
     return WorkflowOutput(
         reward={seat: seat_reward(record, seat, rewards) for seat in trained},
         metrics=game_metrics(record, trained, opponent),
         response=[(turn.seat, turn.move) for turn in record.turns],
+        turn_rewards=move_credit(record, trained, credit) if credit else None,
+        outcome=outcome_of(record, trained[0]) if len(trained) == 1 else None,
     )
