@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import logging
+import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -120,15 +121,17 @@ def train(
     try:
         with _config_errors(config):
             result = Job.from_config(loaded).tune(resume=str(resume) if resume else None, overwrite=overwrite)
-    except KeyboardInterrupt:
-        # The loop saved a checkpoint before the interrupt reached us.
-        typer.echo("interrupted: checkpoint saved; continue with `sparring train --resume RUN_DIR`", err=True)
+    except KeyboardInterrupt:  # before the run took the signals over (while starting): nothing to save yet
+        typer.echo("interrupted before training started", err=True)
         raise typer.Exit(130) from None
     except (EpisodesFailingError, NothingTrainedError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
-    state = "interrupted (checkpoint saved)" if result.interrupted else "done"
-    typer.echo(f"{state}: {result.steps} steps in {result.run_dir}")
+    if result.interrupted:
+        cause = signal.Signals(result.stop_signal).name if result.stop_signal else "interrupted"
+        typer.echo(f"{cause}: stopped after step {result.steps}, checkpoint saved at {result.checkpoint}, no final adapter; continue with: sparring train --resume {result.run_dir}", err=True)
+        raise typer.Exit(128 + (result.stop_signal or signal.SIGINT))
+    typer.echo(f"done: {result.steps} steps in {result.run_dir}")
     for name, path in result.sampler_paths.items():
         typer.echo(f"  {name}: {path}")
     if result.comparison is not None:

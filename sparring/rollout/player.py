@@ -63,7 +63,9 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
                     raise EpisodeTimeout(f"timed out after {timeout_s:g}s: it returned only {clock.own_time():.1f}s into its own time{_blocked(clock)}; its result is ignored")
                 workflow.cancel()
                 await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
-        except asyncio.CancelledError:  # the run itself was cancelled (Ctrl-C): the episode goes with it
+        except asyncio.CancelledError:  # the run itself was cancelled (Ctrl-C, SIGTERM): the episode goes with it
+            workflow.cancel()  # unwound first: abandoning (closing) a coroutine that is still scheduled leaves an asyncio traceback
+            await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
             clock.abandon()
             raise
     if clock.interrupted_at is not None:

@@ -54,6 +54,7 @@ from ..rollout import Episode
 from .checkpoints import ResumePoint
 from .resolve import ResolvedRun
 from .step import learn, run_rollout
+from .stop_signals import StopSignals
 
 FinishStep = Callable[[int, dict[str, float], list[Episode]], Awaitable[bool]]
 """The loop's bookkeeping after a trained step (log, progress, checkpoint); True stops the run."""
@@ -89,10 +90,17 @@ class RolloutPipeline:
     """Rollouts on frozen older weights running ahead of training, by at most `max_staleness` optimizer steps."""
 
     def __init__(
-        self, run: ResolvedRun, start_step: int, saved_versions: dict[int, dict[str, str]], rollouts: RolloutWriter | None, progress: ConsoleProgress | None, evaluate: Evaluate | None
+        self,
+        run: ResolvedRun,
+        start_step: int,
+        saved_versions: dict[int, dict[str, str]],
+        rollouts: RolloutWriter | None,
+        progress: ConsoleProgress | None,
+        evaluate: Evaluate | None,
+        stop: StopSignals,
     ):
         """`saved_versions`: the older weights the resumed checkpoint names; `evaluate` is None when the run does not
-        evaluate during training."""
+        evaluate during training; `stop` ends the run at the step being trained (the rollouts ahead are cancelled)."""
         self.resolved = run
         self.models = run.models
         self.algorithm = run.config.algorithm
@@ -104,6 +112,7 @@ class RolloutPipeline:
         self.rollouts = rollouts
         self.progress = progress
         self.evaluate = evaluate
+        self.stop = stop
         self.versions: dict[int, FrozenVersion] = {}
         """Frozen versions some rollout, snapshot or checkpoint may still need."""
         self.points: dict[int, ResumePoint] = {start_step: ResumePoint.now(run.stream, run.models)}
@@ -140,7 +149,7 @@ class RolloutPipeline:
             last_step_ended = time.perf_counter()
             for step in range(self.start_step, self.total_steps):
                 waiting = time.perf_counter()
-                rollout = await self._rollout(step, producer)
+                rollout = await self.stop.cancelling(self._rollout(step, producer))
                 waited = time.perf_counter() - waiting
                 metrics = await learn(rollout.episodes, self.models, self.resolved.settings, self.resolved.config, self.rollouts, step)
                 staleness = float(step - rollout.version)  # one version samples every token of a step
@@ -150,6 +159,7 @@ class RolloutPipeline:
                 last_step_ended = time.perf_counter()
                 if await finish_step(step, metrics, rollout.episodes):
                     return
+                self.stop.check()
                 if step + 1 < self.total_steps:
                     await self._freeze(step + 1)
                 self._forget_before(self.version_of(step + 1))
