@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import logging
+import os
 import signal
 import sys
 from contextlib import contextmanager
@@ -41,6 +42,7 @@ from .logging import format_transcript, print_table, serve_report, write_report
 from .logging.report import DEFAULT_ROLLOUT_STEPS
 from .trainer import ConfigError, DatasetError, EpisodesFailingError, Job, NothingTrainedError
 from .trainer.checkpoints import final_adapters
+from .trainer.lingering import lingering_threads
 from .trainer.loop import run_debug_episodes, run_evaluation
 
 app = typer.Typer(add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True)
@@ -371,7 +373,18 @@ def _is_loopback(host: str) -> bool:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        if not (threads := lingering_threads()):
+            raise
+        # Python would wait for these at exit, for ever if a workflow left them running: exit without waiting.
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+        if isinstance(done.code, str):
+            print(done.code, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":

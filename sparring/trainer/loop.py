@@ -44,6 +44,7 @@ from .checkpoints import ResumePoint, latest_checkpoint, restore_checkpoint, sav
 from .config import TuneConfig
 from .evaluation import Comparison, PolicyEvaluation, evaluate_baselines, evaluate_policy
 from .failure_streak import EpisodesFailingError, FailureStreak
+from .lingering import lingering_threads, lingering_warning
 from .models import TrainingModels
 from .pipeline import RolloutPipeline
 from .resolve import resolve_run
@@ -88,7 +89,11 @@ def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Pa
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(run_training_async(config, workflow, judge, resume, overwrite))
+        try:
+            return asyncio.run(run_training_async(config, workflow, judge, resume, overwrite))
+        finally:
+            if threads := lingering_threads():
+                log.warning(lingering_warning(threads))
     raise RuntimeError("run_training was called inside a running event loop; use `await run_training_async(...)`")
 
 
