@@ -41,6 +41,7 @@ from .envs import GAMES, load_config, new_game
 from .logging import format_transcript, print_table, serve_report, write_report
 from .logging.report import DEFAULT_ROLLOUT_STEPS
 from .trainer import ConfigError, DatasetError, EpisodesFailingError, Job, NothingTrainedError
+from .trainer.checkpoint_integrity import CheckpointError
 from .trainer.checkpoints import final_adapters
 from .trainer.lingering import lingering_threads
 from .trainer.loop import run_debug_episodes, run_evaluation
@@ -126,7 +127,7 @@ def train(
     except KeyboardInterrupt:  # before the run took the signals over (while starting): nothing to save yet
         typer.echo("interrupted before training started", err=True)
         raise typer.Exit(130) from None
-    except (EpisodesFailingError, NothingTrainedError) as error:
+    except (EpisodesFailingError, NothingTrainedError, CheckpointError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
     if result.interrupted:

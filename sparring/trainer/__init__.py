@@ -1,5 +1,6 @@
 """The RL loop behind `tune()`: job configuration (records, YAML file, import paths), its resolution into a run, task datasets, the job object."""
 
+from .checkpoint_integrity import CheckpointError, NonFiniteWeightsError
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
 from .config_file import apply_overrides, dump_config, load_config_file
 from .dataset import DatasetError, TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
@@ -13,6 +14,7 @@ from .tune import tune
 
 __all__ = [
     "AlgorithmConfig",
+    "CheckpointError",
     "ConfigError",
     "DatasetConfig",
     "DatasetError",
@@ -20,6 +22,7 @@ __all__ = [
     "Job",
     "RunResult",
     "LoggingConfig",
+    "NonFiniteWeightsError",
     "NothingTrainedError",
     "TaskStream",
     "TuneConfig",

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ..logging import ConsoleProgress, MetricsLogger, RolloutWriter, TrainingProgress, read_metrics, write_report, write_reward_plot, write_reward_png
 from ..rollout import Episode, run_episodes
-from .checkpoints import ResumePoint, latest_checkpoint, restore_checkpoint, save_checkpoint
+from .checkpoints import ResumePoint, clean_interrupted_saves, latest_checkpoint, restore_checkpoint, save_checkpoint
 from .config import TuneConfig
 from .evaluation import Comparison, PolicyEvaluation, evaluate_baselines, evaluate_policy
 from .failure_streak import EpisodesFailingError, FailureStreak
@@ -107,6 +107,7 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
     try:
         run_dir = Path(resume) if resume else Path(config.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
         claim_run_folder(run_dir, resume=bool(resume), overwrite=overwrite)
+        clean_interrupted_saves(run_dir)
         run = resolve_run(config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume)
         run_dir.mkdir(parents=True, exist_ok=True)
         start_step, saved_versions = 0, {}
@@ -170,7 +171,7 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
 
         try:
             if algorithm.max_staleness:
-                pipeline = RolloutPipeline(run, start_step, saved_versions, rollouts, progress, evaluate_now if evaluates else None, stop)
+                pipeline = RolloutPipeline(run, run_dir, start_step, saved_versions, rollouts, progress, evaluate_now if evaluates else None, stop)
                 await pipeline.run(finish_step)
             else:
                 for step in range(start_step, total_steps):

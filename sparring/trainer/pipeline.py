@@ -51,7 +51,7 @@ from typing import Awaitable, Callable
 
 from ..logging import ConsoleProgress, RolloutWriter
 from ..rollout import Episode
-from .checkpoints import ResumePoint
+from .checkpoints import ResumePoint, prune_unresumable
 from .resolve import ResolvedRun
 from .step import learn, run_rollout
 from .stop_signals import StopSignals
@@ -92,6 +92,7 @@ class RolloutPipeline:
     def __init__(
         self,
         run: ResolvedRun,
+        run_dir: Path,
         start_step: int,
         saved_versions: dict[int, dict[str, str]],
         rollouts: RolloutWriter | None,
@@ -99,9 +100,10 @@ class RolloutPipeline:
         evaluate: Evaluate | None,
         stop: StopSignals,
     ):
-        """`saved_versions`: the older weights the resumed checkpoint names; `evaluate` is None when the run does not
+        """`run_dir`: where its checkpoints are; `saved_versions`: the older weights the resumed checkpoint names; `evaluate` is None when the run does not
         evaluate during training; `stop` ends the run at the step being trained (the rollouts ahead are cancelled)."""
         self.resolved = run
+        self.run_dir = run_dir
         self.models = run.models
         self.algorithm = run.config.algorithm
         self.start_step = start_step
@@ -162,7 +164,8 @@ class RolloutPipeline:
                 self.stop.check()
                 if step + 1 < self.total_steps:
                     await self._freeze(step + 1)
-                self._forget_before(self.version_of(step + 1))
+                if self._forget_before(self.version_of(step + 1)):
+                    prune_unresumable(self.run_dir)  # the checkpoints that named the deleted weights go with them
         finally:
             producer.cancel()
             await asyncio.gather(producer, return_exceptions=True)
@@ -213,10 +216,11 @@ class RolloutPipeline:
         self.versions[version] = frozen
         self._future(self._ready, version).set_result(frozen)
 
-    def _forget_before(self, version: int) -> None:
+    def _forget_before(self, version: int) -> bool:
         """Drop the versions older than `version` (no later rollout samples them) that the latest checkpoint does not
         name, and delete their saved weights unless a snapshot opponent uses them (in play, in a resume point, or in
-        the latest checkpoint)."""
+        the latest checkpoint); True when it deleted any."""
+        deleted = False
         for step in [s for s in self.points if s < version]:
             del self.points[step]
         in_play = {snapshot.path for snapshot in self.models.snapshots.values()} | self._checkpointed_snapshots
@@ -227,6 +231,8 @@ class RolloutPipeline:
             for path in set(frozen.paths.values()) - in_play:
                 if Path(path).is_dir():  # a local save; a service's tinker:// path stays with the service
                     shutil.rmtree(path, ignore_errors=True)
+                    deleted = True
+        return deleted
 
     @staticmethod
     def _future(futures: dict[int, asyncio.Future], key: int) -> asyncio.Future:
