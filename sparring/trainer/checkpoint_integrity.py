@@ -32,6 +32,15 @@ class CheckpointError(RuntimeError):
     produced weights that must not be saved; the message names the file or the step, on one line."""
 
 
+class CheckpointSaveError(CheckpointError):
+    """A checkpoint could not be written (a full disk, a read-only folder); the message names where and what is intact."""
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (torch's write errors span several)."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
 class NonFiniteWeightsError(CheckpointError):
     """An optimizer step left NaN or infinite adapter weights: the run stops before they are saved."""
 

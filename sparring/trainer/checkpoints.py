@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from ..clients import RemoteTrainingClient
-from .checkpoint_integrity import MANIFEST, CheckpointError, check_training_state, verify_manifest, write_manifest
+from .checkpoint_integrity import MANIFEST, CheckpointError, CheckpointSaveError, one_line, check_training_state, verify_manifest, write_manifest
 from .dataset import TaskStream
 
 log = logging.getLogger(__name__)
@@ -81,21 +81,35 @@ def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint) -> Pat
     """Write the checkpoint of `step` (unless a complete one is there: the weights have not changed since) and point
     `latest.json` at it."""
     directory = run_dir / "checkpoints" / f"step_{step:06d}"
-    if not (directory / MANIFEST).exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        futures = {key: client.save_state(f"run-step-{step:06d}") for key, client in models.clients.items()}
-        model_paths = {key: future.result().path for key, future in futures.items()}
-        temporary = directory / f".rng.pt.{os.getpid()}.{threading.get_ident()}.tmp"
-        torch.save(point.rng, temporary)
-        os.replace(temporary, directory / "rng.pt")
-        backends = {key: _backend(client) for key, client in models.clients.items()}
-        state = {"step": step, "models": model_paths, "backends": backends, "data": point.data, "snapshots": point.snapshots}
-        if point.versions:
-            state["versions"] = {str(version): paths for version, paths in sorted(point.versions.items())}
-        _write_atomically(directory / "trainer_state.json", json.dumps(state, indent=2))
-        write_manifest(directory, run_dir, [directory / "trainer_state.json", directory / "rng.pt", *_local_paths(state)])
-    _write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
+    if (directory / MANIFEST).exists():
+        _write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
+        return directory
+    before = _pointed_at(run_dir)
+    try:
+        _write_checkpoint(run_dir, directory, step, models, point)
+    except (OSError, RuntimeError) as error:  # a full disk, a read-only folder, a service that failed to save
+        where = getattr(error, "filename", None) or directory
+        saved = f"the checkpoint of step {int(before.name.removeprefix('step_'))} ({before}) is intact" if before else "no checkpoint was saved before it"
+        reason = f"{error.strerror} (errno {error.errno})" if isinstance(error, OSError) and error.strerror else f"{type(error).__name__}: {one_line(error)}"
+        raise CheckpointSaveError(f"could not write the checkpoint of step {step} at {where}: {reason}; {saved}") from error
     return directory
+
+
+def _write_checkpoint(run_dir: Path, directory: Path, step: int, models, point: ResumePoint) -> None:
+    """The models' training states, RNGs, trainer state, then the manifest, then `latest.json`: each file atomically."""
+    directory.mkdir(parents=True, exist_ok=True)
+    futures = {key: client.save_state(f"run-step-{step:06d}") for key, client in models.clients.items()}
+    model_paths = {key: future.result().path for key, future in futures.items()}
+    temporary = directory / f".rng.pt.{os.getpid()}.{threading.get_ident()}.tmp"
+    torch.save(point.rng, temporary)
+    os.replace(temporary, directory / "rng.pt")
+    backends = {key: _backend(client) for key, client in models.clients.items()}
+    state = {"step": step, "models": model_paths, "backends": backends, "data": point.data, "snapshots": point.snapshots}
+    if point.versions:
+        state["versions"] = {str(version): paths for version, paths in sorted(point.versions.items())}
+    _write_atomically(directory / "trainer_state.json", json.dumps(state, indent=2))
+    write_manifest(directory, run_dir, [directory / "trainer_state.json", directory / "rng.pt", *_local_paths(state)])
+    _write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -194,6 +208,14 @@ def prune_unresumable(run_dir: Path) -> list[Path]:
         shutil.rmtree(directory, ignore_errors=True)
         pruned.append(directory)
     return pruned
+
+
+def _pointed_at(run_dir: Path) -> Path | None:
+    """The checkpoint `latest.json` points at; None without one (or with a damaged one)."""
+    try:
+        return latest_checkpoint(run_dir)
+    except (OSError, CheckpointError):
+        return None
 
 
 def clean_interrupted_saves(run_dir: Path) -> list[Path]:
