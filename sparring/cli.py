@@ -17,8 +17,14 @@ a model's path or name, a device -- is one line on stderr (`error: ` and the
 field path, what is wrong and what would work) and exit code 2, found before
 any model loads and before a run directory is left behind. A training run
 stopped because every episode failed (`EpisodesFailingError`: too many such
-steps in a row, or all of them) or because no step trained a token
-(`NothingTrainedError`) is one line with the reason and exit code 1.
+steps in a row, or all of them), because no step trained a token
+(`NothingTrainedError`), because a checkpoint is damaged or weights went NaN
+(`CheckpointError`) or because a file could not be written (a full disk) is
+one line with the reason and exit code 1. Ctrl-C / SIGTERM stop a run with a
+checkpoint of its last completed step, one line with the resume command and
+exit code 130 / 143. The config is read and checked before torch and the
+trainer are imported (the commands import what they need), so a malformed one
+is reported at once.
 """
 
 from __future__ import annotations
@@ -149,7 +155,8 @@ def train(
 
 def _saved_so_far(run_dir: Path | None) -> str:
     """What a failed run left to continue from, for its one-line error."""
-    from .trainer.checkpoints import CheckpointError, latest_checkpoint
+    from .trainer import CheckpointError
+    from .trainer.checkpoints import latest_checkpoint
 
     try:
         checkpoint = latest_checkpoint(run_dir) if run_dir is not None else None

@@ -5,9 +5,9 @@ snapshot opponents it names), any of which a crash, a full disk or a hand can da
 name, size and sha256 of every such file in `manifest.json`, written last and atomically (before `latest.json`
 points at the checkpoint), and `verify_manifest` refuses a checkpoint whose files are missing, truncated or changed,
 naming the first bad file in one line (`CheckpointError`). `check_training_state` then reads what a model's state
-holds -- the step count it was saved after, an adapter config that parses, finite adapter and optimizer tensors --
-so a checkpoint written without a manifest (before manifests existed) is refused on the same grounds, and a NaN
-saved by a bug is never trained on. `check_finite_weights` runs after every optimizer step, so a NaN is named at the
+holds -- no more optimizer steps than the checkpoint's step, an adapter config that parses, finite adapter and
+optimizer tensors -- so a checkpoint written without a manifest (before manifests existed) is refused on the same
+grounds, and a NaN saved by a bug is never trained on. `check_finite_weights` runs after every optimizer step, so a NaN is named at the
 step that produced it and never reaches a saved adapter.
 """
 
@@ -81,11 +81,12 @@ def verify_manifest(directory: Path, run_dir: Path) -> bool:
 
 def check_training_state(path: Path, step: int) -> None:
     """Read a model's saved training state (`save_state`'s folder) and refuse it, naming the file, unless it was saved
-    after `step` optimizer steps and its adapter config parses and its adapter and optimizer tensors are finite."""
+    after at most `step` optimizer steps and its adapter config parses and its adapter and optimizer tensors are finite."""
     state_file, config_file = path / "state.json", path / "adapter" / "adapter_config.json"
     state = _read_json(state_file)
-    if state.get("optimizer_steps") != step:
-        raise CheckpointError(f"{state_file}: saved after {state.get('optimizer_steps')!r} optimizer steps, the checkpoint is of step {step}")
+    steps = state.get("optimizer_steps")
+    if not isinstance(steps, int) or not 0 <= steps <= step:  # fewer when a step gave a model nothing to train on
+        raise CheckpointError(f"{state_file}: saved after {steps!r} optimizer steps, more than the checkpoint's {step} steps allow")
     if not isinstance(_read_json(config_file).get("r"), int):
         raise CheckpointError(f"{config_file}: no LoRA rank 'r' in it")
     for weights in sorted((path / "adapter").glob("*.safetensors")):

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from ..clients import RemoteTrainingClient
-from .checkpoint_integrity import MANIFEST, CheckpointError, CheckpointSaveError, one_line, check_training_state, verify_manifest, write_manifest
+from .checkpoint_integrity import MANIFEST, CheckpointError, CheckpointSaveError, check_training_state, one_line, verify_manifest, write_manifest
 from .dataset import TaskStream
 
 log = logging.getLogger(__name__)

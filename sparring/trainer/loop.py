@@ -15,9 +15,11 @@ are due (`TunerModelConfig.snapshot_interval_steps`). Every
 `eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the configured
 `baselines` once, beside the first evaluation; every number with a 95 %
 interval, see `evaluation.py`), and the comparison is written to
-`evaluation.json`; every `save_interval_steps`, at the end and on Ctrl-C, a
+`evaluation.json`; every `save_interval_steps`, at the end and on SIGINT / SIGTERM
+(`stop_signals.py`: the episodes in flight cancelled, the last completed step kept), a
 checkpoint is written (see `checkpoints.py`) from which `resume` continues
-exactly. A step that trained no token is warned about with its cause, and a
+exactly. Adapter weights are checked finite after every update
+(`checkpoint_integrity.py`). A step that trained no token is warned about with its cause, and a
 run in which no step trained one raises `NothingTrainedError` at its end,
 without a "final" adapter (`training_signal.py`; opt out for dry runs). Failed episodes are data: a step trains its healthy episodes and
 logs the share of each error kind (`episode/error_kind/<kind>`); a step in

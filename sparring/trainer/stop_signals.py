@@ -12,10 +12,12 @@ quits at once (`os._exit`), for a run that cannot stop in time.
 Nothing is raised inside the code a signal lands in (Python's default SIGINT
 handler raises KeyboardInterrupt wherever the main thread is, which left
 asyncio tasks with half-run coroutines and tracebacks); the run decides where
-to stop. The handlers go through the event loop (`add_signal_handler`), so
-they exist only for a loop in the main thread on a POSIX system; elsewhere
-`install` says False and a KeyboardInterrupt or cancellation still stops the
-run with a checkpoint, without these guarantees.
+to stop. The handlers are plain `signal.signal` ones, not the event loop's:
+they run even while the loop is blocked (loading a model), so a second signal
+quits then too, and they wake the loop with `call_soon_threadsafe`. Python
+runs signal handlers in the main thread only, so `install` works only there;
+elsewhere it says False and a KeyboardInterrupt or cancellation still stops
+the run with a checkpoint, without these guarantees.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import Awaitable, TypeVar
 
 log = logging.getLogger(__name__)
@@ -59,26 +62,18 @@ class StopSignals:
         return None if self.signum is None else 128 + self.signum
 
     def install(self) -> bool:
-        """Take over SIGINT and SIGTERM in the running loop; False (nothing installed) off the main thread or off POSIX."""
-        loop = asyncio.get_running_loop()
-        try:
-            for signum in STOP_SIGNALS:
-                previous = signal.getsignal(signum)
-                loop.add_signal_handler(signum, self._receive, signum)
-                self._previous[signum] = previous
-        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no add_signal_handler (Windows)
-            self.restore()
+        """Take over SIGINT and SIGTERM for the running loop; False (nothing installed) off the main thread."""
+        if threading.current_thread() is not threading.main_thread():
             return False
-        self._loop = loop
+        self._loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._receive)
         return True
 
     def restore(self) -> None:
         """Put the handlers from before `install` back."""
-        loop = self._loop or asyncio.get_running_loop()
         for signum, previous in self._previous.items():
-            loop.remove_signal_handler(signum)
-            if previous is not None:
-                signal.signal(signum, previous)
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)  # None: set from C, not restorable
         self._previous.clear()
         self._loop = None
 
@@ -103,14 +98,14 @@ class StopSignals:
             return task.result()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        self.check()
-        raise AssertionError("unreachable: the stop event is set only with a signal")
+        raise Stopped(signal.Signals(self.signum).name)
 
-    def _receive(self, signum: int) -> None:
+    def _receive(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
         if self.signum is not None:
             print(f"{name} again: quitting at once, without a checkpoint of the step in flight", file=sys.stderr, flush=True)
             os._exit(128 + signum)
         self.signum = signum
-        self._event.set()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._event.set)
         log.warning("%s: cancelling the episodes in flight and saving a checkpoint of the last completed step (%s again quits at once)", name, name)
