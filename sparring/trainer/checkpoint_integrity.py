@@ -27,7 +27,7 @@ MANIFEST = "manifest.json"
 """The file, in a checkpoint's step folder, listing every file the checkpoint needs."""
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(ValueError):
     """A checkpoint cannot be resumed (a file missing, truncated, changed or holding non-finite numbers), or training
     produced weights that must not be saved; the message names the file or the step, on one line."""
 

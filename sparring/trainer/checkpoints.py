@@ -147,10 +147,10 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int
     state = verify_checkpoint(directory)
     unknown = set(state["models"]) ^ set(models.clients)
     if unknown:
-        raise ValueError(f"checkpoint {directory} holds models {sorted(state['models'])}, the config trains {sorted(models.clients)}")
+        raise CheckpointError(f"checkpoint {directory} holds models {sorted(state['models'])}, the config trains {sorted(models.clients)}")
     for key, backend in state.get("backends", {}).items():
         if backend != _backend(models.clients[key]):
-            raise ValueError(f"checkpoint {directory} saved model {key!r} on backend {backend!r}; the config now puts it on {_backend(models.clients[key])!r}")
+            raise CheckpointError(f"checkpoint {directory} saved model {key!r} on backend {backend!r}; the config now puts it on {_backend(models.clients[key])!r}")
     for future in [models.clients[key].load_state(path) for key, path in state["models"].items()]:
         future.result()
     for name, snapshot in state.get("snapshots", {}).items():
