@@ -9,7 +9,6 @@ import errno
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 from typer.testing import CliRunner
 
