@@ -10,6 +10,7 @@ resumed to its end must then hold the same final adapter, tensor for tensor, as 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -116,3 +117,55 @@ def test_sigint_and_sigterm_checkpoint_the_last_step_and_resume_into_the_uninter
     assert expected.keys() == got.keys()
     for name, tensor in expected.items():
         assert torch.equal(tensor, got[name]), f"{name}: the resumed run's final adapter differs from the uninterrupted run's"
+
+
+def test_a_signal_cancels_what_is_awaited_and_the_handlers_are_put_back():
+    from sparring.trainer.stop_signals import StopSignals, Stopped
+
+    before = signal.getsignal(signal.SIGTERM)
+    unwound = []
+
+    async def rollout():
+        try:
+            await asyncio.sleep(60)
+        finally:
+            unwound.append(True)
+
+    async def main():
+        stop = StopSignals()
+        assert stop.install()
+        try:
+            asyncio.get_running_loop().call_later(0.1, os.kill, os.getpid(), signal.SIGTERM)
+            with pytest.raises(Stopped, match="SIGTERM"):
+                await stop.cancelling(rollout())
+            assert stop.signum == signal.SIGTERM and unwound == [True]
+            with pytest.raises(Stopped):
+                await stop.cancelling(rollout())  # once stopped, nothing more starts
+            assert unwound == [True]
+        finally:
+            stop.restore()
+
+    asyncio.run(main())
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+SIGNALLED_TWICE = """
+import asyncio, os, signal, time
+from sparring.trainer.stop_signals import StopSignals
+
+async def main():
+    stop = StopSignals()
+    stop.install()
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)  # the loop is blocked (a model loading): the second signal must still end the process
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+
+asyncio.run(main())
+"""
+
+
+def test_a_second_signal_quits_at_once_even_while_the_loop_is_blocked():
+    ran = subprocess.run([sys.executable, "-c", SIGNALLED_TWICE], capture_output=True, text=True, timeout=20)
+    assert ran.returncode == 130, ran.stderr
+    assert "SIGINT again: quitting at once" in ran.stderr

@@ -56,11 +56,6 @@ class StopSignals:
     def requested(self) -> bool:
         return self.signum is not None
 
-    @property
-    def exit_code(self) -> int | None:
-        """What the process exits with after the stop: 128 + the signal's number, as a shell reports a killed job."""
-        return None if self.signum is None else 128 + self.signum
-
     def install(self) -> bool:
         """Take over SIGINT and SIGTERM for the running loop; False (nothing installed) off the main thread."""
         if threading.current_thread() is not threading.main_thread():
@@ -84,7 +79,10 @@ class StopSignals:
 
     async def cancelling(self, awaitable: Awaitable[T]) -> T:
         """Await `awaitable`; a stop signal meanwhile cancels it (waiting for it to unwind) and raises Stopped."""
-        self.check()
+        if self.requested:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never started: no "never awaited" warning
+            self.check()
         task = asyncio.ensure_future(awaitable)
         woken = asyncio.ensure_future(self._event.wait())
         try:
