@@ -6,6 +6,8 @@ mid-update or mid-checkpoint, wherever it falls), with rollouts on-policy and ru
 Each stop must end the process within 10 s with the signal's exit code, one line naming the resume command, no
 traceback, no "final" adapter, and a checkpoint at exactly the steps logged (nothing lost, nothing ahead). The run
 resumed to its end must then hold the same final adapter, tensor for tensor, as the same run never interrupted.
+`StopSignals` itself: a signal cancels what the run awaits and the handlers are put back; a second signal ends the
+process even while the event loop is blocked.
 """
 
 from __future__ import annotations
