@@ -3,27 +3,29 @@
 The names a user imports, all from here: the job (`tune`, `Job`, the configs), the workflow types and
 chat models, the scripted-policy helpers for baselines, the Tinker-shaped training clients, the
 AgentScope bridge and the readers of a run's records. The packaged games are `sparring.envs`.
+
+Every name is imported on first use (PEP 562), not with the package: `sparring train` with a bad config reports
+it without loading torch (seconds), and `import sparring` stays cheap.
 """
 
-from . import integrations as _integrations
-from . import types
-from .clients import APIFuture, SamplingClient, ServiceClient, TrainingClient
-from .engine import EngineConfig
-from .integrations import AjetTuner, ForeignTurnsWarning, HistoryRewriteWarning, TunerHandle, agentscope_model
-from .logging import read_metrics, read_rollouts
-from .rollout import (
-    ChatModel,
-    ChatResponse,
-    FrozenChatModel,
-    JudgeOutput,
-    OpenAIChatModel,
-    ScriptedChatModel,
-    ScriptedPolicy,
-    Workflow,
-    WorkflowOutput,
-    WorkflowTask,
-)
-from .trainer import AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LeagueConfig, LoggingConfig, RunResult, TuneConfig, TunerModelConfig, load_config_file, tune
+from typing import TYPE_CHECKING
+
+_HOMES = {
+    "types": "sparring.types",
+    **dict.fromkeys(("APIFuture", "SamplingClient", "ServiceClient", "TrainingClient"), "sparring.clients"),
+    "EngineConfig": "sparring.engine",
+    **dict.fromkeys(("AjetTuner", "ForeignTurnsWarning", "HistoryRewriteWarning", "TunerHandle", "agentscope_model", "AgentScopeChatModel", "TimelineFormatter"), "sparring.integrations"),
+    **dict.fromkeys(("read_metrics", "read_rollouts"), "sparring.logging"),
+    **dict.fromkeys(
+        ("ChatModel", "ChatResponse", "FrozenChatModel", "JudgeOutput", "OpenAIChatModel", "ScriptedChatModel", "ScriptedPolicy", "Workflow", "WorkflowOutput", "WorkflowTask"),
+        "sparring.rollout",
+    ),
+    **dict.fromkeys(
+        ("AlgorithmConfig", "ConfigError", "DatasetConfig", "DatasetError", "Job", "LeagueConfig", "LoggingConfig", "RunResult", "TuneConfig", "TunerModelConfig", "load_config_file", "tune"),
+        "sparring.trainer",
+    ),
+}
+"""Each public name -> the module it comes from."""
 
 __all__ = [
     "APIFuture",
@@ -40,8 +42,8 @@ __all__ = [
     "FrozenChatModel",
     "HistoryRewriteWarning",
     "Job",
-    "JudgeOutput",
     "LeagueConfig",
+    "JudgeOutput",
     "LoggingConfig",
     "OpenAIChatModel",
     "RunResult",
@@ -66,11 +68,27 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_AGENTSCOPE_CLASSES = ("AgentScopeChatModel", "TimelineFormatter")
+if TYPE_CHECKING:
+    from . import types
+    from .clients import APIFuture, SamplingClient, ServiceClient, TrainingClient
+    from .engine import EngineConfig
+    from .integrations import AjetTuner, ForeignTurnsWarning, HistoryRewriteWarning, TunerHandle, agentscope_model
+    from .logging import read_metrics, read_rollouts
+    from .rollout import ChatModel, ChatResponse, FrozenChatModel, JudgeOutput, OpenAIChatModel, ScriptedChatModel, ScriptedPolicy, Workflow, WorkflowOutput, WorkflowTask
+    from .trainer import AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LoggingConfig, RunResult, TuneConfig, TunerModelConfig, load_config_file, tune
 
 
 def __getattr__(name: str):
-    # AgentScope's classes need AgentScope installed: resolved on first use, not on import (as in sparring.integrations).
-    if name in _AGENTSCOPE_CLASSES:
-        return getattr(_integrations, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(_HOMES[name])
+    value = module if name == "types" else getattr(module, name)
+    if name not in ("AgentScopeChatModel", "TimelineFormatter"):  # AgentScope's classes need AgentScope: resolved on every use
+        globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])

@@ -17,8 +17,14 @@ a model's path or name, a device -- is one line on stderr (`error: ` and the
 field path, what is wrong and what would work) and exit code 2, found before
 any model loads and before a run directory is left behind. A training run
 stopped because every episode failed (`EpisodesFailingError`: too many such
-steps in a row, or all of them) or because no step trained a token
-(`NothingTrainedError`) is one line with the reason and exit code 1.
+steps in a row, or all of them), because no step trained a token
+(`NothingTrainedError`), because a checkpoint is damaged or weights went NaN
+(`CheckpointError`) or because a file could not be written (a full disk) is
+one line with the reason and exit code 1. Ctrl-C / SIGTERM stop a run with a
+checkpoint of its last completed step, one line with the resume command and
+exit code 130 / 143. The config is read and checked before torch and the
+trainer are imported (the commands import what they need), so a malformed one
+is reported at once.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import logging
+import os
+import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,14 +41,13 @@ from typing import Iterator, List, Optional
 
 import typer
 
-from .algorithms import METHODS_NOTE
-from .engine import export_adapter
 from .envs import GAMES, load_config, new_game
-from .logging import format_transcript, print_table, serve_report, write_report
-from .logging.report import DEFAULT_ROLLOUT_STEPS
-from .trainer import ConfigError, DatasetError, EpisodesFailingError, Job, NothingTrainedError
-from .trainer.checkpoints import final_adapters
-from .trainer.loop import run_debug_episodes, run_evaluation
+from .trainer.dataset_layout import DatasetError
+from .trainer.lingering import lingering_threads
+from .trainer.schema import ConfigError
+
+# Everything else (torch, transformers, the engine, the trainer) is imported inside the commands, after the config
+# checked out: a bad config is reported in a fraction of a second, not after seconds of imports.
 
 app = typer.Typer(add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True)
 
@@ -117,18 +124,26 @@ def train(
         typer.echo(f"error: give a config file or a game's name ({', '.join(GAMES)}), or --resume RUN_DIR", err=True)
         raise typer.Exit(2)
     loaded = _load(config, overrides)
+    from .trainer import CheckpointError, EpisodesFailingError, Job, NothingTrainedError
+
     try:
         with _config_errors(config):
             result = Job.from_config(loaded).tune(resume=str(resume) if resume else None, overwrite=overwrite)
-    except KeyboardInterrupt:
-        # The loop saved a checkpoint before the interrupt reached us.
-        typer.echo("interrupted: checkpoint saved; continue with `sparring train --resume RUN_DIR`", err=True)
+    except KeyboardInterrupt:  # before the run took the signals over (while starting): nothing to save yet
+        typer.echo("interrupted before training started", err=True)
         raise typer.Exit(130) from None
-    except (EpisodesFailingError, NothingTrainedError) as error:
+    except (EpisodesFailingError, NothingTrainedError, CheckpointError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
-    state = "interrupted (checkpoint saved)" if result.interrupted else "done"
-    typer.echo(f"{state}: {result.steps} steps in {result.run_dir}")
+    except OSError as error:  # a full disk or a folder it may not write, outside a checkpoint (metrics, rollouts, report)
+        run_dir = resume or (Path(loaded.run_dir) if loaded.run_dir else None)
+        typer.echo(f"error: could not write {error.filename or 'a file'}: {error.strerror or error}; {_saved_so_far(run_dir)}", err=True)
+        raise typer.Exit(1) from None
+    if result.interrupted:
+        cause = signal.Signals(result.stop_signal).name if result.stop_signal else "interrupted"
+        typer.echo(f"{cause}: stopped after step {result.steps}, checkpoint saved at {result.checkpoint}, no final adapter; continue with: sparring train --resume {result.run_dir}", err=True)
+        raise typer.Exit(128 + (result.stop_signal or signal.SIGINT))
+    typer.echo(f"done: {result.steps} steps in {result.run_dir}")
     for name, path in result.sampler_paths.items():
         typer.echo(f"  {name}: {path}")
     if result.comparison is not None:
@@ -136,6 +151,20 @@ def train(
         typer.echo(f"comparison: {result.run_dir / 'evaluation.json'}")
     typer.echo(f"reward curve: {result.reward_plot_path} (and reward.svg beside it)")
     typer.echo(f"report (open in a browser): {result.report_path}")
+
+
+def _saved_so_far(run_dir: Path | None) -> str:
+    """What a failed run left to continue from, for its one-line error."""
+    from .trainer import CheckpointError
+    from .trainer.checkpoints import latest_checkpoint
+
+    try:
+        checkpoint = latest_checkpoint(run_dir) if run_dir is not None else None
+    except (OSError, CheckpointError):
+        checkpoint = None
+    if checkpoint is None:
+        return "no checkpoint was saved"
+    return f"the checkpoint {checkpoint} is saved; continue with: sparring train --resume {run_dir}"
 
 
 @app.command()
@@ -146,6 +175,9 @@ def run(config: Path = CONFIG, overrides: List[str] = OVERRIDES, tasks: int = ty
         raise typer.Exit(2)
     _at_least_one_task(tasks)
     loaded = _load(config, overrides)
+    from .logging import format_transcript
+    from .trainer.loop import run_debug_episodes
+
     with _config_errors(config):
         episodes = asyncio.run(run_debug_episodes(loaded, num_tasks=tasks, split=split))
     for episode in episodes:
@@ -170,6 +202,8 @@ def evaluate(
             typer.echo(f"error: --adapter needs a config with one trainable model; this one trains {keys}: use --set models.<name>.adapter_path=PATH", err=True)
             raise typer.Exit(2)
         loaded = _load(config, [*overrides, f"{_trainable_field(loaded)}.adapter_path={adapter}"])
+    from .trainer.loop import run_evaluation
+
     with _config_errors(config):
         comparison = asyncio.run(run_evaluation(loaded, limit=tasks))
     _print_comparison("Held-out evaluation", comparison)
@@ -197,6 +231,9 @@ def _print_comparison(title: str, comparison) -> None:
 
     A marker in another column's cell says the subject's interval lies entirely above (▲) or below (▼) it.
     """
+    from .algorithms import METHODS_NOTE
+    from .logging import print_table
+
     markers = comparison.markers()
     labels = [column.label for column in comparison.columns]
     rows = []
@@ -245,12 +282,17 @@ def view(
     serve: bool = typer.Option(False, "--serve", help="Serve the report instead, rendered afresh on every request (follows a run live)."),
     host: str = typer.Option("127.0.0.1", help="Address to serve on (with --serve)."),
     port: int = typer.Option(8050, help="TCP port to serve on (with --serve)."),
-    rollout_steps: int = typer.Option(DEFAULT_ROLLOUT_STEPS, help="Put in the rollouts of at most this many steps (evenly spread, the last included); 0: all."),
+    rollout_steps: Optional[int] = typer.Option(None, help="Put in the rollouts of at most this many steps (evenly spread, the last included; default: the report's, 24); 0: all."),
 ):
     """Write a run's report: one self-contained HTML file with its curves, evaluation tables and token-level rollouts."""
     if not run_dir.is_dir():
         typer.echo(f"error: {run_dir} is not a run directory", err=True)
         raise typer.Exit(2)
+    from .logging import serve_report, write_report
+    from .logging.report import DEFAULT_ROLLOUT_STEPS
+
+    if rollout_steps is None:
+        rollout_steps = DEFAULT_ROLLOUT_STEPS
     if serve:
         server = serve_report(run_dir, host, port, rollout_steps=rollout_steps or None)
         typer.echo(f"serving the report of {run_dir} on http://{host}:{server.server_address[1]} (Ctrl-C stops)")
@@ -272,6 +314,9 @@ def export(
     model: Optional[str] = typer.Option(None, help="Which trainable model, for runs that train several."),
 ):
     """Export a trained adapter for peft (`AutoPeftModelForCausalLM`), or merged into a model for transformers / vLLM / llama.cpp."""
+    from .engine import export_adapter
+    from .trainer.checkpoints import final_adapters
+
     try:
         adapters = {"adapter": source} if (source / "adapter_config.json").is_file() else final_adapters(source)
         if model is not None and model not in adapters:
@@ -368,7 +413,18 @@ def _is_loopback(host: str) -> bool:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        if not (threads := lingering_threads()):
+            raise
+        # Python would wait for these at exit, for ever if a workflow left them running: exit without waiting.
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+        if isinstance(done.code, str):
+            print(done.code, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":

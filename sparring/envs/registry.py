@@ -14,10 +14,12 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..trainer import ConfigError, TuneConfig, load_config_file
-from .common import TaskMaker
+
+if TYPE_CHECKING:  # the games' shared code imports the whole framework; the config check must not
+    from .common import TaskMaker
 
 GAMES = ("debate", "guess_number", "tictactoe", "twenty_questions", "werewolf")
 """The packaged games: each is the subpackage `sparring.envs.<name>`."""

@@ -17,6 +17,11 @@ code at the same bound, its timeout + `CANCEL_GRACE_S` of its own time
 (`loop_watchdog.py`), and it ends the same way, as one timeout naming the
 line it blocked at. One that blocks past its timeout but less than the grace and
 then returns without an `await` is a timeout too: its result came after its time.
+
+A workflow cannot end the run: `SystemExit` and `KeyboardInterrupt` raised by its code (`sys.exit(3)`, a
+`raise KeyboardInterrupt`) would leave an asyncio task through the event loop and stop training, so the workflow's
+coroutine runs inside `_contained`, which turns them into `WorkflowExit`, an error episode like any other. A real
+Ctrl-C is no exception in workflow code: the trainer takes SIGINT over (`sparring.trainer.stop_signals`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,18 @@ class EpisodeTimeout(asyncio.TimeoutError):
     """The episode ran past its own time; the message says what happened then."""
 
 
+class WorkflowExit(RuntimeError):
+    """The workflow raised SystemExit or KeyboardInterrupt: an error episode, never the end of the run."""
+
+
+async def _contained(workflow: Awaitable[Any]) -> Any:
+    """Await the workflow with its SystemExit / KeyboardInterrupt turned into WorkflowExit (see the module's docstring)."""
+    try:
+        return await workflow
+    except (SystemExit, KeyboardInterrupt) as error:
+        raise WorkflowExit(f"the workflow raised {type(error).__name__}({', '.join(map(repr, error.args))}); a workflow cannot end the run") from None
+
+
 async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter, timeout_s: float) -> Any:
     """Run the workflow as a task of this event loop until it returns or its own time passes `timeout_s`."""
     loop = asyncio.get_running_loop()
@@ -47,7 +64,7 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
     with watching(loop) as watchdog:
         clock = EpisodeClock(str(task.get("task_id", task.get("id", "?"))), watchdog.shared_time, interrupt_after_s=timeout_s + CANCEL_GRACE_S)
         with clock.current():
-            workflow = asyncio.ensure_future(episode_fn(task, tuner))
+            workflow = asyncio.ensure_future(_contained(episode_fn(task, tuner)))
         clock.adopt(workflow)
         try:
             while not workflow.done() and clock.interrupted_at is None:
@@ -63,7 +80,9 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
                     raise EpisodeTimeout(f"timed out after {timeout_s:g}s: it returned only {clock.own_time():.1f}s into its own time{_blocked(clock)}; its result is ignored")
                 workflow.cancel()
                 await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
-        except asyncio.CancelledError:  # the run itself was cancelled (Ctrl-C): the episode goes with it
+        except asyncio.CancelledError:  # the run itself was cancelled (Ctrl-C, SIGTERM): the episode goes with it
+            workflow.cancel()  # unwound first: abandoning (closing) a coroutine that is still scheduled leaves an asyncio traceback
+            await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
             clock.abandon()
             raise
     if clock.interrupted_at is not None:

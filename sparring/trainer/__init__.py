@@ -1,42 +1,57 @@
-"""The RL loop behind `tune()`: job configuration (records, YAML file, import paths), its resolution into a run, task datasets, the job object."""
+"""The RL loop behind `tune()`: job configuration (records, YAML file, import paths), its resolution into a run, task datasets, the job object.
 
-from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
-from .config_file import apply_overrides, dump_config, load_config_file
-from .dataset import DatasetError, TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
-from .imports import import_object
-from .failure_streak import EpisodesFailingError
-from .job import Job
-from .league import OPPONENT_ARG, League
-from .league_config import LeagueConfig
-from .loop import RunResult, run_training, run_training_async
-from .schema import ConfigError
-from .training_signal import NothingTrainedError
-from .tune import tune
+Names are imported on first use (PEP 562): the config's records and file reader load without torch, so a bad
+config is reported before the heavy imports.
+"""
 
-__all__ = [
-    "AlgorithmConfig",
-    "ConfigError",
-    "DatasetConfig",
-    "DatasetError",
-    "EpisodesFailingError",
-    "Job",
-    "League",
-    "LeagueConfig",
-    "RunResult",
-    "LoggingConfig",
-    "NothingTrainedError",
-    "OPPONENT_ARG",
-    "TaskStream",
-    "TuneConfig",
-    "TunerModelConfig",
-    "apply_overrides",
-    "dump_config",
-    "import_object",
-    "load_config_file",
-    "load_tasks",
-    "load_train_and_eval_tasks",
-    "run_training",
-    "run_training_async",
-    "split_eval",
-    "tune",
-]
+from typing import TYPE_CHECKING
+
+_HOMES = {
+    **dict.fromkeys(("CheckpointError", "NonFiniteWeightsError"), "checkpoint_integrity"),
+    **dict.fromkeys(("AlgorithmConfig", "DatasetConfig", "LoggingConfig", "TuneConfig", "TunerModelConfig"), "config"),
+    **dict.fromkeys(("apply_overrides", "dump_config", "load_config_file"), "config_file"),
+    **dict.fromkeys(("TaskStream", "load_tasks", "load_train_and_eval_tasks", "split_eval"), "dataset"),
+    "DatasetError": "dataset_layout",
+    "EpisodesFailingError": "failure_streak",
+    "import_object": "imports",
+    "Job": "job",
+    **dict.fromkeys(("League", "OPPONENT_ARG"), "league"),
+    "LeagueConfig": "league_config",
+    **dict.fromkeys(("RunResult", "run_training", "run_training_async"), "loop"),
+    "ConfigError": "schema",
+    "NothingTrainedError": "training_signal",
+    "tune": "tune",
+}
+"""Each public name -> the module of this package it comes from."""
+
+__all__ = sorted(_HOMES)
+
+if TYPE_CHECKING:
+    from .checkpoint_integrity import CheckpointError, NonFiniteWeightsError
+    from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
+    from .config_file import apply_overrides, dump_config, load_config_file
+    from .dataset import TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
+    from .dataset_layout import DatasetError
+    from .failure_streak import EpisodesFailingError
+    from .imports import import_object
+    from .job import Job
+    from .league import OPPONENT_ARG, League
+    from .league_config import LeagueConfig
+    from .loop import RunResult, run_training, run_training_async
+    from .schema import ConfigError
+    from .training_signal import NothingTrainedError
+    from .tune import tune
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])

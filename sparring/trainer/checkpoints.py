@@ -5,8 +5,20 @@ directory per trainable model (adapter + optimizer, via `save_state`) and
 `trainer_state.json` (step, data position, Python/NumPy/torch RNG, and the
 saved adapter and step of every snapshot opponent, the league's pool and
 records), written last.
+`manifest.json` (every file the checkpoint needs, with its size and sha256,
+see `checkpoint_integrity.py`) is written after everything else, and
 `latest.json` points at the newest complete checkpoint and is replaced
-atomically, so a run killed mid-save resumes from the previous one.
+atomically, so a run killed mid-save resumes from the previous one. Every
+file is written atomically (a temporary name, then a rename); the temporary
+files and folders a killed save leaves (names starting with '.') are removed
+when a run starts (`clean_interrupted_saves`). Resuming verifies the manifest
+and what the models' states hold before loading anything, and refuses a
+damaged checkpoint in one line naming the bad file. A checkpoint whose step
+was saved already (the end of a run whose last step was checkpointed) is not
+written again, so a kill then cannot damage it. When rollouts run ahead, the
+older weights a checkpoint names are deleted once no rollout needs them; the
+checkpoints that named them go with them (`prune_unresumable`), so every
+checkpoint kept resumes on its own.
 
 For a model on a Tinker-protocol service (backend 'tinker') the training
 state is saved on the service: `trainer_state.json` records the path the
@@ -27,8 +39,10 @@ that were in flight.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
+import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +51,10 @@ import numpy as np
 import torch
 
 from ..clients import RemoteTrainingClient
+from .checkpoint_integrity import MANIFEST, CheckpointError, CheckpointSaveError, check_training_state, one_line, verify_manifest, write_manifest
 from .dataset import TaskStream
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,11 +82,31 @@ class ResumePoint:
 
 
 def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint) -> Path:
+    """Write the checkpoint of `step` (unless a complete one is there: the weights have not changed since) and point
+    `latest.json` at it."""
     directory = run_dir / "checkpoints" / f"step_{step:06d}"
+    if (directory / MANIFEST).exists():
+        _write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
+        return directory
+    before = _pointed_at(run_dir)
+    try:
+        _write_checkpoint(run_dir, directory, step, models, point)
+    except (OSError, RuntimeError) as error:  # a full disk, a read-only folder, a service that failed to save
+        where = getattr(error, "filename", None) or directory
+        saved = f"the checkpoint of step {int(before.name.removeprefix('step_'))} ({before}) is intact" if before else "no checkpoint was saved before it"
+        reason = f"{error.strerror} (errno {error.errno})" if isinstance(error, OSError) and error.strerror else f"{type(error).__name__}: {one_line(error)}"
+        raise CheckpointSaveError(f"could not write the checkpoint of step {step} at {where}: {reason}; {saved}") from error
+    return directory
+
+
+def _write_checkpoint(run_dir: Path, directory: Path, step: int, models, point: ResumePoint) -> None:
+    """The models' training states, RNGs, trainer state, then the manifest, then `latest.json`: each file atomically."""
     directory.mkdir(parents=True, exist_ok=True)
     futures = {key: client.save_state(f"run-step-{step:06d}") for key, client in models.clients.items()}
     model_paths = {key: future.result().path for key, future in futures.items()}
-    torch.save(point.rng, directory / "rng.pt")
+    temporary = directory / f".rng.pt.{os.getpid()}.{threading.get_ident()}.tmp"
+    torch.save(point.rng, temporary)
+    os.replace(temporary, directory / "rng.pt")
     backends = {key: _backend(client) for key, client in models.clients.items()}
     state = {"step": step, "models": model_paths, "backends": backends, "data": point.data, "snapshots": point.snapshots}
     if point.league:
@@ -77,8 +114,8 @@ def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint) -> Pat
     if point.versions:
         state["versions"] = {str(version): paths for version, paths in sorted(point.versions.items())}
     _write_atomically(directory / "trainer_state.json", json.dumps(state, indent=2))
+    write_manifest(directory, run_dir, [directory / "trainer_state.json", directory / "rng.pt", *_local_paths(state)])
     _write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
-    return directory
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -87,7 +124,10 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         if not (Path(run_dir) / "config.yaml").exists():
             raise FileNotFoundError(f"{run_dir} is not a sparring run directory (no config.yaml)")
         return None
-    return Path(json.loads(pointer.read_text())["path"])
+    try:
+        return Path(json.loads(pointer.read_text())["path"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{pointer} is damaged ({type(error).__name__}: {error}); write {{\"path\": \"<a checkpoints/step_N folder>\"}} into it") from None
 
 
 def final_adapters(run_dir: Path) -> dict[str, Path]:
@@ -108,14 +148,15 @@ def final_adapters(run_dir: Path) -> dict[str, Path]:
 
 
 def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int, dict[int, dict[str, str]]]:
-    """Load the checkpoint into the models, stream and RNGs; returns its step and the older weights versions it names."""
-    state = json.loads((directory / "trainer_state.json").read_text())
+    """Verify the checkpoint (CheckpointError naming the bad file), then load it into the models, stream and RNGs;
+    returns its step and the older weights versions it names."""
+    state = verify_checkpoint(directory)
     unknown = set(state["models"]) ^ set(models.clients)
     if unknown:
-        raise ValueError(f"checkpoint {directory} holds models {sorted(state['models'])}, the config trains {sorted(models.clients)}")
+        raise CheckpointError(f"checkpoint {directory} holds models {sorted(state['models'])}, the config trains {sorted(models.clients)}")
     for key, backend in state.get("backends", {}).items():
         if backend != _backend(models.clients[key]):
-            raise ValueError(f"checkpoint {directory} saved model {key!r} on backend {backend!r}; the config now puts it on {_backend(models.clients[key])!r}")
+            raise CheckpointError(f"checkpoint {directory} saved model {key!r} on backend {backend!r}; the config now puts it on {_backend(models.clients[key])!r}")
     for future in [models.clients[key].load_state(path) for key, path in state["models"].items()]:
         future.result()
     for name, snapshot in state.get("snapshots", {}).items():
@@ -123,11 +164,85 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int
     if models.league is not None and "league" in state:
         models.league.load_state_dict(state["league"])
     stream.load_state_dict(state["data"])
-    rng = torch.load(directory / "rng.pt", weights_only=False)
+    rng = _read_rng(directory)
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])
     random.setstate(rng["python"])
     return int(state["step"]), {int(version): paths for version, paths in state.get("versions", {}).items()}
+
+
+def verify_checkpoint(directory: Path) -> dict:
+    """The checkpoint's trainer state, once its manifest and its local models' states check out; CheckpointError otherwise."""
+    run_dir = directory.parent.parent
+    if not directory.is_dir():
+        raise CheckpointError(f"checkpoint {directory} is missing")
+    if not verify_manifest(directory, run_dir):
+        log.warning("checkpoint %s has no %s (written before checkpoints listed their files): its files are not verified, only read", directory, MANIFEST)
+    state_file = directory / "trainer_state.json"
+    try:
+        state = json.loads(state_file.read_text())
+        step, models = int(state["step"]), dict(state["models"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{state_file}: unreadable ({type(error).__name__}: {error})") from None
+    for key, path in models.items():
+        if state.get("backends", {}).get(key, "local") == "local":
+            check_training_state(Path(path), step)
+    _read_rng(directory)
+    return state
+
+
+def _read_rng(directory: Path) -> dict:
+    try:
+        rng = torch.load(directory / "rng.pt", weights_only=False)
+        return {name: rng[name] for name in ("torch", "numpy", "python")}
+    except Exception as error:  # noqa: BLE001 - an unreadable file is one line naming it
+        raise CheckpointError(f"{directory / 'rng.pt'}: unreadable ({type(error).__name__}: {error})") from None
+
+
+def prune_unresumable(run_dir: Path) -> list[Path]:
+    """Delete the checkpoints (and their models' training states) that name weights deleted since; returns them.
+
+    The one `latest.json` points at is always kept."""
+    latest = latest_checkpoint(run_dir)
+    pruned = []
+    for directory in sorted((run_dir / "checkpoints").glob("step_*")):
+        if directory == latest or not (directory / "trainer_state.json").exists():
+            continue
+        state = json.loads((directory / "trainer_state.json").read_text())
+        if all(path.exists() for path in _local_paths(state)):
+            continue
+        for path in _local_paths({"models": state["models"]}):
+            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
+        pruned.append(directory)
+    return pruned
+
+
+def _pointed_at(run_dir: Path) -> Path | None:
+    """The checkpoint `latest.json` points at; None without one (or with a damaged one)."""
+    try:
+        return latest_checkpoint(run_dir)
+    except (OSError, CheckpointError):
+        return None
+
+
+def clean_interrupted_saves(run_dir: Path) -> list[Path]:
+    """Remove the temporary files and folders (names starting with '.') that saves killed halfway left under the run's
+    checkpoints; returns them."""
+    found = [path for path in (run_dir / "checkpoints").glob("**/.*") if path.name.startswith(".")] if (run_dir / "checkpoints").is_dir() else []
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return found
+
+
+def _local_paths(state: dict) -> list[Path]:
+    """The local files and folders a trainer state names: models' training states, older weights, snapshot opponents."""
+    named = [*state.get("models", {}).values(), *(snapshot["path"] for snapshot in state.get("snapshots", {}).values())]
+    named += [path for paths in state.get("versions", {}).values() for path in paths.values()]
+    return [Path(path) for path in dict.fromkeys(named) if not str(path).startswith("tinker://")]
 
 
 def _backend(client) -> str:

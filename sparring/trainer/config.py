@@ -14,27 +14,49 @@ and low enough that a typo -- an extra zero, `group_size: 1e12` -- is
 refused before anything runs. Names that pick an
 extension -- `algorithm_type`, `loss_fn` and its `loss_fn_config` keys -- are
 checked against the registries that define them (`ADVANTAGE_ESTIMATORS`,
-`engine.losses.LOSSES`), and the runner's defaults are `RunnerSettings`'s,
-so each is stated once. Reading and writing the YAML file is
-`config_file.py`; turning a config into a runnable run is `resolve.py`.
+`engine.losses.LOSSES`), and the runner's defaults are `RunnerSettings`'s
+(`RUNNER_DEFAULTS`, which a test holds equal to them). Reading and writing
+the YAML file is `config_file.py`; turning a config into a runnable run is
+`resolve.py`.
+
+This module imports neither torch nor the registries it checks names against
+until a validator needs them, and `check_structure` validates a config with
+those checks (and the imports of baseline policies) left out: the command
+line reports a malformed config in a fraction of a second, before the
+seconds of heavy imports the full check needs.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any, Literal
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from ..algorithms import get_estimator
-from ..engine.losses import advantage_weighted_losses, check_loss_config
-from ..rollout import RunnerSettings
-from ..types import AdamParams
 from .imports import import_object
 from .league_config import LeagueConfig
 from .schema import ConfigError, ConfigRecord
+
+if TYPE_CHECKING:
+    from ..types import AdamParams
+
+RUNNER_DEFAULTS = {"group_size": 8, "max_concurrency": 64, "episode_timeout_s": 300.0, "error_reward": -0.1}
+"""`rollout.RunnerSettings`'s defaults, stated here so that this module loads without the rollout package (and torch)."""
+
+_STRUCTURE_ONLY: ContextVar[bool] = ContextVar("structure_only", default=False)
+"""While set, validation leaves out the checks that import torch, the algorithm registries or user code."""
+
+
+def check_structure(data: dict[str, Any]) -> None:
+    """Validate `data` as a TuneConfig without the checks that need heavy imports (a torch device, the advantage
+    estimator and loss names, baseline import paths); ConfigError as `TuneConfig.from_dict` raises it."""
+    token = _STRUCTURE_ONLY.set(True)
+    try:
+        TuneConfig.from_dict(data)
+    finally:
+        _STRUCTURE_ONLY.reset(token)
 
 DEFAULT_MODEL_NAME = "policy"
 _MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -138,6 +160,10 @@ class TunerModelConfig(ConfigRecord):
     @field_validator("device")
     @classmethod
     def _torch_device(cls, value: str) -> str:
+        if _STRUCTURE_ONLY.get():
+            return value
+        import torch
+
         try:
             torch.device(value)
         except (RuntimeError, TypeError):
@@ -190,7 +216,7 @@ class AlgorithmConfig(ConfigRecord):
     of an episode with its group-relative advantage."""
     learning_rate: float = Field(default=1e-4, ge=0.0, le=MAX_LEARNING_RATE)
     """AdamW step size for the LoRA weights."""
-    group_size: int = Field(default=RunnerSettings.group_size, ge=1, le=MAX_GROUP_SIZE)
+    group_size: int = Field(default=RUNNER_DEFAULTS["group_size"], ge=1, le=MAX_GROUP_SIZE)
     """Episodes run per task; advantages compare episodes within a group."""
     batch_size: int = Field(default=4, ge=1, le=MAX_BATCH_SIZE)
     """Tasks per training step."""
@@ -221,12 +247,12 @@ class AlgorithmConfig(ConfigRecord):
     after the last only. A run without held-out tasks evaluates nothing."""
     eval_tasks: int | None = Field(default=None, ge=1, le=MAX_TASKS)
     """Evaluate on at most this many held-out tasks; None uses them all."""
-    max_concurrency: int = Field(default=RunnerSettings.max_concurrency, ge=1, le=MAX_CONCURRENCY)
+    max_concurrency: int = Field(default=RUNNER_DEFAULTS["max_concurrency"], ge=1, le=MAX_CONCURRENCY)
     """Most episodes running at once."""
-    episode_timeout_s: float = Field(default=RunnerSettings.episode_timeout_s, gt=0.0, le=MAX_EPISODE_TIMEOUT_S)
+    episode_timeout_s: float = Field(default=RUNNER_DEFAULTS["episode_timeout_s"], gt=0.0, le=MAX_EPISODE_TIMEOUT_S)
     """Seconds of an episode's own time (its share of time queued for the shared sampler, not the whole wait) before
     it is cancelled and scored as an error; one that ignores the cancellation is abandoned 2 s later."""
-    error_reward: float = Field(default=RunnerSettings.error_reward, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
+    error_reward: float = Field(default=RUNNER_DEFAULTS["error_reward"], ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
     """Reward given to an episode that crashed or timed out, so a bad output is discouraged but the run goes on."""
     rollout_temperature_floor: float = Field(default=0.0, ge=0.0, le=MAX_TEMPERATURE)
     """Training rollouts sample the trainable models at no lower temperature than this (a call asking for less, greedy
@@ -261,12 +287,19 @@ class AlgorithmConfig(ConfigRecord):
     @field_validator("algorithm_type")
     @classmethod
     def _known_estimator(cls, value: str) -> str:
-        get_estimator(value)
+        if not _STRUCTURE_ONLY.get():
+            from ..algorithms import get_estimator
+
+            get_estimator(value)
         return value
 
     @field_validator("loss_fn")
     @classmethod
     def _advantage_weighted_loss(cls, value: str) -> str:
+        if _STRUCTURE_ONLY.get():
+            return value
+        from ..engine.losses import advantage_weighted_losses
+
         choices = advantage_weighted_losses()
         if value not in choices:
             raise ValueError(f"loss_fn {value!r} is not a loss the RL loop trains with; choose one of {choices}")
@@ -275,7 +308,9 @@ class AlgorithmConfig(ConfigRecord):
     @field_validator("loss_fn_config")
     @classmethod
     def _known_loss_settings(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
-        if "loss_fn" in info.data:  # absent when loss_fn itself failed validation
+        if "loss_fn" in info.data and not _STRUCTURE_ONLY.get():  # absent when loss_fn itself failed validation
+            from ..engine.losses import check_loss_config
+
             check_loss_config(info.data["loss_fn"], value)
         return value
 
@@ -286,6 +321,8 @@ class AlgorithmConfig(ConfigRecord):
 
     def adam_params(self) -> AdamParams:
         """The optimizer settings as the `optim_step` argument."""
+        from ..types import AdamParams
+
         return AdamParams(
             learning_rate=self.learning_rate,
             beta1=self.adam_beta1,
@@ -343,6 +380,8 @@ class TuneConfig(ConfigRecord):
         for name, path in self.baselines.items():
             if not _MODEL_NAME_PATTERN.match(name) or name in ("untrained", "trained"):
                 raise ValueError(f"baselines.{name}: a baseline name may use letters, digits, '_', '-' and '.' only, and is not 'untrained' or 'trained' (the model's columns)")
+            if _STRUCTURE_ONLY.get():
+                continue
             try:
                 policy = import_object(path)
             except ConfigError as error:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import yaml
 from pydantic import BaseModel
 
-from .config import TuneConfig
+from .config import TuneConfig, check_structure
 from .schema import ConfigError, child_annotation, short_repr
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -112,6 +112,7 @@ def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()
         except ConfigError as err:
             raise ConfigError(f"--set {override}: {err}") from None
     try:
+        check_structure(data)  # first without the checks that import torch: a malformed file is reported at once
         return TuneConfig.from_dict(data)
     except ConfigError as err:
         raise ConfigError(f"{_blamed(err.problems, overrides) or path}: {err}", err.problems) from None

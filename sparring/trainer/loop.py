@@ -16,9 +16,11 @@ the league's pool, which takes its snapshots at the start of a step (`league.py`
 `eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the configured
 `baselines` once, beside the first evaluation; every number with a 95 %
 interval, see `evaluation.py`), and the comparison is written to
-`evaluation.json`; every `save_interval_steps`, at the end and on Ctrl-C, a
+`evaluation.json`; every `save_interval_steps`, at the end and on SIGINT / SIGTERM
+(`stop_signals.py`: the episodes in flight cancelled, the last completed step kept), a
 checkpoint is written (see `checkpoints.py`) from which `resume` continues
-exactly. A step that trained no token is warned about with its cause, and a
+exactly. Adapter weights are checked finite after every update
+(`checkpoint_integrity.py`). A step that trained no token is warned about with its cause, and a
 run in which no step trained one raises `NothingTrainedError` at its end,
 without a "final" adapter (`training_signal.py`; opt out for dry runs). Failed episodes are data: a step trains its healthy episodes and
 logs the share of each error kind (`episode/error_kind/<kind>`); a step in
@@ -41,15 +43,17 @@ from pathlib import Path
 
 from ..logging import ConsoleProgress, MetricsLogger, RolloutWriter, TrainingProgress, read_metrics, write_report, write_reward_plot, write_reward_png
 from ..rollout import Episode, run_episodes
-from .checkpoints import ResumePoint, latest_checkpoint, restore_checkpoint, save_checkpoint
+from .checkpoints import ResumePoint, clean_interrupted_saves, latest_checkpoint, restore_checkpoint, save_checkpoint
 from .config import TuneConfig
 from .evaluation import Comparison, PolicyEvaluation, evaluate_baselines, evaluate_policy
 from .failure_streak import EpisodesFailingError, FailureStreak
+from .lingering import lingering_threads, lingering_warning
 from .models import TrainingModels
 from .pipeline import RolloutPipeline
 from .resolve import resolve_run
 from .run_folder import claim_run_folder
 from .step import learn, run_rollout
+from .stop_signals import StopSignals, Stopped
 from .training_signal import OPT_OUT, NothingTrainedError, TrainingSignal
 
 log = logging.getLogger(__name__)
@@ -70,7 +74,11 @@ class RunResult:
     sampler_paths: dict[str, str] = field(default_factory=dict)
     """Final PEFT adapter directory per trainable model; empty when the run trained nothing (interrupted before a step trained)."""
     interrupted: bool = False
-    """True when Ctrl-C stopped the run (a checkpoint was saved)."""
+    """True when Ctrl-C or SIGTERM stopped the run before its end (a checkpoint of the last completed step was saved, no final adapter)."""
+    stop_signal: int | None = None
+    """The signal that stopped it (SIGINT, SIGTERM); None when it ran to its end or was stopped otherwise."""
+    checkpoint: Path | None = None
+    """The checkpoint written last: `sparring train --resume run_dir` continues from it."""
     comparison: Comparison | None = None
     """The held-out evaluations of this process and the baselines beside them; None when nothing was evaluated."""
     report_path: Path | None = None
@@ -84,23 +92,39 @@ def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Pa
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(run_training_async(config, workflow, judge, resume, overwrite))
+        try:
+            return asyncio.run(run_training_async(config, workflow, judge, resume, overwrite))
+        finally:
+            if threads := lingering_threads():
+                log.warning(lingering_warning(threads))
     raise RuntimeError("run_training was called inside a running event loop; use `await run_training_async(...)`")
 
 
 async def run_training_async(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False) -> RunResult:
-    """Train in `config.run_dir` (new or empty; `overwrite` replaces a run there), or continue the run in `resume`."""
-    run_dir = Path(resume) if resume else Path(config.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-    claim_run_folder(run_dir, resume=bool(resume), overwrite=overwrite)
-    run = resolve_run(config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """Train in `config.run_dir` (new or empty; `overwrite` replaces a run there), or continue the run in `resume`.
+
+    SIGINT and SIGTERM stop it at the last completed step with a checkpoint (`stop_signals.py`); it returns then
+    with `interrupted` and the signal in `stop_signal`."""
+    stop = StopSignals()
+    stop.install()  # before the models load: a signal meanwhile stops the run at its first step boundary
+    try:
+        run_dir = Path(resume) if resume else Path(config.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+        claim_run_folder(run_dir, resume=bool(resume), overwrite=overwrite)
+        clean_interrupted_saves(run_dir)
+        run = resolve_run(config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        start_step, saved_versions = 0, {}
+        checkpoint = latest_checkpoint(run_dir) if resume else None
+        if checkpoint is not None:
+            start_step, saved_versions = restore_checkpoint(checkpoint, run.models, run.stream)
+            log.info("resumed %s at step %d", run_dir, start_step)
+        return await _train(config, run, run_dir, resume, start_step, saved_versions, RunResult(run_dir=run_dir, steps=start_step), stop)
+    finally:
+        stop.restore()
+
+
+async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int, saved_versions: dict, result: RunResult, stop: StopSignals) -> RunResult:
     algorithm, models, stream = config.algorithm, run.models, run.stream
-    start_step, saved_versions = 0, {}
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if checkpoint is not None:
-        start_step, saved_versions = restore_checkpoint(checkpoint, models, stream)
-        log.info("resumed %s at step %d", run_dir, start_step)
-    result = RunResult(run_dir=run_dir, steps=start_step)
     previous_metrics = [record for record in read_metrics(run_dir) if record["step"] <= start_step] if start_step else []
     total_steps = stream.num_steps
     pipeline: RolloutPipeline | None = None
@@ -113,16 +137,19 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
         evaluates = bool(eval_tasks)
 
         async def evaluate_now(at_step: int, label: str, make_tuner=models.make_tuner) -> None:
-            columns.append(await evaluate_policy(run.episode_fn, eval_tasks, make_tuner, run.settings, run.judge, label, "model", at_step, progress))
+            columns.append(await stop.cancelling(evaluate_policy(run.episode_fn, eval_tasks, make_tuner, run.settings, run.judge, label, "model", at_step, progress)))
             result.evaluations.append({"step": at_step, **columns[-1].flat("eval/")})
             logger.log(at_step, result.evaluations[-1])
             if run.baselines and not any(c.kind == "baseline" for c in columns):
-                evaluated = await evaluate_baselines(run.episode_fn, eval_tasks, models, run.settings, run.judge, run.baselines, algorithm.seed, progress)
+                evaluated = await stop.cancelling(evaluate_baselines(run.episode_fn, eval_tasks, models, run.settings, run.judge, run.baselines, algorithm.seed, progress))
                 columns.extend(evaluated)
                 logger.log(at_step, {k: v for c in evaluated for k, v in c.flat(f"baseline/{c.label}/").items()})
 
+        completed = {start_step: ResumePoint.now(stream, models)}
+        """On-policy: the resume point as each step completed (a stop mid-rollout has taken the next step's tasks already)."""
+
         def resume_point(at_step: int) -> ResumePoint:
-            return pipeline.resume_point(at_step) if pipeline is not None else ResumePoint.now(stream, models)
+            return pipeline.resume_point(at_step) if pipeline is not None else completed[at_step]
 
         async def finish_step(step: int, metrics: dict[str, float], episodes: list[Episode]) -> bool:
             """Log a trained step and checkpoint it when due; True when the run must stop (every episode failing)."""
@@ -135,6 +162,9 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
             logger.log(step + 1, metrics)
             progress.update(step + 1, metrics)
             result.steps = step + 1
+            if pipeline is None:
+                completed.clear()
+                completed[step + 1] = ResumePoint.now(stream, models)
             if algorithm.save_interval_steps and (step + 1) % algorithm.save_interval_steps == 0:
                 if pipeline is None:
                     save_checkpoint(run_dir, step + 1, models, resume_point(step + 1))
@@ -144,35 +174,39 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
 
         try:
             if algorithm.max_staleness:
-                pipeline = RolloutPipeline(run, start_step, saved_versions, rollouts, progress, evaluate_now if evaluates else None)
+                pipeline = RolloutPipeline(run, run_dir, start_step, saved_versions, rollouts, progress, evaluate_now if evaluates else None, stop)
                 await pipeline.run(finish_step)
             else:
                 for step in range(start_step, total_steps):
+                    stop.check()
                     snapshot_ages = models.refresh_snapshots(step)
                     if models.league is not None:
                         models.league.refresh(step)
                     if evaluates and algorithm.evaluates_before(step):
                         await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
                     models.reseed(config.algorithm.seed, step)
-                    metrics, episodes = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step, progress)
+                    metrics, episodes = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step, progress, stop)
                     metrics.update(snapshot_ages)
                     if await finish_step(step, metrics, episodes):
                         break
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            result.interrupted = True
+            failure = streak.failure(result.steps)
+            untrained = not signal.trained_anything and not algorithm.allow_nothing_trained and failure is None
+            if evaluates and failure is None and not untrained:
+                await evaluate_now(result.steps, "trained")
+        except (Stopped, KeyboardInterrupt, asyncio.CancelledError):
+            result.interrupted, result.stop_signal = True, stop.signum
+            failure = untrained = None
             log.warning("interrupted: saving a checkpoint at step %d", result.steps)
-        failure = None if result.interrupted else streak.failure(result.steps)
-        untrained = not signal.trained_anything and not algorithm.allow_nothing_trained and not result.interrupted and failure is None
-        if evaluates and not result.interrupted and failure is None and not untrained:
-            await evaluate_now(result.steps, "trained")
         if columns:
             # Model columns first (in step order), then the baselines; the last model evaluation is the subject.
             models_first = [c for c in columns if c.kind == "model"] + [c for c in columns if c.kind == "baseline"]
             result.comparison = Comparison(models_first, subject=[c for c in columns if c.kind == "model"][-1].label)
             result.comparison.write(run_dir)
-    checkpoint = save_checkpoint(run_dir, result.steps, models, resume_point(result.steps))
+    checkpoint = result.checkpoint = save_checkpoint(run_dir, result.steps, models, resume_point(result.steps))
     no_healthy_step = not streak.healthy_steps and not start_step  # e.g. interrupted before a step trained
-    if failure is None and not untrained and not no_healthy_step:
+    if stop.requested and not result.interrupted:  # came while the run finished: it stops here, resumable, still without "final"
+        result.interrupted, result.stop_signal = True, stop.signum
+    if not result.interrupted and failure is None and not untrained and not no_healthy_step:
         result.sampler_paths = models.save_for_sampler("final")
     records = read_metrics(run_dir)
     write_reward_plot(run_dir, records)
@@ -186,14 +220,19 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
     return result
 
 
-async def train_step(episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, progress: ConsoleProgress | None = None) -> tuple[dict[str, float], list[Episode]]:
-    """One on-policy step: run the episodes on the live weights, train on them, write their rollouts; returns the step's metrics and its episodes."""
+async def train_step(
+    episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, progress: ConsoleProgress | None = None, stop: StopSignals | None = None
+) -> tuple[dict[str, float], list[Episode]]:
+    """One on-policy step: run the episodes on the live weights, train on them, write their rollouts; returns the step's metrics and its episodes.
+
+    A stop signal cancels the episodes (raising Stopped); once they are done the update runs to its end."""
     started = time.perf_counter()
     league = models.league
     if league is not None:
         league.begin_step(step, tasks, settings.group_size)
         episode_fn = league.episode_fn(episode_fn)
-    episodes = await run_rollout(episode_fn, tasks, models.make_training_tuner, settings, judge, step, progress)
+    rollout = run_rollout(episode_fn, tasks, models.make_training_tuner, settings, judge, step, progress)
+    episodes = await (stop.cancelling(rollout) if stop is not None else rollout)
     rollout_time = time.perf_counter() - started
     metrics = await learn(episodes, models, settings, config, rollouts, step)
     if league is not None:

@@ -51,9 +51,10 @@ from typing import Awaitable, Callable
 
 from ..logging import ConsoleProgress, RolloutWriter
 from ..rollout import Episode
-from .checkpoints import ResumePoint
+from .checkpoints import ResumePoint, prune_unresumable
 from .resolve import ResolvedRun
 from .step import learn, run_rollout
+from .stop_signals import StopSignals
 
 FinishStep = Callable[[int, dict[str, float], list[Episode]], Awaitable[bool]]
 """The loop's bookkeeping after a trained step (log, progress, checkpoint); True stops the run."""
@@ -89,11 +90,20 @@ class RolloutPipeline:
     """Rollouts on frozen older weights running ahead of training, by at most `max_staleness` optimizer steps."""
 
     def __init__(
-        self, run: ResolvedRun, start_step: int, saved_versions: dict[int, dict[str, str]], rollouts: RolloutWriter | None, progress: ConsoleProgress | None, evaluate: Evaluate | None
+        self,
+        run: ResolvedRun,
+        run_dir: Path,
+        start_step: int,
+        saved_versions: dict[int, dict[str, str]],
+        rollouts: RolloutWriter | None,
+        progress: ConsoleProgress | None,
+        evaluate: Evaluate | None,
+        stop: StopSignals,
     ):
-        """`saved_versions`: the older weights the resumed checkpoint names; `evaluate` is None when the run does not
-        evaluate during training."""
+        """`run_dir`: where its checkpoints are; `saved_versions`: the older weights the resumed checkpoint names; `evaluate` is None when the run does not
+        evaluate during training; `stop` ends the run at the step being trained (the rollouts ahead are cancelled)."""
         self.resolved = run
+        self.run_dir = run_dir
         self.models = run.models
         self.algorithm = run.config.algorithm
         self.start_step = start_step
@@ -104,6 +114,7 @@ class RolloutPipeline:
         self.rollouts = rollouts
         self.progress = progress
         self.evaluate = evaluate
+        self.stop = stop
         self.versions: dict[int, FrozenVersion] = {}
         """Frozen versions some rollout, snapshot or checkpoint may still need."""
         self.points: dict[int, ResumePoint] = {start_step: ResumePoint.now(run.stream, run.models)}
@@ -140,7 +151,7 @@ class RolloutPipeline:
             last_step_ended = time.perf_counter()
             for step in range(self.start_step, self.total_steps):
                 waiting = time.perf_counter()
-                rollout = await self._rollout(step, producer)
+                rollout = await self.stop.cancelling(self._rollout(step, producer))
                 waited = time.perf_counter() - waiting
                 metrics = await learn(rollout.episodes, self.models, self.resolved.settings, self.resolved.config, self.rollouts, step)
                 staleness = float(step - rollout.version)  # one version samples every token of a step
@@ -150,9 +161,11 @@ class RolloutPipeline:
                 last_step_ended = time.perf_counter()
                 if await finish_step(step, metrics, rollout.episodes):
                     return
+                self.stop.check()
                 if step + 1 < self.total_steps:
                     await self._freeze(step + 1)
-                self._forget_before(self.version_of(step + 1))
+                if self._forget_before(self.version_of(step + 1)):
+                    prune_unresumable(self.run_dir)  # the checkpoints that named the deleted weights go with them
         finally:
             producer.cancel()
             await asyncio.gather(producer, return_exceptions=True)
@@ -203,10 +216,11 @@ class RolloutPipeline:
         self.versions[version] = frozen
         self._future(self._ready, version).set_result(frozen)
 
-    def _forget_before(self, version: int) -> None:
+    def _forget_before(self, version: int) -> bool:
         """Drop the versions older than `version` (no later rollout samples them) that the latest checkpoint does not
         name, and delete their saved weights unless a snapshot opponent uses them (in play, in a resume point, or in
-        the latest checkpoint)."""
+        the latest checkpoint); True when it deleted any."""
+        deleted = False
         for step in [s for s in self.points if s < version]:
             del self.points[step]
         in_play = {snapshot.path for snapshot in self.models.snapshots.values()} | self._checkpointed_snapshots
@@ -217,6 +231,8 @@ class RolloutPipeline:
             for path in set(frozen.paths.values()) - in_play:
                 if Path(path).is_dir():  # a local save; a service's tinker:// path stays with the service
                     shutil.rmtree(path, ignore_errors=True)
+                    deleted = True
+        return deleted
 
     @staticmethod
     def _future(futures: dict[int, asyncio.Future], key: int) -> asyncio.Future:

@@ -22,6 +22,7 @@ from ..integrations import TunerHandle
 from ..logging import ConsoleProgress, RolloutWriter, mean_metrics
 from ..rollout import Episode, RunnerSettings, run_episodes
 from ..types import ModelInput
+from .checkpoint_integrity import check_finite_weights
 from .config import TuneConfig
 from .models import TrainingModels
 
@@ -52,6 +53,7 @@ async def learn(episodes: list[Episode], models: TrainingModels, settings: Runne
             metrics.update({f"{k}/{name}" if len(datums) > 1 else k: v for k, v in kl_metrics.items()})
     train_started = time.perf_counter()
     metrics.update(await models.update(datums, algorithm))
+    await check_finite_weights(models.clients, step + 1)  # before anything saves them
     metrics["time/train"] = time.perf_counter() - train_started
     if rollouts is not None:
         rollouts.write(step, episodes, advantages.advantages, models.tokenizer)
