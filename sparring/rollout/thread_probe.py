@@ -7,10 +7,10 @@ computation: name it, take its time off the other episodes, interrupt it
 once past its time), or a machine so loaded that the loop's thread, ready
 to run, gets little CPU (nobody's fault: blaming the line it happens to be
 on is a false alarm). `ThreadProbe` tells them apart from another thread by
-what the kernel says of the loop's thread: asleep in a blocking call
-(state S or D) is code blocking; running on a CPU it got (its CPU time
-grew by `busy_s` since the heartbeat) is code not yielding; runnable with
-little CPU time is starvation. Where the kernel cannot be asked (no
+what the kernel says of the loop's thread: running on a CPU it got (its
+CPU time grew by `busy_s` since the heartbeat) is code not yielding; asleep
+(state S or D) at each of `STATE_LOOKS` reads is code blocking in a call;
+ready to run (R) with little CPU time is starvation. Where the kernel cannot be asked (no
 `/proc`, no per-thread CPU clock), every late heartbeat counts as code.
 """
 
@@ -19,6 +19,12 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+
+
+STATE_LOOKS = 5
+"""How often the thread's state is read before it counts as asleep in a call."""
+STATE_LOOK_GAP_S = 0.002
+"""Pause between two reads of the state (the GIL is let go meanwhile)."""
 
 
 class ThreadProbe:
@@ -47,8 +53,19 @@ class ThreadProbe:
 
     def held_up_by_code(self, cpu_at_mark: float, busy_s: float) -> bool:
         """Whether the thread, late since it read `cpu_at_mark` (its own `time.thread_time()`), is kept by code:
-        asleep in a blocking call, or `busy_s` of CPU used since. False when it is ready but starved of CPU."""
-        state, cpu = self.state(), self.cpu_time()
-        if state is None or cpu is None:
+        `busy_s` of CPU used since, or asleep in a blocking call. False when it is ready but starved of CPU."""
+        cpu = self.cpu_time()
+        if cpu is None:
             return True
-        return state in ("S", "D") or cpu - cpu_at_mark >= busy_s
+        if cpu - cpu_at_mark >= busy_s:
+            return True
+        # A thread that runs Python sleeps for a moment whenever it waits for the GIL (this thread holds it while it
+        # looks), so only a thread seen asleep at every look, the GIL let go between them, sleeps in a call.
+        for look in range(STATE_LOOKS):
+            state = self.state()
+            if state is None:
+                return True
+            if state not in ("S", "D"):
+                return False
+            time.sleep(STATE_LOOK_GAP_S)
+        return True
