@@ -254,9 +254,12 @@ def test_an_episode_clock_charges_shares_of_sampler_waits_and_none_of_others_sta
         assert clock.own_time() == pytest.approx(0.1, abs=0.05)  # a quarter of the 0.4 s wait
     assert running.own_time() == pytest.approx(0.4, abs=0.05)
     blocker = EpisodeClock("b", shared)
+    shared.begin_stall(time.monotonic(), blocker)
     time.sleep(0.3)
-    shared.add_stall(0.3)
-    blocker.charge_stall(0.3, "here")
+    # Before the stall is ended (the loop may resume others first), the clocks already stand still but the blocker's.
+    assert running.own_time() == pytest.approx(0.4, abs=0.05) and blocker.own_time() == pytest.approx(0.3, abs=0.05)
+    seconds, culprit = shared.end_stall(time.monotonic())
+    culprit.charge_stall(seconds, "here")
     assert running.own_time() == pytest.approx(0.4, abs=0.05) and blocker.own_time() == pytest.approx(0.3, abs=0.05)
 
 

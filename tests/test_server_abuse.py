@@ -10,7 +10,8 @@ a cancel of running sampling, a client that hangs up, malformed bodies on
 every route of `/openapi.json`, and SIGTERM with a request running. Every
 answer must be a 4xx JSON naming the problem (or the right result), none a
 5xx, none slower than `BOUND_S`; the counts are checked last. Schemathesis
-runs against `/openapi.json` when it is installed.
+runs against `/openapi.json` when it is installed: no 5xx, and no status the
+schema does not list.
 """
 
 from __future__ import annotations
@@ -318,7 +319,7 @@ def test_every_route_answers_malformed_bodies_with_a_4xx(abuser, served):
     schema = abuser.request("GET", "/openapi.json").json()
     declared = [route for route, methods in schema["paths"].items() if "requestBody" in methods.get("post", {})]
     assert "/api/v1/asample" in declared and "/v1/chat/completions" in declared and len(declared) >= 18  # for schemathesis
-    bodies = [None, [], "x", 0, {}, {"model_id": None}, {"session_id": 5, "model_id": [], "request_id": {}}, {"x": [[[[[]]]]] * 100}, {"sampling_params": "hot", "prompt": 1}]
+    bodies = [None, [], "x", 0, {}, {"model_id": None}, {"session_id": 5, "model_id": [], "request_id": {}}, {"model_id": [], "seq_id": 1}, {"model_id": {}, "seq_id": 2, "path": []}, {"x": [[[[[]]]]] * 100}, {"sampling_params": "hot", "prompt": 1}]
     sent = 0
     for route, methods in schema["paths"].items():
         if "{" in route or "post" not in methods:
@@ -343,9 +344,10 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(long_model_dir, tmp_
 
 
 @pytest.mark.skipif(importlib.util.find_spec("schemathesis") is None, reason="schemathesis is not installed (it is in the dev extra: pip install -e '.[dev]')")
-def test_schemathesis_finds_no_5xx_in_60_seconds(served):
+def test_schemathesis_finds_no_5xx_and_no_undeclared_status_in_60_seconds(served):
     import schemathesis
     from hypothesis import HealthCheck, given, settings
+    from schemathesis.specs.openapi.checks import status_code_conformance
 
     schema = schemathesis.openapi.from_url(f"{served.url}/openapi.json", headers={"X-API-Key": API_KEY})
     deadline = time.monotonic() + 60
@@ -361,6 +363,10 @@ def test_schemathesis_finds_no_5xx_in_60_seconds(served):
             response = case.call(base_url=served.url, headers={"X-API-Key": API_KEY}, timeout=BOUND_S)
             if response.status_code >= 500:
                 failures.append(f"{case.method} {case.path}: {response.status_code} {response.text[:200]}")
+            try:
+                case.validate_response(response, checks=[status_code_conformance])
+            except Exception as error:  # noqa: BLE001 - schemathesis raises its own failure types
+                failures.append(f"{case.method} {case.path}: status {response.status_code} is not in /openapi.json: {str(error)[:200]}")
 
         given(strategy)(check)()
     assert not failures, failures

@@ -13,7 +13,11 @@ counts
   time every episode out, and an episode that calls the model in an endless
   loop still runs out of time;
 - not at all the time the event loop was blocked by another episode
-  (`SharedTime.add_stall`, reported by the loop watchdog).
+  (`SharedTime.begin_stall` / `end_stall`, reported by the loop watchdog).
+  Every clock stands still from the moment the stall began until the
+  watchdog ends it (only the blocking episode's runs on), so an episode
+  that the loop resumes right after the stall, before the watchdog has
+  had its turn, is not charged for it either.
 
 `SharedTime` is the account behind the clocks of the episodes of one event
 loop (the loop watchdog holds it). The running episode's clock is found in a context variable,
@@ -43,22 +47,31 @@ class SharedTime:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stalled = 0.0
+        self._stall_from: float | None = None
+        self._culprit: EpisodeClock | None = None
         self._share = 0.0
         self._waiting = 0
         self._updated = time.monotonic()
 
+    def _running(self, now: float) -> float:
+        if self._stall_from is not None:
+            now = min(now, self._stall_from)
+        return now - self._stalled
+
     def _advance(self, now: float) -> None:
-        if self._waiting:
-            self._share += (now - self._updated) / self._waiting
-        self._updated = now
+        running = self._running(now)
+        # The scale only moves forward (a stall begun after the fact may put `running` back a little).
+        if self._waiting and running > self._updated:
+            self._share += (running - self._updated) / self._waiting
+        self._updated = max(self._updated, running)
 
     def running_time(self, now: float) -> float:
-        """A running episode's time scale: wall time less every event-loop stall taken off so far."""
+        """A running episode's time scale: wall time less every event-loop stall, the one going on included."""
         with self._lock:
-            return now - self._stalled
+            return self._running(now)
 
     def share_time(self, now: float) -> float:
-        """A waiting episode's time scale: advances at 1 / (episodes waiting on the sampler)."""
+        """A waiting episode's time scale: advances at 1 / (episodes waiting on the sampler), not during stalls."""
         with self._lock:
             self._advance(now)
             return self._share
@@ -75,14 +88,29 @@ class SharedTime:
             self._waiting -= 1
             return self._share
 
-    def add_stall(self, seconds: float) -> None:
-        """Take `seconds` of a blocked event loop off every clock (the blocking episode adds them back to its own)."""
+    def begin_stall(self, since: float, culprit: EpisodeClock | None) -> None:
+        """The event loop has been blocked since `since` (by `culprit`'s code, if an episode's): every clock stops there."""
         with self._lock:
-            self._advance(time.monotonic())
-            # Nobody enters or leaves a sampler wait while the loop is blocked, so the share grew at one rate meanwhile.
-            if self._waiting:
-                self._share -= seconds / self._waiting
+            if self._stall_from is None:
+                self._advance(since)
+                self._stall_from, self._culprit = since, culprit
+
+    def end_stall(self, now: float) -> tuple[float, EpisodeClock | None]:
+        """The loop turns again: (seconds it was blocked, the episode that blocked it); the clocks go on from here."""
+        with self._lock:
+            if self._stall_from is None:
+                return 0.0, None
+            seconds, culprit = max(0.0, now - self._stall_from), self._culprit
             self._stalled += seconds
+            self._stall_from, self._culprit = None, None
+            return seconds, culprit
+
+    def stall_charged_to(self, clock: EpisodeClock, now: float) -> float:
+        """Seconds of the stall going on that `clock`'s episode is causing (0 when it is not the culprit)."""
+        with self._lock:
+            if self._stall_from is None or self._culprit is not clock:
+                return 0.0
+            return max(0.0, now - self._stall_from)
 
 
 class EpisodeClock:
@@ -107,7 +135,7 @@ class EpisodeClock:
         """Seconds of the episode's own time so far."""
         now = time.monotonic()
         scale = self._shared.share_time(now) if self._waits else self._shared.running_time(now)
-        return self._own + scale - self._mark
+        return self._own + scale - self._mark + self._shared.stall_charged_to(self, now)
 
     @contextlib.contextmanager
     def waiting_for_sampler(self):
@@ -127,7 +155,7 @@ class EpisodeClock:
                 self._mark = self._shared.running_time(now)
 
     def charge_stall(self, seconds: float, where: str | None) -> None:
-        """This episode blocked the event loop for `seconds` (at `where`): its own time, though taken off the others'."""
+        """This episode blocked the event loop for `seconds` (at `where`): its own time, though taken off the others' (`SharedTime.end_stall`)."""
         self._own += seconds
         self.blocked_at = where or self.blocked_at
 

@@ -7,12 +7,18 @@ call, a long computation) stalls every episode. It must not pass silently,
 nor time the others out, nor hold the step past its own timeout:
 `LoopWatchdog` keeps a heartbeat on the loop (a callback every `BEAT_S`)
 and a thread that looks at it. When the heartbeat is `BLOCK_REPORT_S`
-late, the thread looks at which task is running and where (its innermost
-frame) and logs a warning naming the episode; when the loop turns again,
-the length of the stall is taken off every episode's clock but the
-blocking one's (`SharedTime.add_stall`; the watchdog holds the loop's
-`SharedTime`, which the clocks of its episodes count on). The blocking
-episode's own time keeps counting: once it passes the episode's
+late, the thread first asks the kernel whether code holds the loop's thread
+(`ThreadProbe`: asleep in a blocking call, or running on the CPU it got)
+or the machine starves it (ready to run, little CPU): only code is blamed;
+starvation is logged at info and charged to every episode alike, as any
+slowness of the machine is. Code is named: the thread looks at which task
+is running and where (its innermost frame) and logs a warning naming the
+episode, and from the heartbeat that did not come every episode's clock
+stands still but the blocking one's (`SharedTime.begin_stall`; the
+watchdog holds the loop's `SharedTime`, which the clocks of its episodes
+count on) until the loop turns again and the heartbeat ends the stall
+(`SharedTime.end_stall`, the blocking episode charged its length). The
+blocking episode's own time keeps counting: once it passes the episode's
 `EpisodeClock.interrupt_after_s` (its timeout + the cancellation grace)
 while the episode still blocks the loop, the thread interrupts the loop's
 thread (`loop_interrupt.py`) and `EpisodeInterrupted` is raised inside the
@@ -43,13 +49,15 @@ from types import FrameType
 
 from .episode_clock import EpisodeClock, SharedTime, clock_of
 from .loop_interrupt import MainThreadInterrupter
+from .thread_probe import ThreadProbe
 
 log = logging.getLogger(__name__)
 
 BEAT_S = 0.1
 """Heartbeat period of the loop, and how often the watchdog looks at it."""
 BLOCK_REPORT_S = 0.5
-"""A heartbeat this late means the loop is blocked: reported, and taken off the other episodes' clocks."""
+"""A heartbeat this late, with code holding the loop's thread, means the loop is blocked: reported, and taken off the
+other episodes' clocks. Code holds it when it sleeps in a blocking call or has used this much CPU since the heartbeat."""
 
 
 class EpisodeInterrupted(BaseException):
@@ -75,10 +83,13 @@ class LoopWatchdog:
         self.shared_time = SharedTime()
         """The time account of the episodes this loop plays."""
         self._loop_thread = threading.get_ident()
+        self._probe = ThreadProbe()
         self._lock = threading.Lock()
         self._users = 0
         self._last_beat = time.monotonic()
+        self._cpu_at_beat = time.thread_time()
         self._beats = 0
+        self._starved_beat = -1
         self._interrupter = MainThreadInterrupter()
         self._stall: _Stall | None = None
         self._beat_handle: asyncio.TimerHandle | None = None
@@ -87,7 +98,7 @@ class LoopWatchdog:
     def enter(self) -> None:
         self._users += 1
         if self._users == 1:
-            self._last_beat, self._stall = time.monotonic(), None
+            self._last_beat, self._cpu_at_beat, self._stall = time.monotonic(), time.thread_time(), None
             self._beat_handle = self.loop.call_later(BEAT_S, self._beat)
             self._stop = threading.Event()
             self._interrupter.install()
@@ -99,37 +110,58 @@ class LoopWatchdog:
             self._stop.set()
             self._interrupter.restore()
             self._beat_handle.cancel()
+            self._end_stall(time.monotonic())
 
     def _beat(self) -> None:
-        now = time.monotonic()
+        self._end_stall(time.monotonic())
+        self._beat_handle = self.loop.call_later(BEAT_S, self._beat)
+
+    def _end_stall(self, now: float) -> None:
         with self._lock:
             stall, self._stall = self._stall, None
-            late = now - self._last_beat - BEAT_S
-            self._last_beat = now
+            self._last_beat, self._cpu_at_beat = now, time.thread_time()
             self._beats += 1
-        if stall is not None and late > 0:
-            self.shared_time.add_stall(late)
-            if stall.clock is not None:
-                stall.clock.charge_stall(late, stall.where)
-            log.info("the event loop was blocked for %.1fs%s; the other episodes were not charged for it", late, _culprit(stall))
-        self._beat_handle = self.loop.call_later(BEAT_S, self._beat)
+        if stall is not None:
+            self._charge(stall, now)
+
+    def _charge(self, stall: _Stall, now: float) -> None:
+        seconds, culprit = self.shared_time.end_stall(now)
+        if culprit is not None:
+            culprit.charge_stall(seconds, stall.where)
+        log.info("the event loop was blocked for %.1fs%s; the other episodes were not charged for it", seconds, _culprit(stall))
 
     def _watch(self, stop: threading.Event) -> None:
         while not stop.wait(BEAT_S):
             with self._lock:
-                if time.monotonic() - self._last_beat - BEAT_S < BLOCK_REPORT_S:
+                now = time.monotonic()
+                late = now - self._last_beat - BEAT_S
+                if late < BLOCK_REPORT_S:
                     continue
-                seen = self._stall is None
-                if seen:
-                    self._stall = _Stall(clock_of(asyncio.current_task(self.loop)), _where(sys._current_frames().get(self._loop_thread)))
-                stall, beats = self._stall, self._beats
+                stall, beats, blocking = self._stall, self._beats, clock_of(asyncio.current_task(self.loop))
+                if stall is None and not self._probe.held_up_by_code(self._cpu_at_beat, BLOCK_REPORT_S):
+                    starved, self._starved_beat = self._starved_beat != beats, beats
+                    stall = seen = None
+                elif stall is None or stall.clock is not blocking:
+                    # Under the lock, so the heartbeat that ends the stall cannot have run yet. A stall whose
+                    # blocking episode changed (one ended, the next blocked before the heartbeat) is split there.
+                    if stall is not None:
+                        self._charge(stall, now)
+                    since = self._last_beat + BEAT_S if stall is None else now
+                    stall = seen = self._stall = _Stall(blocking, _where(sys._current_frames().get(self._loop_thread)))
+                    self.shared_time.begin_stall(since, blocking)
+                    starved = False
+                else:
+                    starved = seen = None
+            if starved:
+                log.info("the event loop is %.1fs late, but no code holds it: its thread is ready and gets little CPU (an overloaded machine); no episode is blamed", late)
             if seen:
                 log.warning(
                     "the event loop is blocked%s: every other episode waits. Await instead of blocking "
                     "(asyncio.sleep, an async client, or `await asyncio.to_thread(...)` for blocking code)",
                     _culprit(stall),
                 )
-            self._interrupt_if_overdue(stall, beats)
+            if stall is not None:
+                self._interrupt_if_overdue(stall, beats)
 
     def _interrupt_if_overdue(self, stall: _Stall, beats: int) -> None:
         """Interrupt the loop's thread when the task blocking it is an episode's past its `interrupt_after_s`."""

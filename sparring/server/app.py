@@ -9,9 +9,9 @@ that look tokenizers up by model name find them offline. The cross-cutting rules
 live here: an API key, when one is configured, is required on every route
 but the health checks (`X-API-Key` as the Tinker SDK sends it, or
 `Authorization: Bearer` as OpenAI clients do; compared in constant time);
-every request is bounded (`ServerLimits`: a body over `max_body_bytes` is a
-413 before it is read, and each protocol checks its requests' work against
-the rest); every error leaves as JSON with a status code — 4xx naming the
+every request is bounded (`ServerLimits`: a body over its route's
+`body_limit` is a 413 before it is read, and each protocol checks its
+requests' work against the rest); every error leaves as JSON with a status code — 4xx naming the
 bad input, 500 with a one-line message and never a traceback; and the app's
 lifespan sweeps abandoned Tinker sessions and, when the server stops,
 drains in-flight work until the `DrainClock` runs out.
@@ -97,7 +97,7 @@ def create_app(
     _install_error_handlers(app)
     if api_key:
         _require_api_key(app, api_key)
-    app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(_BodyLimit, limits=limits)
 
     @app.get("/healthz")
     async def healthz():
@@ -120,18 +120,19 @@ async def _sweep_forever(tinker: TinkerService) -> None:
 
 
 class _BodyLimit:
-    """ASGI middleware: a request body over `max_bytes` is refused with 413, declared or streamed."""
+    """ASGI middleware: a request body over its route's `ServerLimits.body_limit` is refused with 413, declared or streamed."""
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app, limits: ServerLimits):
         self.app = app
-        self.max_bytes = max_bytes
+        self.limits = limits
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        max_bytes = self.limits.body_limit(scope["path"])
         declared = dict(scope["headers"]).get(b"content-length", b"0")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._too_large(scope, receive, send)
+        if declared.isdigit() and int(declared) > max_bytes:
+            return await JSONResponse({"detail": _too_large(max_bytes)}, status_code=413)(scope, receive, send)
         seen = 0
 
         async def counted():
@@ -139,17 +140,15 @@ class _BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise WireError(413, self._message())
+                if seen > max_bytes:
+                    raise WireError(413, _too_large(max_bytes))
             return message
 
         await self.app(scope, counted, send)
 
-    def _message(self) -> str:
-        return f"request body larger than this server's limit of {self.max_bytes} bytes"
 
-    async def _too_large(self, scope, receive, send):
-        await JSONResponse({"detail": self._message()}, status_code=413)(scope, receive, send)
+def _too_large(max_bytes: int) -> str:
+    return f"request body larger than this route's limit of {max_bytes} bytes (it follows serve --max-request-tokens)"
 
 
 def _install_error_handlers(app: FastAPI) -> None:

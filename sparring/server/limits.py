@@ -7,11 +7,34 @@ refused with a 4xx naming the field and the bound, so no client can tie up
 the one engine every client shares. `LimitExceeded` is that refusal; each
 protocol turns it into its own error shape. The same record holds how long
 a stopping server drains (`drain_s`).
+
+A body costs memory and time before any of that can be checked (a JSON
+parse, a protobuf decode, a decompression), so each route's body is
+bounded by what the route can accept (`body_limit`): a chat or sampling
+request by its share of `max_request_tokens` at a generous number of bytes
+per token, a training batch likewise with its per-token loss inputs, and
+every other route, whose body names a few ids, by `SMALL_BODY_BYTES`; never
+beyond `max_body_bytes`. A compressed body is bounded by the same number
+once inflated.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
+
+SMALL_BODY_BYTES = 1 << 20
+"""Body bound of the routes that take ids and options only (sessions, futures, checkpoints), and the slack every
+other route's bound gets for the fields around its tokens."""
+PROMPT_BYTES_PER_TOKEN = 32
+"""Bytes of a request body per prompt token, generously: a token is 1-16 characters, up to 6 bytes each once
+JSON-escaped, and a token id in a JSON list is at most 8 bytes."""
+BATCH_BYTES_PER_TOKEN = 160
+"""Bytes of a forward_backward body per token: its id plus the loss inputs of its position (targets, weights,
+logprobs, advantages as JSON numbers)."""
+PROMPT_ROUTES = ("/v1/chat/completions", "/api/v1/asample")
+"""Routes whose body is a prompt (and its options)."""
+BATCH_ROUTES = ("/api/v1/forward_backward", "/api/v1/forward")
+"""Routes whose body is a training batch."""
 
 
 class LimitExceeded(ValueError):
@@ -34,9 +57,19 @@ class ServerLimits(BaseModel):
     max_lora_rank: int = Field(default=256, ge=1)
     """Largest LoRA rank a client may create (memory grows linearly with it)."""
     max_body_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
-    """Largest request body accepted (HTTP 413 beyond it)."""
+    """Largest request body accepted on any route (HTTP 413 beyond it); each route's own bound (`body_limit`) is lower."""
     drain_s: float = Field(default=10.0, ge=0.0)
     """On SIGTERM, how long in-flight requests may still finish before they are cancelled and the server exits."""
+
+    def body_limit(self, path: str) -> int:
+        """Largest body (and, compressed, largest inflated body) the route at `path` accepts."""
+        if path in PROMPT_ROUTES:
+            bound = self.max_request_tokens * PROMPT_BYTES_PER_TOKEN + SMALL_BODY_BYTES
+        elif path in BATCH_ROUTES:
+            bound = self.max_request_tokens * BATCH_BYTES_PER_TOKEN + SMALL_BODY_BYTES
+        else:
+            bound = SMALL_BODY_BYTES
+        return min(bound, self.max_body_bytes)
 
     def check_tokens(self, field: str, tokens: int, what: str) -> None:
         if tokens > self.max_request_tokens:

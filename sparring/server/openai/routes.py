@@ -16,7 +16,8 @@
 Requests are validated (`schema`): bad input is a 4xx in OpenAI's
 error shape naming the field, never a 500 trace; with `ServerLimits`, one
 that asks for more than the model's context or the server's bounds is
-refused before sampling starts. A client that disconnects before its reply
+refused before sampling starts, and a prompt too long for the context
+before it is tokenized whole (`PromptBound`). A client that disconnects before its reply
 is sampled cancels the sampling (nobody would read it). Streaming sends the reply as
 `chat.completion.chunk` server-sent events ending in `data: [DONE]`; the
 engine samples a reply whole, so the chunks follow once it is sampled.
@@ -39,8 +40,9 @@ from pydantic import ValidationError
 from ...rollout import ChatModel, EpisodeRecorder
 from ...rollout.recorder import EpisodeClosedError
 from ..limits import LimitExceeded, ServerLimits, check_sampling_room
-from ..openapi_body import declared_body
+from ..openapi_body import declared_body, declared_errors
 from .episode_keys import EPISODE_KEY_PREFIX, EpisodeKeys
+from .prompt_bound import PromptBound
 from .schema import ChatCompletionRequest, completion_body, error_body, stream_chunks, validation_error_body
 from .served_models import ServedModels, UnknownModelError
 
@@ -89,7 +91,8 @@ def openai_router(
     `context_length`, prompt + max_tokens must fit it) before any sampling starts.
     """
     served = models if isinstance(models, ServedModels) or models is None else ServedModels(models)
-    router = APIRouter()
+    router = APIRouter(responses=declared_errors(400, 401, 404, 413, 500))
+    prompt_bounds: dict[int, PromptBound] = {}
 
     def episode_of(request: Request):
         header = request.headers.get("authorization", "")
@@ -130,7 +133,7 @@ def openai_router(
             chat = ChatCompletionRequest.model_validate(await _json_body(request))
             target = _Target(binding.chat_model, binding.recorder) if binding is not None else _Target(await served_model(chat.model), None)
             if binding is None and limits is not None:
-                _check_bounds(target.chat_model, chat, limits, context_length)
+                _check_bounds(target.chat_model, chat, limits, context_length, prompt_bounds)
             replies = await _unless_client_leaves(request, _generate(target, chat))
         except OpenAIError as error:
             return error.response()
@@ -181,13 +184,20 @@ async def _sse(chunks: list[dict]):
     yield "data: [DONE]\n\n"
 
 
-def _check_bounds(chat_model: ChatModel, chat: ChatCompletionRequest, limits: ServerLimits, context_length: int | None) -> None:
-    """The request's work fits the server's limits and the model's context (OpenAIError 400 naming the field if not)."""
+def _check_bounds(chat_model: ChatModel, chat: ChatCompletionRequest, limits: ServerLimits, context_length: int | None, bounds: dict[int, PromptBound]) -> None:
+    """The request's work fits the server's limits and the model's context (OpenAIError 400 naming the field if not).
+
+    A prompt is rendered (tokenized whole) only once its cheap bounds (`PromptBound`) say it may fit."""
     max_tokens = chat.max_completion_tokens or chat.max_tokens
     field = "max_completion_tokens" if chat.max_completion_tokens else "max_tokens"
     try:
         limits.check_num_samples("n", chat.n)
         if context_length is not None and chat_model.renderer is not None:
+            check_sampling_room(field, 0, max_tokens, context_length)
+            tokenizer = chat_model.renderer.tokenizer
+            bound = bounds.get(id(tokenizer)) or bounds.setdefault(id(tokenizer), PromptBound(tokenizer))
+            texts = [message["content"] for message in chat.chat_messages() if isinstance(message["content"], str)]
+            bound.check(texts, context_length - (max_tokens or 1), context_length)
             try:
                 prompt = len(chat_model.renderer.render(chat.chat_messages(), tools=chat.tool_dicts()))
             except (ValueError, TypeError, KeyError):

@@ -17,6 +17,7 @@ unsupported.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from ...types import ForwardBackwardOutput, SampleResponse
-from ..openapi_body import declared_body
+from ..openapi_body import declared_body, declared_errors
 from . import wire
 from .lanes import LaneClosed
 from .proto import PROTOBUF_MEDIA_TYPE, ProtoError, decode_forward_backward_request, encode_forward_backward_output, encode_sample_response
@@ -49,6 +50,8 @@ CLIENT_CONFIG = {
 }
 # sample_cancel_enabled: the SDK sends cancel_future for a sampling request its caller abandoned.
 DYNAMIC_CONFIG = {"refresh_interval_sec": 300, "sample_cancel_enabled": True}
+INFLATE_PIECE_BYTES = 1 << 20
+"""How much of a compressed body is inflated at a time (so the bound is checked every MiB)."""
 # Errors a request's own input causes; anything else is the server's fault.
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, WireError, LaneClosed)
 
@@ -68,24 +71,42 @@ async def json_body(request: Request) -> Any:
         raise WireError(400, "request body is not valid JSON: nested too deeply") from None
 
 
-async def forward_backward_body(request: Request) -> Any:
-    """The body as its JSON shape, from JSON or (optionally zstd-compressed) protobuf."""
+async def forward_backward_body(request: Request, max_bytes: int) -> Any:
+    """The body as its JSON shape, from JSON or (optionally zstd-compressed, inflated to at most `max_bytes`) protobuf."""
     if PROTOBUF_MEDIA_TYPE not in request.headers.get("content-type", ""):
         return await json_body(request)
     raw = await request.body()
-    if request.headers.get("content-encoding", "").lower() == "zstd":
-        try:
-            import zstandard
-        except ImportError:
-            raise WireError(415, "zstd-compressed bodies need the zstandard package on the server; send them uncompressed") from None
-        try:
-            raw = zstandard.ZstdDecompressor().decompress(raw, max_output_size=1 << 31)
-        except zstandard.ZstdError as error:
-            raise WireError(400, f"request body is not valid zstd: {error}") from None
+    compressed = request.headers.get("content-encoding", "").lower() == "zstd"
+    # In a thread: inflating and decoding a batch takes a while, and every other client would wait meanwhile.
+    return await asyncio.to_thread(_decoded_protobuf, raw, compressed, max_bytes)
+
+
+def _decoded_protobuf(raw: bytes, compressed: bool, max_bytes: int) -> dict:
+    if compressed:
+        raw = _inflated(raw, max_bytes)
     try:
         return decode_forward_backward_request(raw)
     except ProtoError as error:
         raise WireError(400, f"invalid protobuf ForwardBackwardRequest: {error}") from None
+
+
+def _inflated(raw: bytes, max_bytes: int) -> bytes:
+    """The zstd body inflated, read a piece at a time so a body that inflates past `max_bytes` is refused (413) there."""
+    try:
+        import zstandard
+    except ImportError:
+        raise WireError(415, "zstd-compressed bodies need the zstandard package on the server; send them uncompressed") from None
+    pieces, size = [], 0
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as reader:
+            while piece := reader.read(INFLATE_PIECE_BYTES):
+                size += len(piece)
+                if size > max_bytes:
+                    raise WireError(413, f"request body inflates past this route's limit of {max_bytes} bytes (it follows serve --max-request-tokens)")
+                pieces.append(piece)
+    except zstandard.ZstdError as error:
+        raise WireError(400, f"request body is not valid zstd: {error}") from None
+    return b"".join(pieces)
 
 
 def result_response(result: Any, protobuf: bool) -> Response:
@@ -117,7 +138,7 @@ def error_result(error: BaseException) -> dict:
 
 def tinker_router(service: TinkerService) -> APIRouter:
     """The Tinker protocol's routes, to be included under /api/v1."""
-    router = APIRouter()
+    router = APIRouter(responses=declared_errors(400, 401, 404, 413, 500))
     store = service.store
 
     async def sequenced(request: Request, model: type[wire.SequencedRequest], body: Any = None):
@@ -180,9 +201,9 @@ def tinker_router(service: TinkerService) -> APIRouter:
     async def unload_model(request: Request):
         return service.unload_model(parse(wire.ModelRequest, await json_body(request)).model_id)
 
-    @router.post("/forward_backward", openapi_extra=declared_body(wire.ForwardBackwardRequest))
+    @router.post("/forward_backward", openapi_extra=declared_body(wire.ForwardBackwardRequest), responses=declared_errors(415))
     async def forward_backward(request: Request):
-        body = await forward_backward_body(request)
+        body = await forward_backward_body(request, service.limits.body_limit(request.url.path))
         parsed = await sequenced(request, wire.ForwardBackwardRequest, body)
         return service.forward_backward(parsed, forward_only=parsed.forward_only)
 

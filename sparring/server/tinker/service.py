@@ -318,7 +318,7 @@ class TinkerService:
 
     def reject(self, body: Any) -> None:
         """A per-model request failed validation: give its seq_id up so later ones do not wait for it."""
-        if isinstance(body, dict) and isinstance(body.get("seq_id"), int) and body.get("model_id") in self.models:
+        if isinstance(body, dict) and isinstance(body.get("seq_id"), int) and isinstance(body.get("model_id"), str) and body["model_id"] in self.models:
             self.models[body["model_id"]].lane.skip(body["seq_id"])
 
     def forward_backward(self, request: wire.ForwardBackwardRequest, forward_only: bool) -> dict:
