@@ -177,6 +177,17 @@ class Engine:
 
         return self.call(drop)
 
+    def set_prefix_cache(self, mib: float) -> Future:
+        """Give the prefix cache `mib` MiB (0 turns it off), starting empty, after everything submitted before."""
+        if mib < 0:
+            raise ValueError(f"prefix cache size must be >= 0 MiB, got {mib}")
+
+        def resize() -> None:
+            self.config = self.config.model_copy(update={"prefix_cache_mib": mib})
+            self.prefix_cache = PrefixCache(int(mib * 2**20)) if mib > 0 else None
+
+        return self.call(resize)
+
     def _put(self, item) -> Future:
         with self._wakeup:
             self._queue.append(item)
