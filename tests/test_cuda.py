@@ -44,3 +44,22 @@ def test_constrained_choices_on_cuda(tiny_model_dir, tmp_path):
         inputs = {"target_tokens": tokens[1:], "weights": [0.0] * (len(tokens) - 1), "allowed_counts": counts, "allowed_tokens": allowed}
         out = client.forward([types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)], "cross_entropy").result()
         assert out.loss_fn_outputs[0]["logprobs"].tolist()[len(prompt) - 1 :] == pytest.approx(sequence.logprobs, abs=5e-2)  # bfloat16
+
+
+def test_prefix_cache_on_cuda_samples_as_without_it(tiny_model_dir, tmp_path):
+    """Cached keys and values live on the GPU; in float32 a cached prefix samples the tokens and logprobs a full prefill does."""
+    import shutil
+
+    samplers = []
+    for mib in (64, 0):
+        path = shutil.copytree(tiny_model_dir, tmp_path / f"tiny-{mib}")  # an engine each
+        service = ServiceClient(base_dir=tmp_path / f"ckpt-{mib}", engine_config=EngineConfig(device="cuda", dtype="float32", prefix_cache_mib=mib))
+        samplers.append(service.create_sampling_client(base_model=str(path)))
+    prompt = samplers[0].get_renderer().render([{"role": "system", "content": "You play werewolf with six others."}, {"role": "user", "content": "Who is the werewolf?"}])
+    params = types.SamplingParams(max_tokens=8, seed=4, stop=[])
+    for _ in range(2):  # the second call reads the prompt from the cache
+        cached, uncached = (s.sample(types.ModelInput.from_ints(prompt), 3, params).result().sequences for s in samplers)
+        for a, b in zip(cached, uncached):
+            assert a.tokens == b.tokens and a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    engine = samplers[0].engine
+    assert engine.prefix_cache.bytes > 0 and engine.prefill_counts.cached_tokens == len(prompt) - 1

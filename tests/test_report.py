@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from sparring import WorkflowOutput
 from sparring.cli import app
-from sparring.logging import read_rollouts
+from sparring.logging import read_metrics, read_rollouts
 from sparring.logging.plots import Series, line_chart
 from sparring.logging.report import render_report, serve_report, spread_steps
 
@@ -150,6 +150,20 @@ def test_the_report_holds_every_curve_the_evaluation_and_every_token_offline(tra
         for episode in step["episodes"]:
             (turn,) = episode["frozen"]["helper"]
             assert turn["new"][0]["text"].startswith("Answer briefly:") and turn["reply"]["role"] == "assistant"
+
+
+def test_steps_and_evaluations_log_what_prefilling_cost_and_the_summary_says_it(trained_run):
+    run_dir, _ = trained_run
+    records = read_metrics(run_dir)
+    steps = [record for record in records if "reward/mean" in record]
+    evaluations = [record for record in records if "eval/episodes" in record]
+    assert len(steps) == 2 and len(evaluations) == 3
+    for record in steps:  # the prefix cache is off by default: the batch's shared prefix alone is saved
+        assert 0 < record["engine/prefilled_tokens"] <= record["engine/prompt_tokens"] and record["engine/prefix_hit_rate"] == 0
+    for record in evaluations:
+        assert 0 < record["eval/engine/prefilled_tokens"] <= record["eval/engine/prompt_tokens"]
+    prefilled = sum(record["engine/prefilled_tokens"] for record in steps) / sum(record["engine/prompt_tokens"] for record in steps)
+    assert f"<b>{prefilled:.0%}</b> of" in (run_dir / "report.html").read_text(encoding="utf-8")
 
 
 def test_sparring_view_writes_the_report_where_asked_and_names_a_missing_run(trained_run, tmp_path):

@@ -30,7 +30,9 @@ from sparring.logging import read_metrics
 
 from test_kill_resume import checkpointed_step, logged_steps, write_job
 
-TOTAL_STEPS = 8
+ROUNDS = int(os.environ.get("SPARRING_STOP_ROUNDS", "1"))
+"""Stops of each signal per run: 1 in the suite; `SPARRING_STOP_ROUNDS=10` measures 10 SIGINT and 10 SIGTERM."""
+TOTAL_STEPS = max(8, 6 * ROUNDS + 2)
 SEED = 29
 TRAIN = [sys.executable, "-m", "sparring.cli", "train"]
 WORKFLOW = """
@@ -90,18 +92,18 @@ def stop_once(command: list[str], env: dict, run_dir: Path, signum: int, rng: ra
     return subprocess.CompletedProcess(command, trainer.returncode, stdout, log.read_text())
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300 * ROUNDS)
 @pytest.mark.parametrize("max_staleness", [0, 1], ids=["on-policy", "rollouts-ahead"])
 def test_sigint_and_sigterm_checkpoint_the_last_step_and_resume_into_the_uninterrupted_run(tmp_path, tiny_model_dir, max_staleness):
     rng = random.Random(SEED + max_staleness)
     reference_dir = tmp_path / "reference"
     reference_dir.mkdir()
-    reference = subprocess.run([*TRAIN, str(short_job(reference_dir, tiny_model_dir, max_staleness))], env=environment(reference_dir), capture_output=True, text=True, timeout=120)
+    reference = subprocess.run([*TRAIN, str(short_job(reference_dir, tiny_model_dir, max_staleness))], env=environment(reference_dir), capture_output=True, text=True, timeout=120 * ROUNDS)
     assert reference.returncode == 0, reference.stderr
 
     run_dir = tmp_path / "run"
     command, env = [*TRAIN, str(short_job(tmp_path, tiny_model_dir, max_staleness))], environment(tmp_path)
-    for round, signum in enumerate((signal.SIGINT, signal.SIGTERM)):
+    for round, signum in enumerate((signal.SIGINT, signal.SIGTERM) * ROUNDS):
         stopped = stop_once(command, env, run_dir, signum, rng, tmp_path / f"stderr-{round}.txt")
         logged, saved = logged_steps(run_dir), checkpointed_step(run_dir)
         assert stopped.returncode == 128 + signum, stopped.stderr

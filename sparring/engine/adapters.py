@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -46,6 +47,7 @@ BASE_MODEL_FILE = "sparring_base_model.txt"
 """In a saved adapter: the base model as sparring names it (what `get_engine` loads it by)."""
 BASE_MODEL_DIR_FILE = "sparring_base_model_dir.txt"
 """In a saved adapter: the local Hugging Face directory the base weights came from (the config names the hub id)."""
+_SERIALS = itertools.count()
 
 
 def linear_layer_groups(model: torch.nn.Module) -> dict[str, set[str]]:
@@ -70,6 +72,8 @@ class AdapterInfo:
     """LoRA rank."""
     trainable: bool
     """False for snapshots and loaded sampler weights."""
+    serial: int = field(default_factory=lambda: next(_SERIALS))
+    """Unique to this adapter in the process: an adapter deleted and made again under its name is another one."""
 
 
 @contextlib.contextmanager
@@ -165,6 +169,15 @@ class AdapterBank:
                 self.peft_model.delete_adapter(name)
             del self.adapters[name]
             self._name_a_known_adapter_active()
+
+    def fingerprint(self, name: str | None) -> tuple:
+        """What the weights of `name` (None: the base model) are now: equal fingerprints, equal weights. The adapter's
+        serial and the version counters of its LoRA tensors, which every in-place write bumps (an optimizer step,
+        loading weights); the base weights never change (a merge puts back the very same values)."""
+        if name is None:
+            return ()
+        self._check(name)
+        return (self.adapters[name].serial, tuple(p._version for p in self.parameters(name)))
 
     def parameters(self, name: str) -> list[torch.nn.Parameter]:
         marker = f".{name}."

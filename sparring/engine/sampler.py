@@ -3,8 +3,10 @@
 A `SampleJob` is one prompt with its parameters; `generate` runs any number of
 jobs together. Each prompt is prefilled once and its cache rows are copied
 for its `num_samples` samples (a prefix common to all prompts of the batch,
-such as a system prompt, is prefilled once for all of them); each decode step computes logits for the last
-position only; rows that finish are dropped from the batch so later steps
+such as a system prompt, is prefilled once for all of them; with a
+`prefix_cache.PrefixStore`, only what it does not hold yet of each prompt is
+prefilled, and prompts and completions are kept there for later requests);
+each decode step computes logits for the last position only; rows that finish are dropped from the batch so later steps
 cost less. Every row draws from its own `torch.Generator`, so a seeded
 request gives the same tokens whatever else shares its batch, and sampling
 is an inverse-CDF lookup on one uniform per row (cheaper than
@@ -38,6 +40,7 @@ from ..types import SampledSequence, SampleResponse, SamplingParams
 from .allowed_tokens import allowed_masks
 from .constraints import CompiledConstraint, RowConstraint
 from .decoder import FastDecoder, HFCache, HFDecoder, KVCache
+from .prefix_cache import PrefillCounts, PrefixMatch, PrefixStore
 
 # Drop finished rows once this share of the batch has finished (copying the cache has a cost).
 _COMPACT_FRACTION = 0.125
@@ -193,7 +196,7 @@ def _stopped(row: _Row, job: SampleJob, tokenizer) -> str | None:
 
 
 def _prefill(
-    decoder: FastDecoder | HFDecoder, prompts: list[list[int]], max_new: int, pad_token_id: int, device: torch.device
+    decoder: FastDecoder | HFDecoder, prompts: list[list[int]], max_new: int, pad_token_id: int, device: torch.device, counts: PrefillCounts
 ) -> tuple[KVCache | HFCache, torch.Tensor, torch.Tensor]:
     """Fill a cache with every prompt (one row each); return it, the last-position logits and each prompt's last position.
 
@@ -201,25 +204,90 @@ def _prefill(
     laid out [shared prefix | padding | rest of the prompt], so every prompt ends in the same slot; the
     padding is masked wherever it sits.
     """
-    shared = _common_prefix_length(prompts) if len(prompts) > 1 else 0
-    shared = min(shared, min(len(p) for p in prompts) - 1)  # every prompt keeps a token for the batched pass
-    if shared < _MIN_SHARED_PREFIX:
-        shared = 0
+    shared = _shared_prefix_length(prompts)
     rest_len = max(len(p) for p in prompts) - shared
     cache = decoder.allocate(1 if shared else len(prompts), shared + rest_len + max_new)
     if shared:
         prefix_1_L = torch.tensor([prompts[0][:shared]], device=device)
         decoder.forward(prefix_1_L, torch.arange(shared, device=device)[None], torch.ones_like(prefix_1_L, dtype=torch.bool), cache)
         cache.keep_rows(torch.zeros(len(prompts), dtype=torch.long, device=device))
+    counts.prefilled_tokens += shared + sum(len(p) - shared for p in prompts)
+    logits_J_V, last_position_J = _prefill_rests(decoder, cache, prompts, [shared] * len(prompts), pad_token_id, device)
+    return cache, logits_J_V, last_position_J
+
+
+def _prefill_from_store(
+    decoder: FastDecoder, prompts: list[list[int]], max_new: int, pad_token_id: int, device: torch.device, store: PrefixStore, counts: PrefillCounts
+) -> tuple[KVCache, torch.Tensor, torch.Tensor]:
+    """`_prefill`, reading what `store` holds of each prompt and prefilling only the rest; what is computed is stored.
+
+    A prefix all prompts share that the store lacks is run once first and stored, so every row then finds it.
+    Row j is laid out [its cached prefix | padding | rest of its prompt]; every prompt keeps at least its last
+    token to run, for the logits.
+    """
+    counts.cached_tokens += sum(store.match(p[:-1]).length for p in prompts)
+    shared = _shared_prefix_length(prompts)
+    if shared and (done := store.match(prompts[0][:shared])).length < shared:
+        head = decoder.allocate(1, shared)
+        _write_prefix(head, 0, done)
+        new_1_N = torch.tensor([prompts[0][done.length : shared]], device=device)
+        decoder.forward(new_1_N, torch.arange(done.length, shared, device=device)[None], torch.ones_like(new_1_N, dtype=torch.bool), head)
+        counts.prefilled_tokens += shared - done.length
+        store.insert(prompts[0][:shared], lambda start: _row_kv(head, 0, start, shared))
+    found = [store.match(p[:-1]) for p in prompts]
+    cached = [match.length for match in found]
+    head_len = max(cached)
+    cache = decoder.allocate(len(prompts), head_len + max(len(p) - c for p, c in zip(prompts, cached)) + max_new)
+    for row, match in enumerate(found):
+        _write_prefix(cache, row, match)
+    cache.length = head_len
+    counts.prefilled_tokens += sum(len(p) - c for p, c in zip(prompts, cached))
+    logits_J_V, last_position_J = _prefill_rests(decoder, cache, prompts, cached, pad_token_id, device)
+    for row, prompt in enumerate(prompts):
+        store.insert(prompt, lambda start, row=row, end=len(prompt): _row_kv(cache, row, start, end))
+    return cache, logits_J_V, last_position_J
+
+
+def _prefill_rests(decoder, cache, prompts: list[list[int]], done: list[int], pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run each prompt's tokens after its first done[j] (already in the cache) right-aligned in the next slots;
+    return the last-position logits and each prompt's last position."""
+    rest_len = max(len(p) - d for p, d in zip(prompts, done))
     tokens_J_T = torch.full((len(prompts), rest_len), pad_token_id, dtype=torch.long)
     valid_J_T = torch.zeros((len(prompts), rest_len), dtype=torch.bool)
-    for index, prompt in enumerate(prompts):
-        rest = prompt[shared:]
+    for index, (prompt, start) in enumerate(zip(prompts, done)):
+        rest = prompt[start:]
         tokens_J_T[index, rest_len - len(rest) :] = torch.tensor(rest)
         valid_J_T[index, rest_len - len(rest) :] = True
-    positions_J_T = shared + (valid_J_T.long().cumsum(-1) - 1).clamp(min=0)
+    positions_J_T = torch.tensor(done)[:, None] + (valid_J_T.long().cumsum(-1) - 1).clamp(min=0)
     logits_J_V = decoder.forward(tokens_J_T.to(device), positions_J_T.to(device), valid_J_T.to(device), cache)
-    return cache, logits_J_V, positions_J_T[:, -1].to(device)
+    return logits_J_V, positions_J_T[:, -1].to(device)
+
+
+def _shared_prefix_length(prompts: list[list[int]]) -> int:
+    """Leading tokens every prompt shares, run once for all (0 for one prompt, or fewer than _MIN_SHARED_PREFIX);
+    every prompt keeps a token for the batched pass."""
+    shared = _common_prefix_length(prompts) if len(prompts) > 1 else 0
+    shared = min(shared, min(len(p) for p in prompts) - 1)
+    return shared if shared >= _MIN_SHARED_PREFIX else 0
+
+
+def _write_prefix(cache: KVCache, row: int, match: PrefixMatch) -> None:
+    """Copy a cached prefix's keys and values into the first slots of a cache row."""
+    if not match.length:
+        return
+    kv_L_2_H_N_D = match.kv_L_2_H_N_D()
+    for layer, (keys, values) in enumerate(zip(cache.keys, cache.values)):
+        keys[row, :, : match.length] = kv_L_2_H_N_D[layer, 0]
+        values[row, :, : match.length] = kv_L_2_H_N_D[layer, 1]
+    cache.key_valid_B_S[row, : match.length] = True
+    cache.length = max(cache.length, match.length)
+
+
+def _row_kv(cache: KVCache, row: int, start: int, end: int) -> torch.Tensor:
+    """The keys and values of tokens start..end-1 of the sequence in a cache row (its real slots, in order), as a
+    new [layers, 2, kv heads, tokens, head dim] tensor."""
+    slots_N = cache.key_valid_B_S[row, : cache.length].nonzero().squeeze(-1)[start:end]
+    return torch.stack([torch.stack((keys[row].index_select(1, slots_N), values[row].index_select(1, slots_N))) for keys, values in zip(cache.keys, cache.values)])
 
 
 def _common_prefix_length(prompts: list[list[int]]) -> int:
@@ -234,16 +302,31 @@ def _common_prefix_length(prompts: list[list[int]]) -> int:
 
 @torch.no_grad()
 def generate(
-    decoder: FastDecoder | HFDecoder, jobs: list[SampleJob], tokenizer, pad_token_id: int, abandoned: Sequence[Callable[[], bool]] = ()
+    decoder: FastDecoder | HFDecoder,
+    jobs: list[SampleJob],
+    tokenizer,
+    pad_token_id: int,
+    abandoned: Sequence[Callable[[], bool]] = (),
+    store: PrefixStore | None = None,
+    counts: PrefillCounts | None = None,
 ) -> list[SampleResponse]:
     """Sample every job's completions in one batched decode loop.
 
     `abandoned[j]()` is asked before every decode step: once it is true, job j's rows stop there (its caller
-    gave up: a cancelled request, a client that left), so a huge request stops costing at once.
+    gave up: a cancelled request, a client that left), so a huge request stops costing at once. With a `store`
+    (the fast decoder only), prompts are prefilled from the prefixes it holds, and every prompt and every
+    finished row (prompt and completion) is stored for later requests. `counts` adds up what prefilling cost.
     """
     device = next(decoder.causal_lm.parameters()).device
     max_new = max(job.max_tokens for job in jobs)
-    cache, logits_J_V, last_position_J = _prefill(decoder, [job.prompt_tokens for job in jobs], max_new, pad_token_id, device)
+    prompts = [job.prompt_tokens for job in jobs]
+    counts = counts if counts is not None else PrefillCounts()
+    counts.requests += len(jobs)
+    counts.prompt_tokens += sum(len(p) for p in prompts)
+    if store is not None:
+        cache, logits_J_V, last_position_J = _prefill_from_store(decoder, prompts, max_new, pad_token_id, device, store, counts)
+    else:
+        cache, logits_J_V, last_position_J = _prefill(decoder, prompts, max_new, pad_token_id, device, counts)
 
     rows = [_Row(job=j, constraint=None if job.constraint is None else job.constraint.start()) for j, job in enumerate(jobs) for _ in range(job.num_samples)]
     row_generators = [g for job in jobs for g in job.generators]
@@ -281,6 +364,9 @@ def generate(
         if not keep:
             break
         if finished_since_compaction >= max(1, int(_COMPACT_FRACTION * len(live))):
+            if store is not None:
+                kept = set(keep)
+                _store_rows(store, cache, [(slot, row_index) for slot, row_index in enumerate(live) if slot not in kept], rows, jobs)
             keep_slots = torch.tensor(keep, device=device)
             cache.keep_rows(keep_slots)
             tokens_R, next_position_R = tokens_R[keep_slots], next_position_R[keep_slots]
@@ -290,6 +376,8 @@ def generate(
         valid_R_1 = torch.ones((len(live), 1), dtype=torch.bool, device=device)
         logits_R_V = decoder.forward(tokens_R[:, None], next_position_R[:, None], valid_R_1, cache)
         next_position_R = next_position_R + 1
+    if store is not None:
+        _store_rows(store, cache, list(enumerate(live)), rows, jobs)
 
     responses, cursor = [], 0
     for job in jobs:
@@ -300,3 +388,12 @@ def generate(
         cursor += job.num_samples
         responses.append(SampleResponse(sequences=sequences))
     return responses
+
+
+def _store_rows(store: PrefixStore, cache: KVCache, slots: list[tuple[int, int]], rows: list[_Row], jobs: list[SampleJob]) -> None:
+    """Store each (cache slot, row index)'s prompt and completion, less the last token drawn (its keys and values
+    were never computed; a finished row left in the batch may hold more, never less)."""
+    for slot, row_index in slots:
+        row = rows[row_index]
+        sequence = jobs[row.job].prompt_tokens + row.tokens[:-1]
+        store.insert(sequence, lambda start, slot=slot, end=len(sequence): _row_kv(cache, slot, start, end))

@@ -237,6 +237,11 @@ def _summary_html(records: RunRecords) -> str:
         items.append(f"last step's mean reward <b>{last['reward/mean']:.3f}</b>")
         seconds = sum(record.get("time/step") or 0 for record in training)
         items.append(f"<b>{seconds:.1f} s</b> in training steps")
+        prompt = sum(record.get("engine/prompt_tokens") or 0 for record in training)
+        if prompt:
+            prefilled = sum(record.get("engine/prefilled_tokens") or 0 for record in training)
+            reused = sum((record.get("engine/prefix_hit_rate") or 0) * (record.get("engine/prompt_tokens") or 0) for record in training)
+            items.append(f"prompts: <b>{prefilled / prompt:.0%}</b> of {prompt:,.0f} tokens prefilled, {reused / prompt:.0%} read from the prefix cache")
     if records.evaluation:
         items.append(f"held-out comparison: {len(records.evaluation['columns'])} columns")
     return " · ".join(items)

@@ -16,8 +16,9 @@ the league's pool, which takes its snapshots at the start of a step (`league.py`
 `eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the configured
 `baselines` once, beside the first evaluation; every number with a 95 %
 interval, see `evaluation.py`), and the comparison is written to
-`evaluation.json`; every `save_interval_steps`, at the end and on SIGINT / SIGTERM
-(`stop_signals.py`: the episodes in flight cancelled, the last completed step kept), a
+`evaluation.json`; every step and evaluation logs what prefilling its prompts cost (`prefill_meter.py`); every
+`save_interval_steps`, at the end and on SIGINT / SIGTERM (`stop_signals.py`: the episodes in flight cancelled, the
+last completed step kept), a
 checkpoint is written (see `checkpoints.py`) from which `resume` continues
 exactly. Adapter weights are checked finite after every update
 (`checkpoint_integrity.py`). A step that trained no token is warned about with its cause, and a
@@ -50,6 +51,7 @@ from .failure_streak import EpisodesFailingError, FailureStreak
 from .lingering import lingering_threads, lingering_warning
 from .models import TrainingModels
 from .pipeline import RolloutPipeline
+from .prefill_meter import PrefillMeter
 from .resolve import resolve_run
 from .run_folder import claim_run_folder
 from .step import learn, run_rollout
@@ -135,10 +137,14 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
         columns: list[PolicyEvaluation] = []
         eval_tasks = run.eval_tasks[: algorithm.eval_tasks] if algorithm.eval_tasks else run.eval_tasks
         evaluates = bool(eval_tasks)
+        meter = PrefillMeter(models)
 
         async def evaluate_now(at_step: int, label: str, make_tuner=models.make_tuner) -> None:
+            step_so_far = meter.take()
             columns.append(await stop.cancelling(evaluate_policy(run.episode_fn, eval_tasks, make_tuner, run.settings, run.judge, label, "model", at_step, progress)))
-            result.evaluations.append({"step": at_step, **columns[-1].flat("eval/")})
+            prefill = meter.take()
+            meter.give_back(step_so_far)
+            result.evaluations.append({"step": at_step, **columns[-1].flat("eval/"), **prefill.metrics("eval/engine/")})
             logger.log(at_step, result.evaluations[-1])
             if run.baselines and not any(c.kind == "baseline" for c in columns):
                 evaluated = await stop.cancelling(evaluate_baselines(run.episode_fn, eval_tasks, models, run.settings, run.judge, run.baselines, algorithm.seed, progress))
@@ -158,6 +164,7 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
             warning = failing or (None if algorithm.allow_nothing_trained else untrained) or signal.collapse_warning(metrics)
             if warning:
                 log.warning("step %d: %s", step + 1, warning)
+            metrics.update(meter.take().metrics())
             result.history.append(metrics)
             logger.log(step + 1, metrics)
             progress.update(step + 1, metrics)

@@ -1,0 +1,110 @@
+"""What the engine's prefix cache saves: a held-out evaluation with the cache on vs off, in the same run.
+
+Each game's packaged config is evaluated as `sparring eval GAME --tasks N` does (`run_evaluation`: the model,
+then the config's baselines, on the first N held-out tasks), alternating cache off and on on one engine
+(`Engine.set_prefix_cache`, emptied before every run; the engine's seed stream restarted, so both see the
+same requests as far as batching allows). Per run: prompt tokens, tokens actually prefilled (a prefix shared
+inside one batch counts once, with the cache off too), wall time and the process's CPU time; the table prints
+each setting's best times and median prefilled tokens, and their ratios (off / on).
+
+Games: werewolf (7 players, 2 rounds: every player re-reads the rules and the day's talk every turn),
+twenty_questions (a policy asks, a frozen answerer reads the growing conversation), guess_number (4 turns).
+`conversations` is the same kind of load on the engine alone, with exactly the same work both ways: 7
+conversations that share werewolf's rules, 5 turns each (a new message, then a seeded 16-token reply, which
+the cache leaves unchanged), the 7 calls of a turn batched.
+
+    .venv/bin/python benchmarks/prefix_cache.py [--games werewolf,twenty_questions,guess_number] [--tasks 4] [--repeats 1] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from sparring import EngineConfig, types
+from sparring.engine import get_engine
+from sparring.engine.prefix_cache import PrefillCounts
+from sparring.envs import load_config
+from sparring.trainer.loop import run_evaluation
+
+from common import print_table, resolve_model_name
+
+GAMES = ("werewolf", "twenty_questions", "guess_number", "conversations")
+RULES = (
+    "A game of werewolf with Player1 to Player7: 2 werewolves, 3 villagers, a seer and a witch. The good players win by "
+    "voting out both werewolves; the werewolves win if they are as many as the good players within 2 rounds. "
+    "Answer in one short sentence."
+)
+CACHE_MIB = 1024
+
+
+def evaluate_once(game: str, model: str, tasks: int, mib: float, seed: int) -> tuple[PrefillCounts, float, float]:
+    """One `sparring eval`-equivalent run of `game` on `tasks` tasks with a `mib` MiB prefix cache (0: off): what it
+    prefilled, its wall time and the process's CPU time (less sensitive to other jobs on a shared machine)."""
+    auxiliary = load_config(game).auxiliary_models
+    config = load_config(game, [f"model.model_path={model}", "logging.console=false", *(f"auxiliary_models.{name}.model_path={model}" for name in auxiliary)])
+    engine = get_engine(model, EngineConfig())
+    engine.set_prefix_cache(mib).result()
+    engine.reseed(seed)
+    before = PrefillCounts() + engine.prefill_counts
+    started, cpu_started = time.perf_counter(), time.process_time()
+    asyncio.run(run_evaluation(config, limit=tasks))
+    return engine.prefill_counts - before, time.perf_counter() - started, time.process_time() - cpu_started
+
+
+def converse_once(model: str, turns: int, mib: float) -> tuple[PrefillCounts, float, float]:
+    """The `conversations` load with a `mib` MiB prefix cache: what it prefilled, wall and CPU time."""
+    engine = get_engine(model, EngineConfig())
+    engine.set_prefix_cache(mib).result()
+    renderer = engine.loaded.renderer
+    before = PrefillCounts() + engine.prefill_counts
+    started, cpu_started = time.perf_counter(), time.process_time()
+    histories = [[{"role": "system", "content": f"{RULES} You are Player{player}."}] for player in range(1, 8)]
+    for turn in range(turns):
+        futures = []
+        for player, history in enumerate(histories):
+            said = f"Day {turn}. Player{(player + turn) % 7 + 1} saw nothing last night; Player{(player + 2 * turn) % 7 + 1} accuses Player{(player + 3) % 7 + 1}. What do you say?"
+            history.append({"role": "user", "content": said})
+            params = types.SamplingParams(max_tokens=16, seed=player * 100 + turn, temperature=1.0)
+            futures.append(engine.sample(None, renderer.render(history), 1, params))
+        for history, future in zip(histories, futures):
+            history.append(renderer.parse_response(future.result().sequences[0].tokens, tool_calls=False))
+    return engine.prefill_counts - before, time.perf_counter() - started, time.process_time() - cpu_started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--games", default=",".join(GAMES))
+    parser.add_argument("--tasks", type=int, default=4, help="held-out tasks (games) per evaluation")
+    parser.add_argument("--repeats", type=int, default=1, help="off/on pairs per game")
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--quick", action="store_true", help="the tiny random model: a smoke test, not a measurement")
+    args = parser.parse_args()
+    model = resolve_model_name(args.model, args.quick)
+    rows = []
+    for game in args.games.split(","):
+        runs: dict[str, list[tuple[PrefillCounts, float, float]]] = {"off": [], "on": []}
+        def measure(mib: float, seed: int, tasks: int = args.tasks) -> tuple[PrefillCounts, float, float]:
+            return converse_once(model, 5, mib) if game == "conversations" else evaluate_once(game, model, tasks, mib, seed)
+
+        measure(CACHE_MIB, seed=1, tasks=1)  # warm-up: model loaded, weights packed, code paths compiled
+        for repeat in range(args.repeats):
+            for setting, mib in (("off", 0), ("on", CACHE_MIB)):
+                counts, seconds, cpu = measure(mib, seed=repeat)
+                runs[setting].append((counts, seconds, cpu))
+                hit_rate = counts.metrics()["engine/prefix_hit_rate"]
+                print(f"{game} cache {setting}: {counts.prompt_tokens} prompt tokens, {counts.prefilled_tokens} prefilled, hit rate {hit_rate:.2f}, {seconds:.1f} s, CPU {cpu:.1f} s", flush=True)
+        prefilled = {s: statistics.median(c.prefilled_tokens for c, _, _ in runs[s]) for s in runs}
+        prompt = {s: statistics.median(c.prompt_tokens for c, _, _ in runs[s]) for s in runs}
+        wall = {s: min(t for _, t, _ in runs[s]) for s in runs}
+        cpu = {s: min(t for _, _, t in runs[s]) for s in runs}
+        fewer = f"{prefilled['off'] / max(prefilled['on'], 1):.2f}x"
+        rows.append([game, "7x5 turns" if game == "conversations" else args.tasks, prompt["off"], prompt["on"], prefilled["off"], prefilled["on"], fewer, wall["off"], wall["on"], f"{wall['off'] / wall['on']:.2f}x", f"{cpu['off'] / cpu['on']:.2f}x"])
+    print()
+    print_table(["game", "tasks", "prompt off", "prompt on", "prefilled off", "prefilled on", "fewer", "s off", "s on", "faster", "CPU"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""What prefilling sampling prompts cost per training step and per evaluation.
+
+`PrefillMeter` reads the `prefill_counts` of the in-process engines a run's
+models sample on (models on a service report none) and hands out what was
+added since its last reading, as the `engine/prompt_tokens`,
+`engine/prefilled_tokens` and `engine/prefix_hit_rate` metrics. The counts are
+the engines' own, so with rollouts running ahead of training
+(`max_staleness`) a reading can hold some of a neighbouring step's calls.
+"""
+
+from __future__ import annotations
+
+from ..engine import Engine
+from ..engine.prefix_cache import PrefillCounts
+from .models import TrainingModels
+
+
+class PrefillMeter:
+    """The prefill counts of a run's local engines, read step by step."""
+
+    def __init__(self, models: TrainingModels):
+        samplers = [*models.clients.values(), models.base_sampler, *(getattr(model, "sampler", None) for model in models.auxiliary.values())]
+        engines = [getattr(sampler, "engine", None) for sampler in samplers]
+        self.engines = list({id(engine): engine for engine in engines if isinstance(engine, Engine)}.values())
+        """Every distinct in-process engine the models use."""
+        self._read = self._total()
+
+    def take(self) -> PrefillCounts:
+        """What the engines prefilled since the last `take`."""
+        total = self._total()
+        taken, self._read = total - self._read, total
+        return taken
+
+    def give_back(self, counts: PrefillCounts) -> None:
+        """Count `counts` (taken before) again in the next `take`."""
+        self._read = self._read - counts
+
+    def _total(self) -> PrefillCounts:
+        total = PrefillCounts()
+        for engine in self.engines:
+            total = total + engine.prefill_counts
+        return total
