@@ -169,9 +169,10 @@ def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
             if key not in services:
                 services[key] = ServiceClient(base_url=model.service_url(), api_key=model.service_api_key())
             return services[key]
-        key = ("local", model.device, model.dtype)
+        key = ("local", model.device, model.dtype, model.prefix_cache_mib)
         if key not in services:
-            services[key] = ServiceClient(base_dir=run_dir / "checkpoints", engine_config=EngineConfig(device=model.device, dtype=model.dtype))
+            engine_config = EngineConfig(device=model.device, dtype=model.dtype, prefix_cache_mib=model.prefix_cache_mib)
+            services[key] = ServiceClient(base_dir=run_dir / "checkpoints", engine_config=engine_config)
         return services[key]
 
     clients, policies = {}, {}
