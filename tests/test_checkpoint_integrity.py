@@ -81,9 +81,13 @@ DAMAGE = {
     "NaN optimizer state": ("optimizer.pt", nan_optimizer),
     "wrong optimizer_steps": ("state.json", wrong_steps),
     "missing optimizer.pt": ("optimizer.pt", lambda path: path.unlink()),
+    "truncated optimizer.pt": ("optimizer.pt", lambda path: path.write_bytes(path.read_bytes()[:100])),
+    "zero-byte adapter": ("adapter/adapter_model.safetensors", lambda path: path.write_bytes(b"")),
+    "missing adapter_config.json": ("adapter/adapter_config.json", lambda path: path.unlink()),
+    "garbage state.json": ("state.json", lambda path: path.write_text("{not json")),
 }
 """Damage -> (the file it damages, relative to the model's training state; rng.pt is the step folder's), how."""
-CAUGHT_WITHOUT_MANIFEST = ["zero-byte rng.pt", "truncated adapter", "NaN adapter", "garbage adapter_config.json", "NaN optimizer state", "wrong optimizer_steps", "missing optimizer.pt"]
+CAUGHT_WITHOUT_MANIFEST = [damage for damage in DAMAGE if damage != "adapter scaled 1e6"]
 """What the content checks alone refuse (an adapter scaled 1e6 is finite and well-formed: only its manifest tells)."""
 
 

@@ -28,7 +28,7 @@ from sparring.rollout.loop_watchdog import watching
 
 TIMEOUT_S = 0.5
 GRACE_S = 0.25
-ROUNDS = 16
+ROUNDS = 20
 HEALTHY = 4
 GO_S = 0.2
 """When the blocking faults start and the healthy episodes return, all woken at once by one event (`go`)."""

@@ -10,6 +10,6 @@ keys, behind `tuner.as_base_url_api_key(...)` and `tuner.as_openai_client(...)`.
 from .episode_keys import EpisodeEndpoint, EpisodeKeys
 from .episode_server import EpisodeServer, episode_server
 from .routes import openai_router
-from .served_models import ServedModels, UnknownModelError
+from .served_models import ServedModels, UnservedModelError
 
-__all__ = ["EpisodeEndpoint", "EpisodeKeys", "EpisodeServer", "ServedModels", "UnknownModelError", "episode_server", "openai_router"]
+__all__ = ["EpisodeEndpoint", "EpisodeKeys", "EpisodeServer", "ServedModels", "UnservedModelError", "episode_server", "openai_router"]

@@ -44,7 +44,7 @@ from ..openapi_body import declared_body, declared_errors
 from .episode_keys import EPISODE_KEY_PREFIX, EpisodeKeys
 from .prompt_bound import PromptBound
 from .schema import ChatCompletionRequest, completion_body, error_body, stream_chunks, validation_error_body
-from .served_models import ServedModels, UnknownModelError
+from .served_models import ServedModels, UnservedModelError
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def openai_router(
         try:
             # In a thread: loading an adapter waits for the engine, which must not stop the event loop.
             return await asyncio.to_thread(served.resolve, name)
-        except UnknownModelError as error:
+        except UnservedModelError as error:
             raise OpenAIError(404, error.args[0], param="model", code="model_not_found") from None
         except (OSError, ValueError) as error:
             raise OpenAIError(400, f"model {name!r} could not be loaded: {error}", param="model") from None

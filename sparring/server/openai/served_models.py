@@ -27,7 +27,7 @@ from ...clients import SamplingClient, ServiceClient
 SAVED_PREFIX = "tinker://"
 
 
-class UnknownModelError(KeyError):
+class UnservedModelError(KeyError):
     """A request named a model this endpoint does not serve."""
 
 
@@ -87,11 +87,11 @@ class ServedModels:
             try:
                 directory = self._saved_adapter(name)
             except (ValueError, FileNotFoundError) as error:
-                raise UnknownModelError(f"model {name!r} is not served here: {error}") from None
+                raise UnservedModelError(f"model {name!r} is not served here: {error}") from None
             loaded = FrozenChatModel(self._service.create_sampling_client(model_path=str(directory)), agent=name)
         else:
             served = ", ".join(self.names()) or "none"
             saved = " (or a tinker://... path saved through this server)" if self._saved_adapter is not None else ""
-            raise UnknownModelError(f"model {name!r} is not served here; served models: {served}{saved}")
+            raise UnservedModelError(f"model {name!r} is not served here; served models: {served}{saved}")
         with self._lock:
             return self._loaded.setdefault(name, loaded)
