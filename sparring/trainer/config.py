@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from .imports import import_object
+from .imports import import_policy
 from .league_config import LeagueConfig
-from .schema import ConfigError, ConfigRecord
+from .schema import ConfigRecord
 
 if TYPE_CHECKING:
     from ..types import AdamParams
@@ -384,12 +384,7 @@ class TuneConfig(ConfigRecord):
                 raise ValueError(f"baselines.{name}: a baseline name may use letters, digits, '_', '-' and '.' only, and is not 'untrained' or 'trained' (the model's columns)")
             if _STRUCTURE_ONLY.get():
                 continue
-            try:
-                policy = import_object(path)
-            except ConfigError as error:
-                raise ValueError(f"baselines.{name}: {error}") from None
-            if not callable(policy):
-                raise ValueError(f"baselines.{name}: {path!r} is a {type(policy).__name__}, not a policy function `policy(messages, rng) -> str`")
+            import_policy(f"baselines.{name}", path)
         return self
 
     @model_validator(mode="after")

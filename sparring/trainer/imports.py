@@ -101,3 +101,14 @@ def _import_file(file_name: str) -> types.ModuleType:
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
+
+
+def import_policy(field: str, import_path: str) -> Any:
+    """The scripted policy at `import_path` (a baseline or a league opponent); a ValueError naming `field` if it is none."""
+    try:
+        policy = import_object(import_path)
+    except ConfigError as error:
+        raise ValueError(f"{field}: {error}") from None
+    if not callable(policy):
+        raise ValueError(f"{field}: {import_path!r} is a {type(policy).__name__}, not a policy function `policy(messages, rng) -> str`")
+    return policy

@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .imports import import_object
-from .schema import ConfigError, ConfigRecord
+from .imports import import_policy
+from .schema import ConfigRecord
 
 MAX_SNAPSHOTS = 64
 SNAPSHOT_PREFIX = "snapshot-"
@@ -66,10 +66,5 @@ class LeagueConfig(ConfigRecord):
             if name.startswith(SNAPSHOT_PREFIX):
                 raise ValueError(f"league: opponent name {name!r} starts with {SNAPSHOT_PREFIX!r}, which names the snapshots")
         for name, path in self.scripted.items():
-            try:
-                policy = import_object(path)
-            except ConfigError as error:
-                raise ValueError(f"league.scripted.{name}: {error}") from None
-            if not callable(policy):
-                raise ValueError(f"league.scripted.{name}: {path!r} is a {type(policy).__name__}, not a policy function `policy(messages, rng) -> str`")
+            import_policy(f"league.scripted.{name}", path)
         return self
