@@ -141,6 +141,8 @@ class LoopWatchdog:
                 if stall is None and not self._probe.held_up_by_code(self._cpu_at_beat, BLOCK_REPORT_S):
                     starved, self._starved_beat = self._starved_beat != beats, beats
                     stall = seen = None
+                elif _waits_for_this_lock(sys._current_frames().get(self._loop_thread)):
+                    continue  # the heartbeat is back and waits on this lock (the probe saw it asleep on it): no stall
                 elif stall is None or stall.clock is not blocking:
                     # Under the lock, so the heartbeat that ends the stall cannot have run yet. A stall whose
                     # blocking episode changed (one ended, the next blocked before the heartbeat) is split there.
@@ -186,6 +188,12 @@ class LoopWatchdog:
 def _culprit(stall: _Stall) -> str:
     who = f" by the episode of task {stall.clock.label}" if stall.clock is not None else ""
     return who + (f" at {stall.where}" if stall.where else "")
+
+
+def _waits_for_this_lock(frame: FrameType | None) -> bool:
+    """Whether the loop's thread is in the heartbeat's `_end_stall`, i.e. running again (on a starved machine the
+    watcher can hold the lock long enough for the heartbeat to be caught asleep on it)."""
+    return frame is not None and frame.f_code is LoopWatchdog._end_stall.__code__
 
 
 def _where(frame: FrameType | None) -> str | None:
