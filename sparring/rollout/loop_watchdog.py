@@ -133,16 +133,20 @@ class LoopWatchdog:
     def _watch(self, stop: threading.Event) -> None:
         while not stop.wait(BEAT_S):
             with self._lock:
-                now = time.monotonic()
-                late = now - self._last_beat - BEAT_S
+                late = time.monotonic() - self._last_beat - BEAT_S
                 if late < BLOCK_REPORT_S:
                     continue
-                stall, beats, blocking = self._stall, self._beats, clock_of(asyncio.current_task(self.loop))
-                if stall is None and not self._probe.held_up_by_code(self._cpu_at_beat, BLOCK_REPORT_S):
+                stall, beats, cpu_at_beat = self._stall, self._beats, self._cpu_at_beat
+            # The probe looks for a while: outside the lock, so a heartbeat that comes meanwhile is never caught
+            # waiting on it (and read as a loop asleep in a blocking call).
+            held = stall is not None or self._probe.held_up_by_code(cpu_at_beat, BLOCK_REPORT_S)
+            with self._lock:
+                if self._beats != beats:
+                    continue  # the loop came back while the probe looked
+                now, blocking = time.monotonic(), clock_of(asyncio.current_task(self.loop))
+                if not held:
                     starved, self._starved_beat = self._starved_beat != beats, beats
                     stall = seen = None
-                elif _waits_for_this_lock(sys._current_frames().get(self._loop_thread)):
-                    continue  # the heartbeat is back and waits on this lock (the probe saw it asleep on it): no stall
                 elif stall is None or stall.clock is not blocking:
                     # Under the lock, so the heartbeat that ends the stall cannot have run yet. A stall whose
                     # blocking episode changed (one ended, the next blocked before the heartbeat) is split there.
@@ -188,12 +192,6 @@ class LoopWatchdog:
 def _culprit(stall: _Stall) -> str:
     who = f" by the episode of task {stall.clock.label}" if stall.clock is not None else ""
     return who + (f" at {stall.where}" if stall.where else "")
-
-
-def _waits_for_this_lock(frame: FrameType | None) -> bool:
-    """Whether the loop's thread is in the heartbeat's `_end_stall`, i.e. running again (on a starved machine the
-    watcher can hold the lock long enough for the heartbeat to be caught asleep on it)."""
-    return frame is not None and frame.f_code is LoopWatchdog._end_stall.__code__
 
 
 def _where(frame: FrameType | None) -> str | None:
