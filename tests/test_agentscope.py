@@ -27,7 +27,7 @@ from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClien
 from sparring.integrations import AgentScopeChatModel, ForeignTurnsWarning, HistoryRewriteWarning, TimelineFormatter, agentscope_major, agentscope_model  # noqa: E402
 from sparring.logging import read_rollouts  # noqa: E402
 from sparring.models import get_renderer  # noqa: E402
-from sparring.models.renderer import tool_call_prefill  # noqa: E402
+from sparring.models.tool_calls import tool_call_prefill  # noqa: E402
 from sparring.rollout import (  # noqa: E402
     ChatModel,
     ChatResponse,

@@ -7,15 +7,8 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from sparring.models.renderer import (
-    ChatMLRenderer,
-    TemplateRenderer,
-    format_tool_call,
-    get_renderer,
-    parse_forced_tool_call,
-    parse_tool_calls,
-    tool_call_prefill,
-)
+from sparring.models.renderer import ChatMLRenderer, TemplateRenderer, get_renderer
+from sparring.models.tool_calls import format_tool_call, parse_forced_tool_call, parse_tool_calls, tool_call_prefill
 
 SMOLLM_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 

@@ -32,9 +32,17 @@ messages into one turn; separate turns keep ``extend`` exact).
 from __future__ import annotations
 
 import abc
-import json
-import re
 from typing import Any
+
+from .tool_calls import (
+    format_tool_call,
+    parse_forced_tool_call,
+    parse_tool_calls,
+    tool_call_closing,
+    tool_call_function,
+    tool_call_prefill,
+    tools_system_section,
+)
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -43,9 +51,6 @@ ROLES = ("system", "user", "assistant", "tool")
 _PROBE_USER = "SPARRING_PROBE_USER"
 _PROBE_REPLY = "SPARRING_PROBE_REPLY"
 
-_TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-TOOL_CALL_OPEN = "<tool_call>\n"
-TOOL_CALL_CLOSE = "</tool_call>"
 
 
 def _content_text(message: dict) -> str:
@@ -73,121 +78,6 @@ def _check_role(message: Any) -> str:
     if role not in ROLES:
         raise ValueError(f"message role must be one of {', '.join(ROLES)}; got {role!r}")
     return role
-
-
-def _tool_call_function(tool_call: dict) -> tuple[str, Any]:
-    """(name, arguments as a JSON value) of an OpenAI-format (or flat) tool call."""
-    function = tool_call.get("function", tool_call)
-    name = function.get("name")
-    if not isinstance(name, str):
-        raise ValueError(f"tool call {tool_call!r} has no function name")
-    arguments = function.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            pass  # rendered verbatim as a JSON string
-    return name, arguments
-
-
-def format_tool_call(tool_call: dict) -> str:
-    """One hermes-style block: ``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>``."""
-    name, arguments = _tool_call_function(tool_call)
-    payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-    return f"{TOOL_CALL_OPEN}{payload}\n{TOOL_CALL_CLOSE}"
-
-
-def tool_call_prefill(name: str | None = None) -> str:
-    """How a hermes-style tool call starts: the opening tag, and with ``name`` everything up to its arguments.
-
-    ``format_tool_call`` of a call to ``name`` starts with exactly this text, so
-    a reply prefilled with it and completed by the model reads like any call.
-    """
-    if name is None:
-        return TOOL_CALL_OPEN
-    return f'{TOOL_CALL_OPEN}{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
-
-
-def tool_call_closing() -> str:
-    """What ends a hermes-style call after its arguments: ``format_tool_call``'s text after the arguments object."""
-    return f"}}\n{TOOL_CALL_CLOSE}"
-
-
-def tools_system_section(tools: list[dict]) -> str:
-    """The hermes/Qwen2.5 ``# Tools`` section appended to the system message."""
-    tool_lines = "".join("\n" + json.dumps(tool, ensure_ascii=False) for tool in tools)
-    return (
-        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n"
-        f"<tools>{tool_lines}\n</tools>\n\n"
-        "For each function call, return a json object with function name and arguments "
-        "within <tool_call></tool_call> XML tags:\n"
-        '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
-    )
-
-
-def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
-    """Split text into (content without tool-call blocks, OpenAI-format tool calls).
-
-    Blocks whose JSON does not parse, or lacks a string ``name``, stay in the content.
-    """
-    tool_calls: list[dict] = []
-
-    def take_block(match: re.Match) -> str:
-        try:
-            payload = json.loads(match.group(1).strip())
-        except json.JSONDecodeError:
-            return match.group(0)
-        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
-            return match.group(0)
-        arguments = payload.get("arguments", payload.get("parameters", {}))
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        tool_calls.append(_function_call(len(tool_calls), payload["name"], arguments))
-        return ""
-
-    content = _TOOL_CALL_BLOCK.sub(take_block, text)
-    return content.strip(), tool_calls
-
-
-def _function_call(index: int, name: str, arguments: str) -> dict:
-    return {"id": f"call_{index}", "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-def _forced_arguments(body: str) -> str:
-    """The arguments of a forced call from the text sampled after its prefill (up to ``</tool_call>``).
-
-    A JSON value followed by nothing but the payload's closing brace is the
-    arguments; anything else is kept verbatim (OpenAI's arguments are a string
-    that may not be valid JSON), without that closing brace.
-    """
-    text = body.strip()
-    try:
-        value, end = json.JSONDecoder().raw_decode(text)
-    except json.JSONDecodeError:
-        value, end = None, -1
-    if end >= 0 and text[end:].strip() in ("", "}"):
-        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text.removesuffix("}").rstrip()
-
-
-def parse_forced_tool_call(text: str, name: str) -> tuple[str, list[dict]]:
-    """Like ``parse_tool_calls`` for a reply that starts with ``tool_call_prefill(name)``.
-
-    The first call is always a call of ``name`` (arguments as sampled, see
-    ``_forced_arguments``); text and tool calls after its ``</tool_call>`` are
-    parsed as usual.
-    """
-    prefill = tool_call_prefill(name)
-    if not text.startswith(prefill):
-        raise ValueError(f"a reply forced to call {name!r} must start with {prefill!r}")
-    rest = text[len(prefill) :]
-    close = rest.find(TOOL_CALL_CLOSE)
-    body, after = (rest, "") if close < 0 else (rest[:close], rest[close + len(TOOL_CALL_CLOSE) :])
-    content, more = parse_tool_calls(after)
-    calls = [_function_call(0, name, _forced_arguments(body))]
-    calls += [_function_call(index, call["function"]["name"], call["function"]["arguments"]) for index, call in enumerate(more, start=1)]
-    return content, calls
 
 
 class ChatRenderer(abc.ABC):
@@ -399,7 +289,7 @@ def _template_messages(messages: list[dict]) -> list[dict]:
         if message.get("tool_calls"):
             calls = []
             for call in message["tool_calls"]:
-                name, arguments = _tool_call_function(call)
+                name, arguments = tool_call_function(call)
                 calls.append({**call, "type": "function", "function": {"name": name, "arguments": arguments}})
             message["tool_calls"] = calls
         prepared.append(message)
