@@ -109,16 +109,18 @@ HOGS = 3
 
 
 def _late_loop(mode: str, cpu: int) -> dict:
-    """An event loop on a thread pinned to `cpu` at the lowest priority, whose code for ~1.2 s either computes
-    ('compute', on what little CPU comes its way: a starved machine) or sleeps ('sleep': code blocking it)."""
+    """An event loop on a thread pinned to `cpu` at the lowest priority (its watchdog's thread is not), whose code
+    for ~1.2 s either computes ('compute', on what little CPU comes its way: a starved machine) or sleeps ('sleep':
+    code blocking it)."""
     found: dict = {}
 
     def run() -> None:
-        os.sched_setaffinity(0, {cpu})  # this thread only
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-
         async def main() -> None:
             with watching(asyncio.get_running_loop()) as watchdog:
+                # Starve this thread only, once the watchdog's thread is started: a thread inherits its creator's
+                # CPU and priority, and a watchdog starved alike may not look until the loop has turned again.
+                os.sched_setaffinity(0, {cpu})
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
                 bystander, began = EpisodeClock("bystander", watchdog.shared_time), time.monotonic()
                 await asyncio.sleep(0.3)
                 started, cpu_before = time.monotonic(), time.thread_time()
