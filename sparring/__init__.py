@@ -21,7 +21,10 @@ _HOMES = {
         "sparring.rollout",
     ),
     **dict.fromkeys(
-        ("AlgorithmConfig", "ConfigError", "DatasetConfig", "DatasetError", "Job", "LeagueConfig", "LoggingConfig", "RunResult", "TuneConfig", "TunerModelConfig", "load_config_file", "tune"),
+        (
+            "AlgorithmConfig", "ConfigError", "DatasetConfig", "DatasetError", "Job", "LeagueConfig", "LoggingConfig", "RunResult",
+            "StepEnd", "StepHook", "StepStart", "TuneConfig", "TunerModelConfig", "load_config_file", "tune",
+        ),
         "sparring.trainer",
     ),
 }
@@ -51,6 +54,9 @@ __all__ = [
     "ScriptedChatModel",
     "ScriptedPolicy",
     "ServiceClient",
+    "StepEnd",
+    "StepHook",
+    "StepStart",
     "TimelineFormatter",
     "TrainingClient",
     "TuneConfig",
@@ -75,7 +81,10 @@ if TYPE_CHECKING:
     from .integrations import AjetTuner, ForeignTurnsWarning, HistoryRewriteWarning, TunerHandle, agentscope_model
     from .logging import read_metrics, read_rollouts
     from .rollout import ChatModel, ChatResponse, FrozenChatModel, JudgeOutput, OpenAIChatModel, ScriptedChatModel, ScriptedPolicy, Workflow, WorkflowOutput, WorkflowTask
-    from .trainer import AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LoggingConfig, RunResult, TuneConfig, TunerModelConfig, load_config_file, tune
+    from .trainer import (
+        AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LoggingConfig, RunResult, StepEnd, StepHook, StepStart, TuneConfig, TunerModelConfig,
+        load_config_file, tune,
+    )
 
 
 def __getattr__(name: str):

@@ -19,6 +19,7 @@ _HOMES = {
     "LeagueConfig": "league_config",
     **dict.fromkeys(("RunResult", "run_training", "run_training_async"), "loop"),
     "ConfigError": "schema",
+    **dict.fromkeys(("StepEnd", "StepHook", "StepStart"), "step_hooks"),
     "NothingTrainedError": "training_signal",
     "tune": "tune",
 }
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from .league_config import LeagueConfig
     from .loop import RunResult, run_training, run_training_async
     from .schema import ConfigError
+    from .step_hooks import StepEnd, StepHook, StepStart
     from .training_signal import NothingTrainedError
     from .tune import tune
 

@@ -37,6 +37,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .imports import import_policy
 from .league_config import LeagueConfig
+from .step_hooks import import_step_hook
 from .schema import ConfigRecord
 
 if TYPE_CHECKING:
@@ -376,6 +377,9 @@ class TuneConfig(ConfigRecord):
     league: LeagueConfig | None = None
     """An opponent pool (policy snapshots, scripted and frozen opponents) from which every training episode draws its
     opponent (see `league_config.py`, docs/league.md); None: the workflow picks its own opponents."""
+    step_hooks: list[str] = Field(default_factory=list)
+    """Import paths of `StepHook` classes (built with no arguments) whose methods run before every step's rollout
+    and after its update (`step_hooks.py`); hooks built in Python are passed to `tune(step_hooks=...)` instead."""
 
     @model_validator(mode="after")
     def _importable_baselines(self) -> TuneConfig:
@@ -385,6 +389,9 @@ class TuneConfig(ConfigRecord):
             if _STRUCTURE_ONLY.get():
                 continue
             import_policy(f"baselines.{name}", path)
+        if not _STRUCTURE_ONLY.get():
+            for index, path in enumerate(self.step_hooks):
+                import_step_hook(f"step_hooks[{index}]", path)
         return self
 
     @model_validator(mode="after")

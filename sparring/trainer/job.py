@@ -180,11 +180,12 @@ class Job:
         self.config = loaded
         return self
 
-    def tune(self, resume: str | None = None, overwrite: bool = False) -> Any:
-        """Run the training loop in this process and return its RunResult; `resume` is a run folder to continue, and
-        `overwrite` replaces the run in `run_dir` (a folder holding a run is refused without one of the two)."""
+    def tune(self, resume: str | None = None, overwrite: bool = False, hooks: Sequence[Any] = ()) -> Any:
+        """Run the training loop in this process and return its RunResult; `resume` is a run folder to continue,
+        `overwrite` replaces the run in `run_dir` (a folder holding a run is refused without one of the two), and
+        `hooks` are step hooks (`StepHook`) run after the config's `step_hooks`."""
         if self._workflow is None and self.config.workflow is None:
             raise ConfigError("workflow: not set; call set_workflow(...), or give `workflow: package.module:function` in the YAML file")
         from .loop import run_training
 
-        return run_training(self.config, workflow=self._workflow, judge=self._judge, resume=resume, overwrite=overwrite)
+        return run_training(self.config, workflow=self._workflow, judge=self._judge, resume=resume, overwrite=overwrite, hooks=hooks)

@@ -7,7 +7,9 @@ repeats: take a batch of tasks, run `group_size` episodes per task
 concurrently (every call batched on the engine), turn rewards into
 advantages per group and role, assemble datums per trainable model,
 `forward_backward` + `optim_step` each, log metrics and rollouts (the two
-halves of a step are `step.py`).
+halves of a step are `step.py`; what every step does around them, on either
+schedule, is `step_sequence.py`, and user code joins it there as step hooks,
+`step_hooks.py`).
 Episodes sample from the live adapters, so each step sees the weights of the
 step before; with `algorithm.max_staleness` > 0 the rollouts of later steps
 run on frozen older weights while a step trains instead (`pipeline.py`). Snapshot opponents are retaken at the start of the steps they
@@ -41,22 +43,24 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
-from ..logging import ConsoleProgress, MetricsLogger, RolloutWriter, TrainingProgress, read_metrics, write_report, write_reward_plot, write_reward_png
+from ..logging import ConsoleProgress, MetricsLogger, TrainingProgress, read_metrics, write_report, write_reward_plot, write_reward_png
 from ..rollout import Episode, run_episodes
-from .checkpoints import ResumePoint, clean_interrupted_saves, latest_checkpoint, restore_checkpoint, save_checkpoint
+from .checkpoints import clean_interrupted_saves, latest_checkpoint, restore_checkpoint
 from .config import TuneConfig
-from .evaluation import Comparison, PolicyEvaluation, evaluate_baselines, evaluate_policy
-from .failure_streak import EpisodesFailingError, FailureStreak
+from .evaluation import Comparison, evaluate_baselines, evaluate_policy
+from .failure_streak import EpisodesFailingError
 from .lingering import lingering_threads, lingering_warning
 from .models import TrainingModels
 from .pipeline import RolloutPipeline
-from .prefill_meter import PrefillMeter
 from .resolve import resolve_run
 from .run_folder import claim_run_folder
 from .step import learn, run_rollout
+from .step_hooks import StepHook
+from .step_sequence import LiveWeights, StepSequence
 from .stop_signals import StopSignals, Stopped
-from .training_signal import OPT_OUT, NothingTrainedError, TrainingSignal
+from .training_signal import OPT_OUT, NothingTrainedError
 
 log = logging.getLogger(__name__)
 
@@ -89,20 +93,23 @@ class RunResult:
     """The reward curve as a PNG (`reward.png`; the same chart as `reward.svg` beside it), written at the end."""
 
 
-def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False) -> RunResult:
-    """Train; blocks until done. From async code, `await run_training_async(...)`."""
+def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False, hooks: Sequence[StepHook] = ()) -> RunResult:
+    """Train; blocks until done. From async code, `await run_training_async(...)`. `hooks` run at both ends of every
+    step (`step_hooks.py`), after those the config names."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         try:
-            return asyncio.run(run_training_async(config, workflow, judge, resume, overwrite))
+            return asyncio.run(run_training_async(config, workflow, judge, resume, overwrite, hooks))
         finally:
             if threads := lingering_threads():
                 log.warning(lingering_warning(threads))
     raise RuntimeError("run_training was called inside a running event loop; use `await run_training_async(...)`")
 
 
-async def run_training_async(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False) -> RunResult:
+async def run_training_async(
+    config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False, hooks: Sequence[StepHook] = ()
+) -> RunResult:
     """Train in `config.run_dir` (new or empty; `overwrite` replaces a run there), or continue the run in `resume`.
 
     SIGINT and SIGTERM stop it at the last completed step with a checkpoint (`stop_signals.py`); it returns then
@@ -120,96 +127,43 @@ async def run_training_async(config: TuneConfig, workflow=None, judge=None, resu
         if checkpoint is not None:
             start_step, saved_versions = restore_checkpoint(checkpoint, run.models, run.stream)
             log.info("resumed %s at step %d", run_dir, start_step)
-        return await _train(config, run, run_dir, resume, start_step, saved_versions, RunResult(run_dir=run_dir, steps=start_step), stop)
+        every_hook = [*run.step_hooks, *hooks]
+        return await _train(config, run, run_dir, resume, start_step, saved_versions, RunResult(run_dir=run_dir, steps=start_step), stop, every_hook)
     finally:
         stop.restore()
 
 
-async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int, saved_versions: dict, result: RunResult, stop: StopSignals) -> RunResult:
+async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int, saved_versions: dict, result: RunResult, stop: StopSignals, hooks: list[StepHook]) -> RunResult:
     algorithm, models, stream = config.algorithm, run.models, run.stream
     previous_metrics = [record for record in read_metrics(run_dir) if record["step"] <= start_step] if start_step else []
     total_steps = stream.num_steps
-    pipeline: RolloutPipeline | None = None
+    trained_before = start_step > 0 and any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics)
     with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
-        rollouts = RolloutWriter(run_dir) if config.logging.save_rollouts else None
-        streak = FailureStreak(algorithm.stop_after_failed_steps)
-        signal = TrainingSignal(trained_before=start_step > 0 and any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics))
-        columns: list[PolicyEvaluation] = []
-        eval_tasks = run.eval_tasks[: algorithm.eval_tasks] if algorithm.eval_tasks else run.eval_tasks
-        evaluates = bool(eval_tasks)
-        meter = PrefillMeter(models)
-
-        async def evaluate_now(at_step: int, label: str, make_tuner=models.make_tuner) -> None:
-            step_so_far = meter.take()
-            columns.append(await stop.cancelling(evaluate_policy(run.episode_fn, eval_tasks, make_tuner, run.settings, run.judge, label, "model", at_step, progress)))
-            prefill = meter.take()
-            meter.give_back(step_so_far)
-            result.evaluations.append({"step": at_step, **columns[-1].flat("eval/"), **prefill.metrics("eval/engine/")})
-            logger.log(at_step, result.evaluations[-1])
-            if run.baselines and not any(c.kind == "baseline" for c in columns):
-                evaluated = await stop.cancelling(evaluate_baselines(run.episode_fn, eval_tasks, models, run.settings, run.judge, run.baselines, algorithm.seed, progress))
-                columns.extend(evaluated)
-                logger.log(at_step, {k: v for c in evaluated for k, v in c.flat(f"baseline/{c.label}/").items()})
-
-        completed = {start_step: ResumePoint.now(stream, models)}
-        """On-policy: the resume point as each step completed (a stop mid-rollout has taken the next step's tasks already)."""
-
-        def resume_point(at_step: int) -> ResumePoint:
-            return pipeline.resume_point(at_step) if pipeline is not None else completed[at_step]
-
-        async def finish_step(step: int, metrics: dict[str, float], episodes: list[Episode]) -> bool:
-            """Log a trained step and checkpoint it when due; True when the run must stop (every episode failing)."""
-            failing = streak.observe(episodes)
-            untrained = signal.observe(episodes, metrics)
-            warning = failing or (None if algorithm.allow_nothing_trained else untrained) or signal.collapse_warning(metrics)
-            if warning:
-                log.warning("step %d: %s", step + 1, warning)
-            metrics.update(meter.take().metrics())
-            result.history.append(metrics)
-            logger.log(step + 1, metrics)
-            progress.update(step + 1, metrics)
-            result.steps = step + 1
-            if pipeline is None:
-                completed.clear()
-                completed[step + 1] = ResumePoint.now(stream, models)
-            if algorithm.save_interval_steps and (step + 1) % algorithm.save_interval_steps == 0:
-                if pipeline is None:
-                    save_checkpoint(run_dir, step + 1, models, resume_point(step + 1))
-                else:  # off the event loop, so the rollouts running ahead go on while it is written
-                    await asyncio.to_thread(save_checkpoint, run_dir, step + 1, models, resume_point(step + 1))
-            return streak.exhausted
-
+        sequence = StepSequence(run, run_dir, start_step, logger, progress, stop, hooks, trained_before)
+        record, streak, signal = sequence.record, sequence.streak, sequence.signal
         try:
             if algorithm.max_staleness:
-                pipeline = RolloutPipeline(run, run_dir, start_step, saved_versions, rollouts, progress, evaluate_now if evaluates else None, stop)
-                await pipeline.run(finish_step)
+                await RolloutPipeline(sequence, saved_versions).run()
             else:
                 for step in range(start_step, total_steps):
-                    stop.check()
-                    snapshot_ages = models.refresh_snapshots(step)
-                    if models.league is not None:
-                        models.league.refresh(step)
-                    if evaluates and algorithm.evaluates_before(step):
-                        await evaluate_now(step, "untrained" if step == 0 else f"step {step}")
-                    models.reseed(config.algorithm.seed, step)
-                    metrics, episodes = await train_step(run.episode_fn, next(stream), models, run.settings, run.judge, config, rollouts, step, progress, stop)
-                    metrics.update(snapshot_ages)
-                    if await finish_step(step, metrics, episodes):
+                    start = await sequence.begin(step, LiveWeights(models, step))
+                    metrics, episodes = await train_step(run.episode_fn, start.tasks, models, run.settings, run.judge, config, sequence.rollouts, step, progress, stop)
+                    metrics.update(start.snapshot_ages)
+                    if await sequence.finish(step, metrics, episodes):
                         break
-            failure = streak.failure(result.steps)
+            failure = streak.failure(record.steps)
             untrained = not signal.trained_anything and not algorithm.allow_nothing_trained and failure is None
-            if evaluates and failure is None and not untrained:
-                await evaluate_now(result.steps, "trained")
+            if sequence.evaluates and failure is None and not untrained:
+                await sequence.evaluate(record.steps, "trained")
         except (Stopped, KeyboardInterrupt, asyncio.CancelledError):
             result.interrupted, result.stop_signal = True, stop.signum
             failure = untrained = None
-            log.warning("interrupted: saving a checkpoint at step %d", result.steps)
-        if columns:
-            # Model columns first (in step order), then the baselines; the last model evaluation is the subject.
-            models_first = [c for c in columns if c.kind == "model"] + [c for c in columns if c.kind == "baseline"]
-            result.comparison = Comparison(models_first, subject=[c for c in columns if c.kind == "model"][-1].label)
+            log.warning("interrupted: saving a checkpoint at step %d", record.steps)
+        result.steps, result.history, result.evaluations = record.steps, record.history, record.evaluations
+        result.comparison = sequence.comparison()
+        if result.comparison is not None:
             result.comparison.write(run_dir)
-    checkpoint = result.checkpoint = save_checkpoint(run_dir, result.steps, models, resume_point(result.steps))
+    checkpoint = result.checkpoint = sequence.checkpoint()
     no_healthy_step = not streak.healthy_steps and not start_step  # e.g. interrupted before a step trained
     if stop.requested and not result.interrupted:  # came while the run finished: it stops here, resumable, still without "final"
         result.interrupted, result.stop_signal = True, stop.signum

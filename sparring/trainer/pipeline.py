@@ -23,8 +23,13 @@ an uninterrupted run. Evaluations are barriers: the evaluation of step s
 waits for the weights of step s and runs with no rollout in flight, and the
 rollouts from step s on sample those weights or newer.
 
+Both stages run the phases every step shares through the run's
+`StepSequence` (`step_sequence.py`): the producer begins each step (its
+snapshots from the frozen weights, `FrozenWeights`, its evaluation, tasks and
+hooks), the trainer finishes each in order (log, checkpoint).
+
 Resume: when the producer reaches a step (before that step's snapshots,
-evaluation and tasks) it records a `ResumePoint`; the checkpoint after step
+evaluation and tasks) the sequence records a `ResumePoint`; the checkpoint after step
 s saves the one of step s, with the saved paths of the older versions that
 rollouts s, s + 1, ... sample, and the resumed run reloads them and redoes
 the rollouts that were in flight. Saved versions that no rollout, snapshot
@@ -42,24 +47,18 @@ overlaps the two themselves.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Callable
 
-from ..logging import ConsoleProgress, RolloutWriter
+from ..integrations import TunerHandle
 from ..rollout import Episode
-from .checkpoints import ResumePoint, prune_unresumable
-from .resolve import ResolvedRun
+from .checkpoints import prune_unresumable
+from .models import TrainingModels
 from .step import learn, run_rollout
-from .stop_signals import StopSignals
-
-FinishStep = Callable[[int, dict[str, float], list[Episode]], Awaitable[bool]]
-"""The loop's bookkeeping after a trained step (log, progress, checkpoint); True stops the run."""
-Evaluate = Callable[..., Awaitable[None]]
-"""The loop's evaluation: `evaluate(step, label, make_tuner)` plays the held-out tasks and logs them."""
+from .step_sequence import StepSequence
 
 
 @dataclass
@@ -70,6 +69,29 @@ class FrozenVersion:
     """Per model key, the saved sampler weights (what checkpoints and snapshot opponents refer to)."""
     samplers: dict
     """Per model key, a sampling client on a frozen copy of those weights."""
+
+
+@dataclass
+class FrozenWeights:
+    """A frozen version as a rollout samples it (the pipeline's `RolloutWeights`)."""
+
+    models: TrainingModels
+    """The run's models (snapshot opponents are installed there)."""
+    version: int
+    """Optimizer steps of the frozen weights."""
+    frozen: FrozenVersion
+    """The weights."""
+
+    def tuner_factory(self, training: bool) -> Callable[[], TunerHandle]:
+        return self.models.frozen_tuner(self.frozen.samplers, training=training)
+
+    async def retake_snapshots(self, step: int) -> None:
+        """Retake the snapshot opponents due at `step` from the frozen weights, as the on-policy loop does from the live ones."""
+        for name in self.models.due_snapshots(step, self.version):
+            source = self.models.snapshots[name].source
+            path = self.frozen.paths[source]
+            sampler = await asyncio.to_thread(self.models.clients[source].create_sampling_client, path)
+            self.models.install_snapshot(name, sampler, path, self.version)
 
 
 @dataclass
@@ -89,36 +111,22 @@ class Rollout:
 class RolloutPipeline:
     """Rollouts on frozen older weights running ahead of training, by at most `max_staleness` optimizer steps."""
 
-    def __init__(
-        self,
-        run: ResolvedRun,
-        run_dir: Path,
-        start_step: int,
-        saved_versions: dict[int, dict[str, str]],
-        rollouts: RolloutWriter | None,
-        progress: ConsoleProgress | None,
-        evaluate: Evaluate | None,
-        stop: StopSignals,
-    ):
-        """`run_dir`: where its checkpoints are; `saved_versions`: the older weights the resumed checkpoint names; `evaluate` is None when the run does not
-        evaluate during training; `stop` ends the run at the step being trained (the rollouts ahead are cancelled)."""
-        self.resolved = run
-        self.run_dir = run_dir
-        self.models = run.models
-        self.algorithm = run.config.algorithm
-        self.start_step = start_step
+    def __init__(self, sequence: StepSequence, saved_versions: dict[int, dict[str, str]]):
+        """`sequence`: the run's step phases (the pipeline begins steps in its producer and finishes them in order);
+        `saved_versions`: the older weights the resumed checkpoint names."""
+        self.sequence = sequence
+        sequence.frozen = self
+        self.resolved = sequence.run
+        self.run_dir = sequence.run_dir
+        self.models = sequence.models
+        self.algorithm = sequence.algorithm
+        self.start_step = sequence.record.steps
         self.saved_versions = saved_versions
-        self.oldest_version = min(saved_versions, default=start_step)
+        self.oldest_version = min(saved_versions, default=self.start_step)
         """No rollout samples older weights than these: a checkpoint written on-policy names none older than its step."""
-        self.total_steps = run.stream.num_steps
-        self.rollouts = rollouts
-        self.progress = progress
-        self.evaluate = evaluate
-        self.stop = stop
+        self.total_steps = self.resolved.stream.num_steps
         self.versions: dict[int, FrozenVersion] = {}
         """Frozen versions some rollout, snapshot or checkpoint may still need."""
-        self.points: dict[int, ResumePoint] = {start_step: ResumePoint.now(run.stream, run.models)}
-        """The resume point of each step the producer has reached."""
         self._ready: dict[int, asyncio.Future] = {}
         self._finished: dict[int, asyncio.Future] = {}
         self._checkpointed: set[int] = set()
@@ -126,21 +134,20 @@ class RolloutPipeline:
 
     def version_of(self, step: int) -> int:
         """The weights version that samples the rollout of `step`: `max_staleness` behind, never before an evaluation step."""
-        interval = self.algorithm.eval_interval_steps if self.evaluate is not None else 0
+        interval = self.algorithm.eval_interval_steps if self.sequence.evaluates else 0
         last_evaluation = step - step % interval if interval else 0
         return max(step - self.algorithm.max_staleness, last_evaluation, self.oldest_version)
 
-    def resume_point(self, step: int) -> ResumePoint:
-        """What a checkpoint after `step` steps holds: where rollout `step` started, and the older weights rollouts from it sample."""
+    def pending_versions(self, step: int) -> dict[int, dict[str, str]]:
+        """The older weights that rollouts from `step` on sample, as the checkpoint after `step` steps names them."""
         pending = range(self.version_of(step), step)
         # A version not loaded yet (the run stopped while starting) is still where the resumed checkpoint named it.
         saved = {version: self.versions[version].paths if version in self.versions else self.saved_versions[version] for version in pending}
-        point = dataclasses.replace(self.points[step], versions=saved)
         self._checkpointed = set(pending)
-        self._checkpointed_snapshots = {snapshot["path"] for snapshot in point.snapshots.values()}
-        return point
+        self._checkpointed_snapshots = {snapshot["path"] for snapshot in self.sequence.points[step].snapshots.values()}
+        return saved
 
-    async def run(self, finish_step: FinishStep) -> None:
+    async def run(self) -> None:
         """Train every remaining step with the rollouts running ahead of training."""
         for version, paths in self.saved_versions.items():
             samplers = {key: await asyncio.to_thread(self.models.clients[key].create_sampling_client, path) for key, path in paths.items()}
@@ -151,17 +158,17 @@ class RolloutPipeline:
             last_step_ended = time.perf_counter()
             for step in range(self.start_step, self.total_steps):
                 waiting = time.perf_counter()
-                rollout = await self.stop.cancelling(self._rollout(step, producer))
+                rollout = await self.sequence.stop.cancelling(self._rollout(step, producer))
                 waited = time.perf_counter() - waiting
-                metrics = await learn(rollout.episodes, self.models, self.resolved.settings, self.resolved.config, self.rollouts, step)
+                metrics = await learn(rollout.episodes, self.models, self.resolved.settings, self.resolved.config, self.sequence.rollouts, step)
                 staleness = float(step - rollout.version)  # one version samples every token of a step
                 metrics.update(rollout.snapshot_ages)
                 metrics.update({"staleness/mean": staleness, "staleness/max": staleness, "time/rollout": rollout.seconds, "time/wait_rollout": waited})
                 metrics["time/step"] = time.perf_counter() - last_step_ended  # the step's share of the pipeline's wall time
                 last_step_ended = time.perf_counter()
-                if await finish_step(step, metrics, rollout.episodes):
+                if await self.sequence.finish(step, metrics, rollout.episodes):
                     return
-                self.stop.check()
+                self.sequence.stop.check()
                 if step + 1 < self.total_steps:
                     await self._freeze(step + 1)
                 if self._forget_before(self.version_of(step + 1)):
@@ -181,28 +188,14 @@ class RolloutPipeline:
 
     async def _produce(self) -> None:
         for step in range(self.start_step, self.total_steps):
-            if step != self.start_step:
-                self.points[step] = ResumePoint.now(self.resolved.stream, self.models)
+            self.sequence.reach(step)  # before waiting for the weights: the trainer may checkpoint this step meanwhile
             version = self.version_of(step)
-            frozen = await self._future(self._ready, version)
-            await self._refresh_snapshots(step, version, frozen)
-            make_tuner = self.models.frozen_tuner(frozen.samplers)
-            if self.evaluate is not None and self.algorithm.evaluates_before(step):
-                await self.evaluate(step, "untrained" if step == 0 else f"step {step}", make_tuner)
-            self.models.reseed(self.algorithm.seed, step)
+            weights = FrozenWeights(self.models, version, await self._future(self._ready, version))
+            start = await self.sequence.begin(step, weights)
             started = time.perf_counter()
-            episodes = await run_rollout(self.resolved.episode_fn, next(self.resolved.stream), self.models.frozen_tuner(frozen.samplers, training=True), self.resolved.settings, self.resolved.judge, step, self.progress)
-            rollout = Rollout(episodes, version, time.perf_counter() - started, self.models.snapshot_ages(version))
-            self._future(self._finished, step).set_result(rollout)
-        self.points[self.total_steps] = ResumePoint.now(self.resolved.stream, self.models)
-
-    async def _refresh_snapshots(self, step: int, version: int, frozen: FrozenVersion) -> None:
-        """Retake the snapshot opponents due at `step` from the weights the rollout samples, as the on-policy loop does from the live ones."""
-        for name in self.models.due_snapshots(step, version):
-            source = self.models.snapshots[name].source
-            path = frozen.paths[source]
-            sampler = await asyncio.to_thread(self.models.clients[source].create_sampling_client, path)
-            self.models.install_snapshot(name, sampler, path, version)
+            episodes = await run_rollout(self.resolved.episode_fn, start.tasks, weights.tuner_factory(training=True), self.resolved.settings, self.resolved.judge, step, self.sequence.progress)
+            self._future(self._finished, step).set_result(Rollout(episodes, version, time.perf_counter() - started, start.snapshot_ages))
+        self.sequence.reach(self.total_steps)
 
     async def _freeze(self, version: int) -> None:
         """Save and copy the live weights (they are `version` steps old) and hand them to the rollouts waiting on them."""
@@ -221,10 +214,8 @@ class RolloutPipeline:
         name, and delete their saved weights unless a snapshot opponent uses them (in play, in a resume point, or in
         the latest checkpoint); True when it deleted any."""
         deleted = False
-        for step in [s for s in self.points if s < version]:
-            del self.points[step]
         in_play = {snapshot.path for snapshot in self.models.snapshots.values()} | self._checkpointed_snapshots
-        in_play |= {snapshot["path"] for point in self.points.values() for snapshot in point.snapshots.values()}
+        in_play |= {snapshot["path"] for point in self.sequence.points.values() for snapshot in point.snapshots.values()}
         for old in [v for v in self.versions if v < version and v not in self._checkpointed]:
             frozen = self.versions.pop(old)
             self._ready.pop(old, None)

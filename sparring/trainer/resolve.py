@@ -43,6 +43,7 @@ from .imports import import_object
 from .league import League
 from .models import Snapshot, TrainingModels
 from .schema import ConfigError
+from .step_hooks import StepHook, build_step_hooks
 
 
 class WorkflowError(ConfigError, TypeError):
@@ -71,6 +72,8 @@ class ResolvedRun:
     """The training tasks as one batch per step (resumable); None unless resolved for training."""
     models: TrainingModels
     """The trainable and auxiliary models, loaded."""
+    step_hooks: list[StepHook]
+    """The config's step hooks, built (those given in Python are added by `run_training`)."""
 
 
 def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path, training: bool = False, evaluation: bool = False, write_config: bool = False) -> ResolvedRun:
@@ -110,7 +113,7 @@ def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path,
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
         raise
-    return ResolvedRun(config, episode_fn, judge, baselines, settings, train_tasks, eval_tasks, stream, models)
+    return ResolvedRun(config, episode_fn, judge, baselines, settings, train_tasks, eval_tasks, stream, models, build_step_hooks(config.step_hooks))
 
 
 def _workflow_and_judge(config: TuneConfig, workflow: Any, judge: Any) -> tuple[EpisodeFn, Callable | None]:

@@ -3,19 +3,20 @@
 It takes the reference tuner's arguments (workflow_func, judge_func,
 train_dataset, eval_dataset, model, auxiliary_models, algorithm) plus
 sparring's `models` (several trainable models at once), `run_dir`, `logging`, `league`,
-`resume` and `overwrite`, builds the same `TuneConfig` that `sparring train config.yaml`
+`resume`, `overwrite` and `step_hooks`, builds the same `TuneConfig` that `sparring train config.yaml`
 reads, and runs the loop.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig
 from .job import Job
 from .league_config import LeagueConfig
 from .loop import RunResult
+from .step_hooks import StepHook
 
 
 def tune(
@@ -33,10 +34,12 @@ def tune(
     league: LeagueConfig | None = None,
     resume: str | Path | None = None,
     overwrite: bool = False,
+    step_hooks: Sequence[StepHook] = (),
 ) -> RunResult:
     """Train the agents of `workflow_func` (a function- or class-style workflow); returns the run's result.
 
-    `resume` continues the run in that folder; `overwrite` replaces a run already in `run_dir` (refused without either).
+    `resume` continues the run in that folder; `overwrite` replaces a run already in `run_dir` (refused without either);
+    `step_hooks` run before every step's rollout and after its update (`StepHook`).
     """
     job = Job(
         model=model or TunerModelConfig(),
@@ -48,4 +51,4 @@ def tune(
         league=league,
     )
     job.set_workflow(workflow_func, judge=judge_func).set_data(train=train_dataset, eval=eval_dataset)
-    return job.tune(resume=resume, overwrite=overwrite)
+    return job.tune(resume=resume, overwrite=overwrite, hooks=step_hooks)
