@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from sparring import ServiceClient, TunerHandle, WorkflowOutput
-from sparring.integrations.ray_runner import ray_runner
+from sparring.runners.ray import ray_runner
 from sparring.models import build_tiny_model
 from sparring.rollout import PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
 

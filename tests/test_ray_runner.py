@@ -13,7 +13,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'sparring[ray]'); the Ray runner is not tested")
 
 from sparring import AlgorithmConfig, DatasetConfig, JudgeOutput, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, WorkflowOutput, tune  # noqa: E402
-from sparring.integrations.ray_runner import WorkflowNotSendableError, ray_runner  # noqa: E402
+from sparring.runners.ray import WorkflowNotSendableError, ray_runner  # noqa: E402
 from sparring.logging import read_metrics, read_rollouts  # noqa: E402
 from sparring.rollout import FrozenChatModel, PolicyChatModel, RunnerSettings, Workflow, as_episode_fn, current_recorder, run_episodes  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 `EpisodePlayer` is the seam between the runner and the place a workflow runs:
 `play_in_process` runs it as a task of this event loop, the Ray runner
-(`sparring.integrations.ray_runner`) on a worker. Either raises
+(`sparring.runners.ray`) on a worker. Either raises
 `TimeoutError` once the episode's own time passes its timeout.
 
 `play_in_process` measures that time on the episode's `EpisodeClock` (time

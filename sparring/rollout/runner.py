@@ -13,7 +13,7 @@ trainable agents, or one per agent) or, when it gives none, from the judge.
 
 Where the workflow itself runs is the one seam: `RunnerSettings.play`, an
 `EpisodePlayer` (`player.py`). `play_in_process` runs it here, in this event
-loop; another player (the Ray runner, `sparring.integrations.ray_runner`)
+loop; another player (the Ray runner, `sparring.runners.ray`)
 runs it elsewhere while its model calls still come back to this process's
 recorder. Either way the recorder, rewards, timelines and errors are
 handled here, the same way. A player that fails itself (not the episode)

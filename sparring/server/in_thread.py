@@ -2,7 +2,7 @@
 
 Two servers live inside a training process rather than in one of their own:
 the episode endpoint (`openai.episode_server`, loopback only) and the Ray
-runner's model-call server (`integrations.episode_link`, reachable from the
+runner's model-call server (`runners.episode_link`, reachable from the
 cluster). Both start the same way: bind a free port first (so the port is
 known before uvicorn runs), serve from a daemon thread, and return only once
 uvicorn listens.

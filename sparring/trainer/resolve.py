@@ -34,8 +34,8 @@ from ..clients import SamplingClient, ServiceClient, TrainingClient
 from ..engine import EngineConfig
 from ..models import ModelNotInstalledError, UnknownModelError, parse_device, resolve_model
 from ..rollout import ChatModel, FrozenChatModel, OpenAIChatModel, PolicyChatModel, RunnerSettings, ScriptedPolicy, WorkflowSignatureError, as_episode_fn
-from ..rollout.player import EpisodePlayer, play_in_process
 from ..rollout.workflow import EpisodeFn
+from ..runners import make_player
 from .config import TuneConfig, TunerModelConfig
 from .config_file import dump_config
 from .dataset import TaskStream, load_train_and_eval_tasks
@@ -88,12 +88,7 @@ def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path,
     """
     episode_fn, judge = _workflow_and_judge(config, workflow, judge)
     algorithm = config.algorithm
-    player: EpisodePlayer = play_in_process
-    if algorithm.runner == "ray":
-        from ..integrations.ray_runner import check_sendable, ray_runner
-
-        check_sendable(episode_fn)  # an unpicklable workflow fails here, before any model loads
-        player = ray_runner(algorithm.ray_address, algorithm.ray_num_cpus).play  # so does an unreachable cluster
+    player = make_player(algorithm, episode_fn)  # an unpicklable workflow or an unreachable cluster fails here, before any data loads
     group_size = algorithm.group_size if training else 1
     settings = RunnerSettings(group_size, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward, player)
     baselines = {name: import_object(path) for name, path in config.baselines.items()}  # paths checked by the config

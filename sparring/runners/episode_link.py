@@ -1,6 +1,6 @@
 """Episode links: a workflow in another process whose model calls come back to the trainer.
 
-When a workflow runs on a Ray worker (`ray_runner`), its models must still be
+When a workflow runs on a Ray worker (`ray.py`), its models must still be
 the trainer's: sampled by the trainer's engine, batched with every other
 episode's calls, and recorded on the episode's recorder in the trainer, so
 the trained tokens and logprobs are exactly the sampled ones and timelines
@@ -42,10 +42,10 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from ..integrations import TunerHandle
 from ..rollout import ChatModel, ChatResponse, EpisodeRecorder, ModelRouter
 from ..rollout.recorder import EpisodeClosedError
 from ..server.in_thread import serve_in_thread
-from .tuner_handle import TunerHandle
 
 log = logging.getLogger(__name__)
 

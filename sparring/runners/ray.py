@@ -1,7 +1,7 @@
 """The Ray runner: each episode's workflow runs as a Ray task, its model calls come back to the trainer.
 
 `algorithm.runner: ray` makes `RayRunner.play` the runner's `EpisodePlayer`
-(see `sparring.rollout.player`): everything around the workflow — the
+(`registry.py`; see `sparring.rollout.player`): everything around the workflow — the
 recorder, rewards and the judge, timelines, error episodes — stays in the
 trainer, exactly as in process; only the workflow function moves to a Ray
 worker, so heavy environments (tools, sandboxes, simulators) spread over the

@@ -1,0 +1,8 @@
+"""Runners: where each episode's workflow runs (this process, or a Ray cluster), picked by `algorithm.runner`.
+
+The Ray runner (`sparring.runners.ray`) is not imported here: it needs Ray, an optional extra.
+"""
+
+from .registry import RUNNERS, RunnerChoice, RunnerFactory, make_player
+
+__all__ = ["RUNNERS", "RunnerChoice", "RunnerFactory", "make_player"]
