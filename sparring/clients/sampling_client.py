@@ -1,5 +1,8 @@
 """`SamplingClient`: sample from the base model, a live adapter, or frozen weights.
 
+`with_prompt_logprobs` joins a sample and its prompt's log-probabilities
+into one `SampleResponse`, for this client and for the Tinker server alike.
+
 A sampling client names one adapter of an engine (or none, for the base
 model). Snapshots and loaded sampler weights are frozen adapters that this
 client owns: when the client is garbage-collected the adapter is released,
@@ -37,8 +40,7 @@ class SamplingClient(ReadyClient):
         sampled = APIFuture(self.engine.sample(self.adapter, tokens, num_samples, params))
         if not include_prompt_logprobs:
             return sampled
-        scored = self.compute_logprobs(prompt)
-        return sampled.join(scored, lambda response, prompt_logprobs: SampleResponse(sequences=response.sequences, prompt_logprobs=prompt_logprobs))
+        return sampled.join(self.compute_logprobs(prompt), with_prompt_logprobs)
 
     def sample_async(self, prompt: ModelInput, num_samples: int = 1, sampling_params: SamplingParams | None = None, include_prompt_logprobs: bool = False) -> Submitted[SampleResponse]:
         return Submitted(self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs))
@@ -59,6 +61,19 @@ class SamplingClient(ReadyClient):
 
     def get_base_model(self) -> str:
         return self.base_model
+
+
+def with_prompt_logprobs(response: SampleResponse, prompt_logprobs: list[float | None], prompt_logprobs_last_n: int | None = None) -> SampleResponse:
+    """`response` with its prompt's log-probabilities: all of them, or only the last `prompt_logprobs_last_n` (the rest None).
+
+    The one place a sample and its prompt's scores (two engine requests) become one response, locally and on the server.
+    """
+    if prompt_logprobs_last_n is not None:
+        if prompt_logprobs_last_n >= len(prompt_logprobs):
+            raise ValueError(f"prompt_logprobs_last_n must be below the prompt length {len(prompt_logprobs)}, got {prompt_logprobs_last_n}")
+        kept = prompt_logprobs[-prompt_logprobs_last_n:]
+        prompt_logprobs = [None] * (len(prompt_logprobs) - prompt_logprobs_last_n) + kept
+    return SampleResponse(sequences=response.sequences, prompt_logprobs=prompt_logprobs)
 
 
 def _tokens(prompt: ModelInput | list[int]) -> list[int]:

@@ -6,8 +6,9 @@ composes both into the served app, `limits.ServerLimits` bounds every
 request it accepts, `served_names.parse_served_base` reads `serve --model` (one model, several
 names), `hub_cache` writes each served name's tokenizer where Hugging Face
 lookups find it offline, `shutdown.serve_until_stopped` runs it until SIGTERM and
-drains, and `in_thread.serve_in_thread` serves an app from a thread of a
-training process.
+drains, `in_thread.serve_in_thread` serves an app from a thread of a
+training process, and `provided.Provide` hands a router's service to its
+named route handlers.
 """
 
 from .app import create_app

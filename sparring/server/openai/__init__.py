@@ -1,7 +1,8 @@
 """The OpenAI-compatible chat API (`/v1`): for agents of any framework, and for plain clients.
 
 `routes` serves `/v1/models` and `/v1/chat/completions`, validated by
-`schema`; a request's `model` name is looked up in `served_models`, unless it
+`schema`, from a `chat_service` (who answers, and whether the request fits);
+a request's `model` name is looked up in `served_models`, unless it
 carries an episode key (`episode_keys`), which routes it to one agent of one
 episode. `episode_server` is the training process's own endpoint for those
 keys, behind `tuner.as_base_url_api_key(...)` and `tuner.as_openai_client(...)`.

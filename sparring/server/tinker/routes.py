@@ -13,6 +13,11 @@ Each route declares its JSON body in `/openapi.json` (`declared_body`).
 `client/config` tells the SDK which encodings and features to use. MinT's
 own extension endpoints (`/mint/...`) answer 404 naming themselves as
 unsupported.
+
+Each route is a module-level function of its request and the `TinkerService`
+it answers from (the `Service` dependency), declared once on `protocol_routes`;
+`tinker_router(service)` mounts them all on one service, and a test calls a
+handler directly or mounts it alone.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from ...types import ForwardBackwardOutput, SampleResponse
 from ..openapi_body import declared_body, declared_errors
+from ..provided import Provide, provided
 from . import wire
 from .lanes import LaneClosed
 from .proto import PROTOBUF_MEDIA_TYPE, ProtoError, decode_forward_backward_request, encode_forward_backward_output, encode_sample_response
@@ -136,156 +142,201 @@ def error_result(error: BaseException) -> dict:
     return {"error": f"internal error: {type(error).__name__}: {error}", "category": "server"}
 
 
+SERVICE_KEY = "tinker_service"
+
+
+def tinker_service(request: Request) -> TinkerService:
+    """The service this request's router was built on (`tinker_router(service)` provides it)."""
+    return provided(request, SERVICE_KEY)
+
+
+Service = Annotated[TinkerService, Depends(tinker_service)]
+
+protocol_routes = APIRouter(responses=declared_errors(400, 401, 404, 413, 500))
+"""Every route of the protocol, declared once; `tinker_router` mounts them with their service."""
+
+
 def tinker_router(service: TinkerService) -> APIRouter:
-    """The Tinker protocol's routes, to be included under /api/v1."""
-    router = APIRouter(responses=declared_errors(400, 401, 404, 413, 500))
-    store = service.store
-
-    async def sequenced(request: Request, model: type[wire.SequencedRequest], body: Any = None):
-        body = await json_body(request) if body is None else body
-        try:
-            return parse(model, body)
-        except WireError:
-            service.reject(body)
-            raise
-
-    # Service ---------------------------------------------------------------------
-
-    @router.get("/healthz")
-    async def healthz():
-        return {"status": "ok"}
-
-    @router.get("/get_server_capabilities")
-    async def capabilities():
-        limits = {"max_context_length": service.engine.max_context, "trainable": True, "sampleable": True}
-        return {"supported_models": [{"model_name": name, **limits} for name in service.served_names]}
-
-    @router.post("/client/config", openapi_extra=declared_body(wire.ClientConfigRequest))
-    async def client_config(request: Request):
-        parse(wire.ClientConfigRequest, await json_body(request))
-        return CLIENT_CONFIG
-
-    @router.post("/client/dynamic_config")
-    async def client_dynamic_config(request: Request):
-        return DYNAMIC_CONFIG
-
-    @router.post("/telemetry")
-    async def telemetry(request: Request):
-        return {"status": "accepted"}
-
-    @router.post("/create_session", openapi_extra=declared_body(wire.CreateSessionRequest))
-    async def create_session(request: Request):
-        return service.create_session(parse(wire.CreateSessionRequest, await json_body(request)))
-
-    @router.post("/session_heartbeat", openapi_extra=declared_body(wire.SessionRequest))
-    async def session_heartbeat(request: Request):
-        service.heartbeat(parse(wire.SessionRequest, await json_body(request)).session_id)
-        return {"type": "session_heartbeat"}
-
-    @router.post("/sessions/{session_id}/finish")
-    async def finish_session(session_id: str):
-        service.finish_session(session_id)
-        return json_response(None)
-
-    # Training ----------------------------------------------------------------------
-
-    @router.post("/create_model", openapi_extra=declared_body(wire.CreateModelRequest))
-    async def create_model(request: Request):
-        return service.create_model(parse(wire.CreateModelRequest, await json_body(request)))
-
-    @router.post("/get_info", openapi_extra=declared_body(wire.ModelRequest))
-    async def get_info(request: Request):
-        return await service.get_info(parse(wire.ModelRequest, await json_body(request)).model_id)
-
-    @router.post("/unload_model", openapi_extra=declared_body(wire.ModelRequest))
-    async def unload_model(request: Request):
-        return service.unload_model(parse(wire.ModelRequest, await json_body(request)).model_id)
-
-    @router.post("/forward_backward", openapi_extra=declared_body(wire.ForwardBackwardRequest), responses=declared_errors(415))
-    async def forward_backward(request: Request):
-        body = await forward_backward_body(request, service.limits.body_limit(request.url.path))
-        parsed = await sequenced(request, wire.ForwardBackwardRequest, body)
-        return service.forward_backward(parsed, forward_only=parsed.forward_only)
-
-    @router.post("/forward", openapi_extra=declared_body(wire.ForwardRequest))
-    async def forward(request: Request):
-        parsed = await sequenced(request, wire.ForwardRequest)
-        as_fwdbwd = wire.ForwardBackwardRequest(model_id=parsed.model_id, seq_id=parsed.seq_id, forward_backward_input=parsed.forward_input)
-        return service.forward_backward(as_fwdbwd, forward_only=True)
-
-    @router.post("/optim_step", openapi_extra=declared_body(wire.OptimStepRequest))
-    async def optim_step(request: Request):
-        return service.optim_step(await sequenced(request, wire.OptimStepRequest))
-
-    @router.post("/save_weights", openapi_extra=declared_body(wire.SaveWeightsRequest))
-    async def save_weights(request: Request):
-        return service.save_state(await sequenced(request, wire.SaveWeightsRequest))
-
-    @router.post("/save_weights_for_sampler", openapi_extra=declared_body(wire.SaveWeightsForSamplerRequest))
-    async def save_weights_for_sampler(request: Request):
-        return service.save_for_sampler(await sequenced(request, wire.SaveWeightsForSamplerRequest))
-
-    @router.post("/load_weights", openapi_extra=declared_body(wire.LoadWeightsRequest))
-    async def load_weights(request: Request):
-        body = await json_body(request)
-        try:
-            parsed = parse(wire.LoadWeightsRequest, body)
-            if parsed.session_id is not None:
-                return service.create_model_from_checkpoint(parsed)
-            if parsed.model_id is None:
-                raise WireError(400, "invalid LoadWeightsRequest: give model_id (load into a model) or session_id (create one)")
-            return service.load_state(parsed)
-        except WireError:
-            service.reject(body)
-            raise
-
-    @router.post("/weights_info", openapi_extra=declared_body(wire.WeightsInfoRequest))
-    async def weights_info(request: Request):
-        return service.weights_info(parse(wire.WeightsInfoRequest, await json_body(request)).tinker_path)
-
-    # Sampling ---------------------------------------------------------------------
-
-    @router.post("/create_sampling_session", openapi_extra=declared_body(wire.CreateSamplingSessionRequest))
-    async def create_sampling_session(request: Request):
-        return await service.create_sampling_session(parse(wire.CreateSamplingSessionRequest, await json_body(request)))
-
-    @router.get("/samplers/{sampler_id}")
-    async def get_sampler(sampler_id: str):
-        return service.get_sampler(sampler_id)
-
-    @router.post("/asample", openapi_extra=declared_body(wire.SampleRequest))
-    async def asample(request: Request):
-        return service.sample(parse(wire.SampleRequest, await json_body(request)))
-
-    # Futures ----------------------------------------------------------------------
-
-    @router.post("/retrieve_future", openapi_extra=declared_body(wire.RequestIdRequest))
-    async def retrieve_future(request: Request):
-        request_id = parse(wire.RequestIdRequest, await json_body(request)).request_id
-        if not store.known(request_id):
-            raise WireError(404, f"unknown or expired request_id {request_id!r}")
-        task = await store.wait(request_id)
-        if task is None:
-            return {"type": "try_again", "request_id": request_id, "queue_state": "active"}
-        store.mark_fetched(request_id)
-        if task.cancelled():
-            return {"error": "the request was cancelled", "category": "user"}
-        if task.exception() is not None:
-            return json_response(error_result(task.exception()))
-        return result_response(task.result(), PROTOBUF_MEDIA_TYPE in request.headers.get("accept", ""))
-
-    @router.post("/cancel_future", openapi_extra=declared_body(wire.RequestIdRequest))
-    async def cancel_future(request: Request):
-        request_id = parse(wire.RequestIdRequest, await json_body(request)).request_id
-        if not store.known(request_id):
-            raise WireError(404, f"unknown or expired request_id {request_id!r}")
-        store.cancel(request_id)
-        return json_response(None)
-
-    # MinT's own extensions (mindlab-toolkit's `mint.mint`) are no part of the Tinker protocol: say so, not a bare 404.
-
-    @router.post("/mint/{endpoint:path}", include_in_schema=False)
-    async def mint_extension(endpoint: str):
-        raise WireError(404, f"/api/v1/mint/{endpoint[:100]} is a MinT-only extension (mint.mint.forward_backward_reverse_kl, interpolate_checkpoints); sparring serves the Tinker protocol only")
-
+    """The Tinker protocol's routes on `service`, to be included under /api/v1."""
+    router = APIRouter(dependencies=[Depends(Provide(SERVICE_KEY, service))])
+    router.include_router(protocol_routes)
     return router
+
+
+async def sequenced(request: Request, service: TinkerService, model: type[wire.SequencedRequest], body: Any = None):
+    """The per-model request in the body (or in `body`, already decoded); one that fails validation gives its seq_id up."""
+    body = await json_body(request) if body is None else body
+    try:
+        return parse(model, body)
+    except WireError:
+        service.reject(body)
+        raise
+
+
+# Service ---------------------------------------------------------------------
+
+
+@protocol_routes.get("/healthz")
+async def healthz():
+    return {"status": "ok"}
+
+
+@protocol_routes.get("/get_server_capabilities")
+async def capabilities(service: Service):
+    limits = {"max_context_length": service.engine.max_context, "trainable": True, "sampleable": True}
+    return {"supported_models": [{"model_name": name, **limits} for name in service.served_names]}
+
+
+@protocol_routes.post("/client/config", openapi_extra=declared_body(wire.ClientConfigRequest))
+async def client_config(request: Request):
+    parse(wire.ClientConfigRequest, await json_body(request))
+    return CLIENT_CONFIG
+
+
+@protocol_routes.post("/client/dynamic_config")
+async def client_dynamic_config(request: Request):
+    return DYNAMIC_CONFIG
+
+
+@protocol_routes.post("/telemetry")
+async def telemetry(request: Request):
+    return {"status": "accepted"}
+
+
+@protocol_routes.post("/create_session", openapi_extra=declared_body(wire.CreateSessionRequest))
+async def create_session(request: Request, service: Service):
+    return service.create_session(parse(wire.CreateSessionRequest, await json_body(request)))
+
+
+@protocol_routes.post("/session_heartbeat", openapi_extra=declared_body(wire.SessionRequest))
+async def session_heartbeat(request: Request, service: Service):
+    service.heartbeat(parse(wire.SessionRequest, await json_body(request)).session_id)
+    return {"type": "session_heartbeat"}
+
+
+@protocol_routes.post("/sessions/{session_id}/finish")
+async def finish_session(session_id: str, service: Service):
+    service.finish_session(session_id)
+    return json_response(None)
+
+
+# Training ----------------------------------------------------------------------
+
+
+@protocol_routes.post("/create_model", openapi_extra=declared_body(wire.CreateModelRequest))
+async def create_model(request: Request, service: Service):
+    return service.create_model(parse(wire.CreateModelRequest, await json_body(request)))
+
+
+@protocol_routes.post("/get_info", openapi_extra=declared_body(wire.ModelRequest))
+async def get_info(request: Request, service: Service):
+    return await service.get_info(parse(wire.ModelRequest, await json_body(request)).model_id)
+
+
+@protocol_routes.post("/unload_model", openapi_extra=declared_body(wire.ModelRequest))
+async def unload_model(request: Request, service: Service):
+    return service.unload_model(parse(wire.ModelRequest, await json_body(request)).model_id)
+
+
+@protocol_routes.post("/forward_backward", openapi_extra=declared_body(wire.ForwardBackwardRequest), responses=declared_errors(415))
+async def forward_backward(request: Request, service: Service):
+    body = await forward_backward_body(request, service.limits.body_limit(request.url.path))
+    parsed = await sequenced(request, service, wire.ForwardBackwardRequest, body)
+    return service.forward_backward(parsed, forward_only=parsed.forward_only)
+
+
+@protocol_routes.post("/forward", openapi_extra=declared_body(wire.ForwardRequest))
+async def forward(request: Request, service: Service):
+    parsed = await sequenced(request, service, wire.ForwardRequest)
+    as_fwdbwd = wire.ForwardBackwardRequest(model_id=parsed.model_id, seq_id=parsed.seq_id, forward_backward_input=parsed.forward_input)
+    return service.forward_backward(as_fwdbwd, forward_only=True)
+
+
+@protocol_routes.post("/optim_step", openapi_extra=declared_body(wire.OptimStepRequest))
+async def optim_step(request: Request, service: Service):
+    return service.optim_step(await sequenced(request, service, wire.OptimStepRequest))
+
+
+@protocol_routes.post("/save_weights", openapi_extra=declared_body(wire.SaveWeightsRequest))
+async def save_weights(request: Request, service: Service):
+    return service.save_state(await sequenced(request, service, wire.SaveWeightsRequest))
+
+
+@protocol_routes.post("/save_weights_for_sampler", openapi_extra=declared_body(wire.SaveWeightsForSamplerRequest))
+async def save_weights_for_sampler(request: Request, service: Service):
+    return service.save_for_sampler(await sequenced(request, service, wire.SaveWeightsForSamplerRequest))
+
+
+@protocol_routes.post("/load_weights", openapi_extra=declared_body(wire.LoadWeightsRequest))
+async def load_weights(request: Request, service: Service):
+    body = await json_body(request)
+    try:
+        parsed = parse(wire.LoadWeightsRequest, body)
+        if parsed.session_id is not None:
+            return service.create_model_from_checkpoint(parsed)
+        if parsed.model_id is None:
+            raise WireError(400, "invalid LoadWeightsRequest: give model_id (load into a model) or session_id (create one)")
+        return service.load_state(parsed)
+    except WireError:
+        service.reject(body)
+        raise
+
+
+@protocol_routes.post("/weights_info", openapi_extra=declared_body(wire.WeightsInfoRequest))
+async def weights_info(request: Request, service: Service):
+    return service.weights_info(parse(wire.WeightsInfoRequest, await json_body(request)).tinker_path)
+
+
+# Sampling ---------------------------------------------------------------------
+
+
+@protocol_routes.post("/create_sampling_session", openapi_extra=declared_body(wire.CreateSamplingSessionRequest))
+async def create_sampling_session(request: Request, service: Service):
+    return await service.create_sampling_session(parse(wire.CreateSamplingSessionRequest, await json_body(request)))
+
+
+@protocol_routes.get("/samplers/{sampler_id}")
+async def get_sampler(sampler_id: str, service: Service):
+    return service.get_sampler(sampler_id)
+
+
+@protocol_routes.post("/asample", openapi_extra=declared_body(wire.SampleRequest))
+async def asample(request: Request, service: Service):
+    return service.sample(parse(wire.SampleRequest, await json_body(request)))
+
+
+# Futures ----------------------------------------------------------------------
+
+
+@protocol_routes.post("/retrieve_future", openapi_extra=declared_body(wire.RequestIdRequest))
+async def retrieve_future(request: Request, service: Service):
+    store = service.store
+    request_id = parse(wire.RequestIdRequest, await json_body(request)).request_id
+    if not store.known(request_id):
+        raise WireError(404, f"unknown or expired request_id {request_id!r}")
+    task = await store.wait(request_id)
+    if task is None:
+        return {"type": "try_again", "request_id": request_id, "queue_state": "active"}
+    store.mark_fetched(request_id)
+    if task.cancelled():
+        return {"error": "the request was cancelled", "category": "user"}
+    if task.exception() is not None:
+        return json_response(error_result(task.exception()))
+    return result_response(task.result(), PROTOBUF_MEDIA_TYPE in request.headers.get("accept", ""))
+
+
+@protocol_routes.post("/cancel_future", openapi_extra=declared_body(wire.RequestIdRequest))
+async def cancel_future(request: Request, service: Service):
+    request_id = parse(wire.RequestIdRequest, await json_body(request)).request_id
+    if not service.store.known(request_id):
+        raise WireError(404, f"unknown or expired request_id {request_id!r}")
+    service.store.cancel(request_id)
+    return json_response(None)
+
+
+# MinT's own extensions (mindlab-toolkit's `mint.mint`) are no part of the Tinker protocol: say so, not a bare 404.
+
+
+@protocol_routes.post("/mint/{endpoint:path}", include_in_schema=False)
+async def mint_extension(endpoint: str):
+    raise WireError(404, f"/api/v1/mint/{endpoint[:100]} is a MinT-only extension (mint.mint.forward_backward_reverse_kl, interpolate_checkpoints); sparring serves the Tinker protocol only")

@@ -11,7 +11,8 @@ the model the operator put behind that name):
 - a training model `<session>:train:<n>` (the SDK builds that id itself) is a
   sparring `TrainingClient` behind a `ModelLane` (requests in `seq_id` order);
 - a sampling session `sample-<random>` is a sparring `SamplingClient` on a
-  snapshot, the live adapter, saved sampler weights, or the base model.
+  snapshot, the live adapter, saved sampler weights, or the base model (a
+  `sampling.Sampler`; what one sample request does is `sampling`'s).
 
 Every request that does work returns a request id from the `FutureStore`.
 Bad input found while decoding a request is a `WireError` (HTTP 4xx); what
@@ -49,12 +50,12 @@ from typing import Any, Callable, Sequence
 
 from ...models import resolve_model
 from ...clients import SamplingClient, ServiceClient, TrainingClient
-from ...types import SampleResponse
-from ..limits import LimitExceeded, ServerLimits, check_sampling_room
+from ..limits import LimitExceeded, ServerLimits
 from . import wire
 from .checkpoints import CheckpointStore, adapter_dir, check_name, lora_shape
 from .futures import FutureStore
 from .lanes import ModelLane, remember_recent
+from .sampling import Sampler, check_sample, sample_request
 from .wire import WireError
 
 logger = logging.getLogger(__name__)
@@ -78,22 +79,6 @@ class _Model:
     """Request id of its creation (answered again to a retried create)."""
     snapshots: deque = field(default_factory=deque)
     """Ids of its snapshot samplers, oldest first (the oldest are released past the cap)."""
-
-
-@dataclass
-class _Sampler:
-    """A sampling session as the wire sees it."""
-
-    client: SamplingClient
-    """The sparring sampler."""
-    session_id: str
-    """The owning session."""
-    served_name: str
-    """The base model's name as the client asked for it (what `get_sampler` answers)."""
-    model_path: str | None = None
-    """tinker:// path it was loaded from, if any."""
-    request_ids: dict[int, str] = field(default_factory=dict)
-    """seq_id -> request id of recent samples, so a retried sample is not sampled twice."""
 
 
 @dataclass
@@ -143,7 +128,7 @@ class TinkerService:
         self.names = {base_model, self.engine.loaded.spec.name, *self.served_names}
         self.sessions: dict[str, _Session] = {}
         self.models: dict[str, _Model] = {}
-        self.samplers: dict[str, _Sampler] = {}
+        self.samplers: dict[str, Sampler] = {}
 
     # Lookups ----------------------------------------------------------------------
 
@@ -172,7 +157,7 @@ class TinkerService:
     def model(self, model_id: str) -> _Model:
         return self._owned(self.models, model_id, "model_id")
 
-    def sampler(self, sampler_id: str) -> _Sampler:
+    def sampler(self, sampler_id: str) -> Sampler:
         return self._owned(self.samplers, sampler_id, "sampling_session_id")
 
     def _owned(self, table: dict, key: str, field_name: str):
@@ -362,7 +347,7 @@ class TinkerService:
             return await client.save_weights_and_get_sampling_client_async(kind=request.kind)
 
         def finish(client: SamplingClient) -> dict:
-            self._add_sampler(sampler_id, _Sampler(client=client, session_id=model.session_id, served_name=model.served_name))
+            self._add_sampler(sampler_id, Sampler(client=client, session_id=model.session_id, served_name=model.served_name))
             if request.kind == "snapshot":
                 model.snapshots.append(sampler_id)
                 while len(model.snapshots) > self.max_snapshots_per_model:
@@ -422,7 +407,7 @@ class TinkerService:
 
     # Sampling -------------------------------------------------------------------------------
 
-    def _add_sampler(self, sampler_id: str, sampler: _Sampler) -> None:
+    def _add_sampler(self, sampler_id: str, sampler: Sampler) -> None:
         self.samplers[sampler_id] = sampler
         session = self.sessions.get(sampler.session_id)
         if session is not None:
@@ -442,7 +427,7 @@ class TinkerService:
                     raise WireError(400, f"cannot sample from {request.model_path}: {error}") from None
             else:
                 client = self.base_sampler
-            self._add_sampler(sampler_id, _Sampler(client=client, session_id=request.session_id, served_name=served_name, model_path=request.model_path))
+            self._add_sampler(sampler_id, Sampler(client=client, session_id=request.session_id, served_name=served_name, model_path=request.model_path))
             session.sampler_ids[request.sampling_session_seq_id] = sampler_id
         return {"type": "create_sampling_session", "sampling_session_id": sampler_id}
 
@@ -468,35 +453,10 @@ class TinkerService:
             request_id = sampler.request_ids[request.seq_id]
         else:
             try:
-                self._check_sample(request)
+                check_sample(request, self.engine, self.limits)
             except LimitExceeded as error:
                 raise WireError(400, str(error)) from None
-            request_id = self.store.start(self._sample(sampler.client, request), "Sample", owner=sampler.session_id)
+            request_id = self.store.start(sample_request(sampler.client, request), "Sample", owner=sampler.session_id)
             if request.seq_id is not None:
                 remember_recent(sampler.request_ids, request.seq_id, request_id)
         return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}:{index}" for index in range(request.num_samples)]}
-
-    async def _sample(self, client: SamplingClient, request: wire.SampleRequest) -> SampleResponse:
-        prompt = request.prompt.to_sparring()
-        sampled = client.sample(prompt, request.num_samples, request.sampling_params)
-        if not request.prompt_logprobs:
-            return await sampled
-        # Sampling and scoring are two engine requests, awaited side by side (cancelling this cancels both).
-        response, logprobs = await asyncio.gather(sampled.result_async(), client.compute_logprobs(prompt).result_async())
-        last_n = request.prompt_logprobs_last_n
-        if last_n is not None:
-            if last_n >= len(logprobs):
-                raise ValueError(f"prompt_logprobs_last_n must be below the prompt length {len(logprobs)}, got {last_n}")
-            logprobs = [None] * (len(logprobs) - last_n) + logprobs[-last_n:]
-        return SampleResponse(sequences=response.sequences, prompt_logprobs=logprobs)
-
-    def _check_sample(self, request: wire.SampleRequest) -> None:
-        """The request's work fits the model's context and the server's limits (LimitExceeded naming the field if not)."""
-        prompt = request.prompt.token_count()
-        max_tokens = request.sampling_params.max_tokens
-        check_sampling_room("sampling_params.max_tokens", prompt, max_tokens, self.engine.max_context)
-        self.limits.check_num_samples("num_samples", request.num_samples)
-        completion = min(max_tokens or self.engine.config.default_max_tokens, self.engine.max_context - prompt)
-        scoring = prompt if request.prompt_logprobs else 0
-        what = f"prompt ({prompt}) + num_samples ({request.num_samples}) x max_tokens ({completion})" + (" + prompt scoring" if scoring else "")
-        self.limits.check_tokens("num_samples", prompt + scoring + request.num_samples * completion, what)
