@@ -4,9 +4,10 @@ function, both ways.
 `import_object` resolves 'package.module:attr', 'package.module.attr' or
 'path/to/file.py:attr' to the object (a file imports its sibling modules as
 `python file.py` would), raising `ConfigError` that says which
-part failed (`is_import_path` tells such a path from a registry's name); `importable_path` is its inverse, the path a `Job` writes to
-YAML for an object given in Python (None when importing could not give it
-back: a lambda, a nested function, an interactive session's function).
+part failed; `is_import_path` tells such a path from a registry's name;
+`importable_path` is its inverse, the path a `Job` writes to YAML for an
+object given in Python (None when importing could not give it back: a
+lambda, a nested function, an interactive session's function).
 """
 
 from __future__ import annotations
