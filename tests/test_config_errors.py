@@ -1,8 +1,8 @@
 """Every malformed config is one line on stderr and exit code 2, through the real command line.
 
 Each case starts from a valid job on the tiny model, breaks one thing (a field's type or bound, an
-unknown field, the file, the workflow's import path, a dataset file, a model's path or name, a
-device) and runs `sparring train` (or `run` / `eval`) in a fresh folder. It must exit with code 2
+unknown field, the file, the import path of the workflow, loss or advantage function, a dataset file, a
+model's path or name, a device) and runs `sparring train` (or `run` / `eval`) in a fresh folder. It must exit with code 2
 and print exactly one non-empty line on stderr that names the field or the file, with no
 traceback, and leave the folder exactly as it was: no run directory behind. The errors are found
 before any model loads (but in the one case that is a folder which does not load as a model).
@@ -127,6 +127,9 @@ CASES = [
     Case("workflow_not_callable", ("workflow:", "not an async function"), put("workflow", "sparring.envs.registry:GAMES")),
     Case("workflow_not_async", ("workflow:", "not an async function"), put("workflow", "json:dumps")),
     Case("workflow_bad_in_run", ("workflow:", "no_such_module_xyz"), put("workflow", "no_such_module_xyz:play"), ["run", "job.yaml"]),
+    # loss and advantage function import paths
+    Case("loss_fn_module_missing", ("algorithm.loss_fn:", "no module named 'no_such_module_xyz'"), put("algorithm.loss_fn", "no_such_module_xyz:loss")),
+    Case("algorithm_type_not_callable", ("algorithm.algorithm_type:", "not an advantage function"), put("algorithm.algorithm_type", "sparring.envs.registry:GAMES")),
     # the file
     Case("config_file_empty", ("job.yaml: workflow: not set",), file_text=""),
     Case("config_file_missing", ("cannot read config file elsewhere.yaml",), args=["train", "elsewhere.yaml"]),

@@ -7,6 +7,7 @@ from .advantages import (
     get_estimator,
     grpo,
     multi_step_grpo,
+    register_estimator,
     reinforce,
     rloo,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "grpo",
     "multi_step_grpo",
     "pfsp_weight",
+    "register_estimator",
     "reinforce",
     "rloo",
     "separation",

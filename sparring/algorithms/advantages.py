@@ -3,7 +3,9 @@
 An *estimator* is a pure function from the rewards of one group,
 `rewards_G`, to their advantages, `advantages_G`; `ADVANTAGE_ESTIMATORS`
 names them so a config can pick one by string (`AlgorithmConfig.algorithm_type`
-is checked against it, so a new estimator is one function and one entry).
+is checked against it, so a new estimator is one function and one entry;
+`register_estimator` adds one written elsewhere, as the config's
+`algorithm_type: package.module:function` does).
 `compute_advantages` decides who shares a baseline: the episodes of one task
 (`Episode.group`), split by role when agents of different roles (a werewolf
 and a villager) should not be compared with each other. Keeping the estimators tiny and the grouping in
@@ -16,6 +18,7 @@ credit (`WorkflowOutput.turn_rewards`) it is one scalar per call instead.
 
 from __future__ import annotations
 
+import inspect
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
@@ -78,6 +81,26 @@ ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     "rloo": rloo,
     "reinforce": reinforce,
 }
+
+
+def register_estimator(name: str, estimator: Estimator) -> Estimator:
+    """Add `estimator` to ADVANTAGE_ESTIMATORS as `name` (replacing an entry of that name); returns it.
+
+    An estimator is `estimator(rewards_G, *, normalize_by_std) -> advantages_G`: `rewards_G` is float64 [G], the
+    rewards (or per-turn returns) of one group (never all equal, so G >= 2, unless `drop_zero_variance_groups` is off);
+    `normalize_by_std` is `algorithm.normalize_advantages_by_std` (an estimator may ignore it); it returns float [G],
+    the advantage of each member, which goes on every token that member sampled.
+    """
+    if not callable(estimator):
+        raise ValueError(f"{name!r} is a {type(estimator).__name__}, not an advantage function estimator(rewards_G, *, normalize_by_std)")
+    try:
+        inspect.signature(estimator).bind(None, normalize_by_std=True)
+    except TypeError as error:
+        raise ValueError(f"{name!r} takes {inspect.signature(estimator)}, but an advantage function is called as estimator(rewards_G, *, normalize_by_std): {error}") from None
+    except ValueError:
+        pass  # no signature to read (a builtin): calling it will tell
+    ADVANTAGE_ESTIMATORS[name] = estimator
+    return estimator
 
 
 def get_estimator(name: str) -> Estimator:
@@ -149,6 +172,9 @@ def compute_advantages(
             dropped_groups += 1
             continue
         advantages_G = estimator(rewards_G, normalize_by_std=normalize_by_std)
+        if not isinstance(advantages_G, torch.Tensor) or advantages_G.shape != rewards_G.shape:
+            got = f"shape {list(advantages_G.shape)}" if isinstance(advantages_G, torch.Tensor) else f"a {type(advantages_G).__name__}"
+            raise ValueError(f"advantage estimator {algorithm!r} returned {got}; it returns one advantage per reward, shape {list(rewards_G.shape)}")
         for (episode_index, agent, turn, _), advantage in zip(members, advantages_G.tolist()):
             kept.append(advantage)
             if per_turn:

@@ -5,6 +5,6 @@ from .adapters import BASE_MODEL_FILE, AdapterBank
 from .engine import Engine, EngineConfig, get_engine
 from .export import export_adapter
 from .learner import DatumError
-from .losses import LOSSES
+from .losses import LOSSES, LossSpec, register_loss
 
-__all__ = ["AdapterBank", "BASE_MODEL_FILE", "DatumError", "Engine", "EngineConfig", "LOSSES", "export_adapter", "get_engine"]
+__all__ = ["AdapterBank", "BASE_MODEL_FILE", "DatumError", "Engine", "EngineConfig", "LOSSES", "LossSpec", "export_adapter", "get_engine", "register_loss"]

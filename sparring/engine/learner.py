@@ -29,7 +29,8 @@ CONSTRAINT_INPUTS = ("allowed_counts", "allowed_tokens")
 """The inputs of a datum sampled under a constraint: per position the length of its encoded allowed set (0 where
 unconstrained), and those sets concatenated."""
 KNOWN_INPUTS = (*dict.fromkeys(name for spec in LOSSES.values() for name in spec.required_inputs), *CONSTRAINT_INPUTS)
-"""Every input some loss or the constraint masks read; a datum carrying another is a mistake."""
+"""Every input a built-in loss or the constraint masks read; a datum carrying another (that its loss does not
+require) is a mistake."""
 
 
 class DatumError(ValueError):
@@ -64,9 +65,9 @@ def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[Prepa
         missing = [key for key in required if key not in datum.loss_fn_inputs]
         if missing:
             raise DatumError(f"datum {index}: loss_fn {loss_fn!r} needs loss_fn_inputs {list(required)}; missing {missing}")
-        unknown = [key for key in datum.loss_fn_inputs if key not in KNOWN_INPUTS]
+        unknown = [key for key in datum.loss_fn_inputs if key not in KNOWN_INPUTS and key not in required]
         if unknown:
-            raise DatumError(f"datum {index}: unknown loss_fn_inputs {unknown}; known are {list(KNOWN_INPUTS)}")
+            raise DatumError(f"datum {index}: unknown loss_fn_inputs {unknown}; known are {list(dict.fromkeys([*KNOWN_INPUTS, *required]))}")
         inputs = {}
         allowed_N = _allowed_sets(index, datum, length, vocab_size)
         for key, value in datum.loss_fn_inputs.items():

@@ -13,10 +13,15 @@ learner and the config validation take everything from it, so a new loss is
 one function and one entry. A spec marked `term` (the entropy bonus) is no loss
 of its own: `elementwise_loss` adds it to the chosen loss when its config key
 (`entropy_coef`) is non-zero, so it rides along any policy loss, off by default.
+`register_loss` adds a loss written elsewhere (the training config's
+`loss_fn: package.module:function` calls it after importing the function);
+nothing here imports a module by name, so a server that hands a client's
+`loss_fn` string to `get_loss` only ever runs registered losses.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -24,6 +29,7 @@ import torch
 
 Tensor = torch.Tensor
 LossFn = Callable[[Tensor, Mapping[str, Tensor], Mapping[str, float]], Tensor]
+"""`loss(target_logprobs_M, inputs, config) -> loss_M`; see `register_loss` for the contract."""
 
 
 def cross_entropy(target_logprobs: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]) -> Tensor:
@@ -111,6 +117,33 @@ LOSSES: dict[str, LossSpec] = {
 }
 
 
+def register_loss(name: str, loss: LossFn | LossSpec) -> LossSpec:
+    """Add `loss` to LOSSES as `name` (replacing an entry of that name); returns its spec.
+
+    A loss is `loss(target_logprobs_M, inputs, config) -> loss_M`:
+      - `target_logprobs_M`: float [M], the learner's log-probability of each target token, with gradient;
+      - `inputs`: the datums' loss inputs by name, each [M] -- for an RL loss `target_tokens` (int64),
+        `logprobs` (the sampler's log-probabilities) and `advantages` (float, 0 on prompt tokens);
+      - `config`: the `loss_fn_config` values (floats) by key;
+      - returns float [M], the loss of each token; the learner sums it (no mean) and backpropagates.
+    M is the tokens of one or several sequences end to end (a micro-batch), so loss_M[i] may depend on position i
+    only. A plain function is an RL loss: it reads those three inputs and no config key (entropy_coef aside), and
+    its positions whose advantage is 0 get no gradient. A `LossSpec` states other inputs, config keys or gradient
+    gating itself.
+    """
+    spec = loss if isinstance(loss, LossSpec) else LossSpec(loss, _POLICY_INPUTS, (), gradient_input="advantages")
+    if not callable(spec.fn):
+        raise ValueError(f"{name!r} is a {type(spec.fn).__name__}, not a loss function loss(target_logprobs, inputs, config)")
+    try:
+        inspect.signature(spec.fn).bind(None, {}, {})
+    except TypeError as error:
+        raise ValueError(f"{name!r} takes {inspect.signature(spec.fn)}, but a loss is called as loss(target_logprobs, inputs, config): {error}") from None
+    except ValueError:
+        pass  # no signature to read (a builtin): calling it will tell
+    LOSSES[name] = spec
+    return spec
+
+
 def get_loss(name: str) -> LossSpec:
     losses = sorted(name for name, spec in LOSSES.items() if not spec.term)
     if name not in LOSSES:
@@ -128,15 +161,22 @@ def _terms_on(config: Mapping[str, float]) -> list[LossSpec]:
 def elementwise_loss(name: str, target_logprobs: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]) -> Tensor:
     """The per-token loss `name`, plus every additive term `config` switches on (e.g. entropy_coef)."""
     loss = get_loss(name).fn(target_logprobs, inputs, config)
+    if not isinstance(loss, Tensor) or loss.shape != target_logprobs.shape:
+        got = f"shape {list(loss.shape)}" if isinstance(loss, Tensor) else f"a {type(loss).__name__}"
+        raise ValueError(f"loss_fn {name!r} returned {got}; a loss returns one value per token, shape {list(target_logprobs.shape)}")
     for term in _terms_on(config):
         loss = loss + term.fn(target_logprobs, inputs, config)
     return loss
 
 
 def advantage_weighted_losses() -> list[str]:
-    """The losses that add nothing where a token's advantage is 0: the ones an RL loop can train with when its
-    datums carry an advantage only on sampled tokens (prompt positions hold placeholder logprobs)."""
-    return [name for name, spec in LOSSES.items() if spec.gradient_input == "advantages" and not spec.term]
+    """The losses that add nothing where a token's advantage is 0 and read no input beyond target_tokens, logprobs
+    and advantages: the ones an RL loop can train with when its datums carry those, with an advantage only on sampled
+    tokens (prompt positions hold placeholder logprobs)."""
+    return [
+        name for name, spec in LOSSES.items()
+        if spec.gradient_input == "advantages" and not spec.term and set(spec.required_inputs) <= set(_POLICY_INPUTS)
+    ]
 
 
 def check_loss_config(name: str, config: Mapping[str, float] | None) -> dict[str, float]:

@@ -14,10 +14,12 @@ and low enough that a typo -- an extra zero, `group_size: 1e12` -- is
 refused before anything runs. Names that pick an
 extension -- `algorithm_type`, `loss_fn` and its `loss_fn_config` keys -- are
 checked against the registries that define them (`ADVANTAGE_ESTIMATORS`,
-`engine.losses.LOSSES`), and the runner's defaults are `RunnerSettings`'s
-(`RUNNER_DEFAULTS`, which a test holds equal to them). Reading and writing
-the YAML file is `config_file.py`; turning a config into a runnable run is
-`resolve.py`.
+`engine.losses.LOSSES`); an import path there ('package.module:function')
+is imported, its signature checked and the function registered under that
+path, so the rest of the run looks it up like a built-in name. The runner's
+defaults are `RunnerSettings`'s (`RUNNER_DEFAULTS`, which a test holds equal
+to them). Reading and writing the YAML file is `config_file.py`; turning a
+config into a runnable run is `resolve.py`.
 
 This module imports neither torch nor the registries it checks names against
 until a validator needs them, and `check_structure` validates a config with
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from .imports import import_policy
+from .imports import import_object, import_policy, is_import_path
 from .league_config import LeagueConfig
 from .step_hooks import import_step_hook
 from .schema import ConfigRecord
@@ -215,8 +217,9 @@ class AlgorithmConfig(ConfigRecord):
     """The RL algorithm: advantage estimation, loss, optimizer and rollout budget."""
 
     algorithm_type: str = "multi_step_grpo"
-    """Advantage estimator, a name in `sparring.algorithms.ADVANTAGE_ESTIMATORS`; multi_step_grpo credits every turn
-    of an episode with its group-relative advantage."""
+    """Advantage estimator: a name in `sparring.algorithms.ADVANTAGE_ESTIMATORS` (multi_step_grpo credits every turn
+    of an episode with its group-relative advantage), or the import path of a function
+    `estimator(rewards_G, *, normalize_by_std) -> advantages_G` (see `algorithms.register_estimator`)."""
     learning_rate: float = Field(default=1e-4, ge=0.0, le=MAX_LEARNING_RATE)
     """AdamW step size for the LoRA weights."""
     group_size: int = Field(default=RUNNER_DEFAULTS["group_size"], ge=1, le=MAX_GROUP_SIZE)
@@ -224,7 +227,9 @@ class AlgorithmConfig(ConfigRecord):
     batch_size: int = Field(default=4, ge=1, le=MAX_BATCH_SIZE)
     """Tasks per training step."""
     loss_fn: str = "ppo"
-    """Policy-gradient loss, as the Tinker API names it: one of `engine.losses.advantage_weighted_losses()`."""
+    """Policy-gradient loss, as the Tinker API names it (one of `engine.losses.advantage_weighted_losses()`), or the
+    import path of a function `loss(target_logprobs_M, inputs, config) -> loss_M` or a `LossSpec` (see
+    `engine.losses.register_loss`); a local engine runs it, a Tinker-protocol service takes built-in names only."""
     loss_fn_config: dict[str, float] = Field(default_factory=dict)
     """Loss settings, e.g. clip_low_threshold / clip_high_threshold for ppo and cispo."""
     kl_coef: float = Field(default=0.0, ge=0.0, le=MAX_COEFFICIENT)
@@ -290,10 +295,14 @@ class AlgorithmConfig(ConfigRecord):
     @field_validator("algorithm_type")
     @classmethod
     def _known_estimator(cls, value: str) -> str:
-        if not _STRUCTURE_ONLY.get():
-            from ..algorithms import get_estimator
+        if _STRUCTURE_ONLY.get():
+            return value
+        from ..algorithms import ADVANTAGE_ESTIMATORS, register_estimator
 
-            get_estimator(value)
+        if value not in ADVANTAGE_ESTIMATORS:
+            if not is_import_path(value):
+                raise ValueError(f"unknown advantage estimator {value!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)} or give the import path 'package.module:function' of one")
+            register_estimator(value, import_object(value))
         return value
 
     @field_validator("loss_fn")
@@ -301,11 +310,17 @@ class AlgorithmConfig(ConfigRecord):
     def _advantage_weighted_loss(cls, value: str) -> str:
         if _STRUCTURE_ONLY.get():
             return value
-        from ..engine.losses import advantage_weighted_losses
+        from ..engine.losses import LOSSES, advantage_weighted_losses, register_loss
 
+        if value not in LOSSES and is_import_path(value):
+            register_loss(value, import_object(value))
         choices = advantage_weighted_losses()
         if value not in choices:
-            raise ValueError(f"loss_fn {value!r} is not a loss the RL loop trains with; choose one of {choices}")
+            raise ValueError(
+                f"loss_fn {value!r} is not a loss the RL loop trains with (its datums carry target_tokens, logprobs and "
+                f"advantages, and train where the advantage is not 0); choose one of {choices} or give the import path "
+                f"'package.module:function' of one"
+            )
         return value
 
     @field_validator("loss_fn_config")
@@ -421,6 +436,13 @@ class TuneConfig(ConfigRecord):
                 raise ValueError(f"{path}.base_url: a remote endpoint cannot be trained; list it in auxiliary_models")
         if self.league is not None:
             self._check_league(self.league)
+        remote = [name for name, config in self.trainable_models().items() if config.backend == "tinker"]
+        if remote and is_import_path(self.algorithm.loss_fn):
+            raise ValueError(
+                f"algorithm.loss_fn: {self.algorithm.loss_fn!r} is imported in this process, but {remote} train on a "
+                f"Tinker-protocol service (backend 'tinker'), which runs the loss names it has registered only; use a "
+                f"built-in loss or backend 'local'"
+            )
         return self
 
     def _check_league(self, league: LeagueConfig) -> None:

@@ -1,11 +1,13 @@
-"""Import paths: the strings by which YAML names a workflow, a judge or a baseline policy, both ways.
+"""Import paths: the strings by which YAML names a workflow, a judge, a baseline policy, a loss or an advantage
+function, both ways.
 
 `import_object` resolves 'package.module:attr', 'package.module.attr' or
 'path/to/file.py:attr' to the object (a file imports its sibling modules as
 `python file.py` would), raising `ConfigError` that says which
-part failed; `importable_path` is its inverse, the path a `Job` writes to
-YAML for an object given in Python (None when importing could not give it
-back: a lambda, a nested function, an interactive session's function).
+part failed; `is_import_path` tells such a path from a registry's name;
+`importable_path` is its inverse, the path a `Job` writes to YAML for an
+object given in Python (None when importing could not give it back: a
+lambda, a nested function, an interactive session's function).
 """
 
 from __future__ import annotations
@@ -101,6 +103,11 @@ def _import_file(file_name: str) -> types.ModuleType:
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
+
+
+def is_import_path(text: str) -> bool:
+    """Whether a name is written as an import path: it has a ':' or a '.', which no registered built-in name has."""
+    return ":" in text or "." in text
 
 
 def import_policy(field: str, import_path: str) -> Any:

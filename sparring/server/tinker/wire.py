@@ -214,7 +214,8 @@ class ForwardBackwardInput(_Wire):
     data: list[WireDatum]
     """The batch."""
     loss_fn: str
-    """cross_entropy, importance_sampling, ppo, cispo or dro."""
+    """A loss the server's process registered (cross_entropy, importance_sampling, ppo, cispo, dro); never an import
+    path, since a server imports no module a client names."""
     loss_fn_config: dict[str, Union[float, str]] | None = None
     """Loss hyperparameters (clip thresholds, beta)."""
 
