@@ -311,7 +311,7 @@ def test_unimportable_workflow_runs_but_cannot_be_saved(tmp_path, monkeypatch):
 
     calls = []
     fake_loop = types.ModuleType("sparring.trainer.loop")
-    fake_loop.run_training = lambda config, workflow=None, judge=None, resume=None, overwrite=False: calls.append((config, workflow, judge, resume)) or "result"
+    fake_loop.run_training = lambda config, workflow=None, judge=None, resume=None, overwrite=False, hooks=(): calls.append((config, workflow, judge, resume)) or "result"
     monkeypatch.setitem(sys.modules, "sparring.trainer.loop", fake_loop)
     assert job.tune(resume="runs/old") == "result"
     assert calls == [(job.config, local_workflow, None, "runs/old")]

@@ -316,11 +316,8 @@ class AlgorithmConfig(ConfigRecord):
             register_loss(value, import_object(value))
         choices = advantage_weighted_losses()
         if value not in choices:
-            raise ValueError(
-                f"loss_fn {value!r} is not a loss the RL loop trains with (its datums carry target_tokens, logprobs and "
-                f"advantages, and train where the advantage is not 0); choose one of {choices} or give the import path "
-                f"'package.module:function' of one"
-            )
+            carry = "its datums carry target_tokens, logprobs and advantages, and train where the advantage is not 0"
+            raise ValueError(f"loss_fn {value!r} is not a loss the RL loop trains with ({carry}); choose one of {choices} or give the import path 'package.module:function' of one")
         return value
 
     @field_validator("loss_fn_config")
@@ -404,9 +401,8 @@ class TuneConfig(ConfigRecord):
             if _STRUCTURE_ONLY.get():
                 continue
             import_policy(f"baselines.{name}", path)
-        if not _STRUCTURE_ONLY.get():
-            for index, path in enumerate(self.step_hooks):
-                import_step_hook(f"step_hooks[{index}]", path)
+        for index, path in enumerate([] if _STRUCTURE_ONLY.get() else self.step_hooks):
+            import_step_hook(f"step_hooks[{index}]", path)
         return self
 
     @model_validator(mode="after")

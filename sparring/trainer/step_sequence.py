@@ -190,18 +190,19 @@ class StepSequence:
 
     async def evaluate(self, at_step: int, label: str, make_tuner: Callable[[], TunerHandle] | None = None) -> None:
         """Play the held-out tasks with `make_tuner`'s weights (default: the live ones) and log them; the baselines
-        beside the first evaluation."""
+        beside the first evaluation. A stop signal cancels it."""
+        await self.stop.cancelling(self._evaluate(at_step, label, make_tuner or self.models.make_tuner))
+
+    async def _evaluate(self, at_step: int, label: str, make_tuner: Callable[[], TunerHandle]) -> None:
         run, record = self.run, self.record
         step_so_far = self.meter.take()
-        evaluation = evaluate_policy(run.episode_fn, self.eval_tasks, make_tuner or self.models.make_tuner, run.settings, run.judge, label, "model", at_step, self.progress)
-        record.columns.append(await self.stop.cancelling(evaluation))
+        record.columns.append(await evaluate_policy(run.episode_fn, self.eval_tasks, make_tuner, run.settings, run.judge, label, "model", at_step, self.progress))
         prefill = self.meter.take()
         self.meter.give_back(step_so_far)
         record.evaluations.append({"step": at_step, **record.columns[-1].flat("eval/"), **prefill.metrics("eval/engine/")})
         self.logger.log(at_step, record.evaluations[-1])
         if run.baselines and not any(column.kind == "baseline" for column in record.columns):
-            baselines = evaluate_baselines(run.episode_fn, self.eval_tasks, self.models, run.settings, run.judge, run.baselines, self.algorithm.seed, self.progress)
-            evaluated = await self.stop.cancelling(baselines)
+            evaluated = await evaluate_baselines(run.episode_fn, self.eval_tasks, self.models, run.settings, run.judge, run.baselines, self.algorithm.seed, self.progress)
             record.columns.extend(evaluated)
             self.logger.log(at_step, {key: value for column in evaluated for key, value in column.flat(f"baseline/{column.label}/").items()})
 
