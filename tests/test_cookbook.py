@@ -12,7 +12,7 @@ recipe runs as `python -m tinker_cookbook.recipes.multiplayer_rl.<recipe>.train`
 one step, given only environment variables (`TINKER_BASE_URL`, `HF_HUB_CACHE`, `HF_HUB_OFFLINE`) and its own
 CLI arguments. The model is the tiny random one with a longer context and, like SmolLM2, spare special tokens
 (which give the recipes' Qwen3.5 renderer its single-token `<think>` / `</think>`), so the three recipes take
-minutes; the README's commands are the same with SmolLM2.
+minutes; the commands in docs/coming-from.md are the same with SmolLM2.
 """
 
 from __future__ import annotations
