@@ -97,7 +97,8 @@ def bounds_text(info: FieldInfo) -> str:
     for constraint in info.metadata:
         for kind, (symbol, attribute) in BOUND_SYMBOLS.items():
             if isinstance(constraint, kind):
-                bounds.append(f"{symbol} {getattr(constraint, attribute):g}")
+                value = getattr(constraint, attribute)
+                bounds.append(f"{symbol} {int(value) if float(value).is_integer() else value}")
     return ", ".join(bounds)
 
 
@@ -114,13 +115,14 @@ def record_markdown(section: RecordSection) -> str:
     record = section.record
     places = ", ".join(f"`{prefix}`" if prefix else "the top level of a job file" for prefix in section.prefixes)
     lines = [f"## {record.__name__}", "", prose(record.__doc__), "", f"Found at: {places}.", ""]
-    lines += ["| YAML key | type | default | bounds | what it is for |", "| --- | --- | --- | --- | --- |"]
+    lines += ['<div class="config-reference" markdown>', ""]
+    lines += ["| YAML key | type and bounds | default | what it is for |", "| --- | --- | --- | --- |"]
     prefix = section.prefixes[0]
     for name, info in record.model_fields.items():
         key = f"{prefix}.{name}" if prefix else name
-        kind = prose(f"`{type_text(info.annotation)}`")
-        lines.append(f"| `{key}` | {kind} | {default_text(info)} | {bounds_text(info)} | {prose(info.description)} |")
-    return "\n".join(lines) + "\n"
+        kind = " ".join(filter(None, [f"`{type_text(info.annotation)}`", bounds_text(info)]))
+        lines.append(f"| `{key}` | {kind} | {default_text(info)} | {prose(info.description)} |")
+    return "\n".join([*lines, "", "</div>"]) + "\n"
 
 
 def reference_markdown() -> str:
