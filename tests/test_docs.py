@@ -51,7 +51,8 @@ PAGES_WITH_SNIPPETS = [page for page in PAGES if list(runnable_sybil().parse(pag
 
 @pytest.fixture(scope="module")
 def built_site(tmp_path_factory) -> Path:
-    """The site, built as `make docs` builds it, but strict and into a temporary folder."""
+    """The site, built strictly as `make docs` builds it, into a temporary folder (not with --quiet: mkdocs then
+    does not count the warnings that strict mode fails on)."""
     site = tmp_path_factory.mktemp("site")
     command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)]
     built = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
@@ -67,8 +68,8 @@ def test_every_nav_page_is_built(built_site):
 
 
 def config_records() -> list[type[ConfigRecord]]:
-    """Every ConfigRecord subclass, found by subclassing rather than by the reference's own walk from TuneConfig."""
-    assert config_module.TuneConfig  # the records register as subclasses once their modules are imported
+    """Every ConfigRecord subclass (their modules are imported above), found by subclassing rather than by the
+    reference's own walk from TuneConfig, so a record the walk misses fails here."""
     found, queue = [], list(ConfigRecord.__subclasses__())
     while queue:
         record = queue.pop()
