@@ -116,5 +116,6 @@ def test_some_page_has_runnable_snippets():
 @pytest.mark.parametrize("page", PAGES_WITH_SNIPPETS, ids=[str(page.relative_to(ROOT)) for page in PAGES_WITH_SNIPPETS])
 def test_runnable_snippets(page, tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPARRING_HOME", str(tmp_path / "sparring-home"))  # what a snippet saves stays in the test's folder
     for example in runnable_sybil(str(tiny_model_dir)).parse(page):
         example.evaluate()
