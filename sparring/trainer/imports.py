@@ -110,12 +110,17 @@ def is_import_path(text: str) -> bool:
     return ":" in text or "." in text
 
 
-def import_policy(field: str, import_path: str) -> Any:
-    """The scripted policy at `import_path` (a baseline or a league opponent); a ValueError naming `field` if it is none."""
+def import_field(field: str, import_path: str) -> Any:
+    """The object at `import_path`, which the config's `field` names; a ValueError naming `field` when it cannot be imported."""
     try:
-        policy = import_object(import_path)
+        return import_object(import_path)
     except ConfigError as error:
         raise ValueError(f"{field}: {error}") from None
+
+
+def import_policy(field: str, import_path: str) -> Any:
+    """The scripted policy at `import_path` (a baseline or a league opponent); a ValueError naming `field` if it is none."""
+    policy = import_field(field, import_path)
     if not callable(policy):
         raise ValueError(f"{field}: {import_path!r} is a {type(policy).__name__}, not a policy function `policy(messages, rng) -> str`")
     return policy

@@ -21,8 +21,7 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .imports import import_object
-from .schema import ConfigError
+from .imports import import_field
 
 if TYPE_CHECKING:
     from ..rollout import Episode
@@ -75,10 +74,7 @@ async def call_hook(method, argument) -> dict[str, float] | None:
 
 def import_step_hook(field: str, import_path: str) -> Any:
     """The hook class (or hook object) at `import_path`; a ValueError naming `field` when it is neither."""
-    try:
-        hook = import_object(import_path)
-    except ConfigError as error:
-        raise ValueError(f"{field}: {error}") from None
+    hook = import_field(field, import_path)
     if not any(callable(getattr(hook, method, None)) for method in HOOK_METHODS):
         raise ValueError(f"{field}: {import_path!r} has neither `before_rollout` nor `after_training`; a step hook is a StepHook subclass (sparring.StepHook)")
     if isinstance(hook, type):

@@ -22,6 +22,7 @@ older weights its pending rollouts sample (`FrozenVersions`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,9 +141,7 @@ class StepSequence:
     def resume_point(self, step: int) -> ResumePoint:
         """What a checkpoint after `step` steps holds."""
         point = self.points[step]
-        if self.frozen is None:
-            return point
-        return ResumePoint(point.data, point.rng, point.snapshots, self.frozen.pending_versions(step), point.league)
+        return point if self.frozen is None else dataclasses.replace(point, versions=self.frozen.pending_versions(step))
 
     async def begin(self, step: int, weights: RolloutWeights) -> StepStart:
         """Open `step`: snapshots and league, the evaluation when due, the reseed, its tasks, the hooks."""
