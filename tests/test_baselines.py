@@ -201,6 +201,18 @@ def test_werewolf_random_valid_plays_whole_games_without_an_invalid_action(targe
     assert 0 < sum(e.metrics["trained_win"] for e in episodes) < len(episodes)
 
 
+
+def test_coordinated_werewolves_name_the_same_good_player_and_win_more_than_random_ones():
+    system = {"role": "system", "content": "You are Player3, a werewolf. Your fellow werewolf is Player1. Each night you choose a good player to kill."}
+    vote = {"role": "user", "content": "Player2: hi\nVote out a player. Reply with one name: Player1, Player2, Player4; or skip to abstain."}
+    assert ww.coordinated_werewolves([system, vote], random.Random(0)) == "Player2"  # never the mate
+    kill = {"role": "user", "content": "Night 1. Who do you kill? Reply with one name: Player5, Player2, Player7."}
+    assert ww.coordinated_werewolves([system, kill], random.Random(0)) == "Player2"
+    tasks = [{"seed": seed, "workflow_args": {"trainable_target": "werewolf", "max_rounds": 2}} for seed in range(150)]
+    participant = ScriptedChatModel.seeded(ww.random_valid, name="participant", seed=1, baseline=False)
+    wins = {policy.__name__: sum(e.metrics["trained_win"] for e in play(ww.werewolf, tasks, policy, auxiliary={"participant": participant})) for policy in (ww.random_valid, ww.coordinated_werewolves)}
+    assert wins["coordinated_werewolves"] > wins["random_valid"] + 15, wins
+
 # --- intervals -------------------------------------------------------------------------------
 
 

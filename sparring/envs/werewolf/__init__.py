@@ -6,8 +6,8 @@ roles and how a night and a vote resolve), `baselines.py` (a scripted player),
 werewolf`) and `data/`.
 """
 
-from .baselines import random_valid
+from .baselines import coordinated_werewolves, random_valid
 from .tasks import make_tasks
 from .workflow import werewolf
 
-__all__ = ["make_tasks", "random_valid", "werewolf"]
+__all__ = ["coordinated_werewolves", "make_tasks", "random_valid", "werewolf"]
