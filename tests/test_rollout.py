@@ -259,3 +259,39 @@ def test_the_runner_reports_each_episode_as_it_finishes(models):
     tasks = [{"delay": 2}, {"delay": 0}]
     episodes = asyncio.run(run_episodes(episode_fn, tasks, tuner_for(*models), RunnerSettings(group_size=1), on_episode=lambda episode: finished.append(episode.task["delay"])))
     assert [episode.task["delay"] for episode in episodes] == [2, 0] and finished == [0, 2]
+
+
+def test_a_frozen_model_continues_its_own_sampled_tokens_across_calls(models):
+    """A frozen player's next prompt starts with the exact tokens of its last prompt and reply (as a trained one's
+    does), not a re-rendering of the reply's text: a prefix cache and a batch's shared prefix then match up to the
+    new message. The tiny model's random replies rarely survive decoding and encoding again, so a re-rendering fails."""
+    _, frozen = models
+    prompts = []
+
+    class Watched:
+        def __init__(self, sampler):
+            self.sampler = sampler
+
+        def get_renderer(self):
+            return self.sampler.get_renderer()
+
+        async def sample(self, model_input, n, params):
+            response = await self.sampler.sample(model_input, n, params)
+            prompts.append((model_input.to_ints(), list(response.sequences[0].tokens)))
+            return response
+
+    watched = FrozenChatModel(Watched(frozen.sampler), defaults={"max_tokens": 6}, agent="helper")
+
+    async def chat(task, model, auxiliary_models):
+        await model([{"role": "user", "content": "hello"}])
+        history = [{"role": "user", "content": "talk to me"}]
+        for turn in range(3):
+            reply = await auxiliary_models["helper"](history)
+            history += [reply.message, {"role": "user", "content": f"and then {turn}?"}]
+        return WorkflowOutput(reward=1.0)
+
+    episodes = asyncio.run(run_episodes(as_episode_fn(chat), [{"task_id": "0"}], lambda: TunerHandle(policies={"policy": models[0]}, auxiliary_models={"helper": watched}), RunnerSettings(group_size=1)))
+    assert episodes[0].error is None and len(prompts) == 3
+    for (prompt, reply), (next_prompt, _) in zip(prompts, prompts[1:]):
+        assert next_prompt[: len(prompt) + len(reply)] == prompt + reply
+    assert [timeline.agent for timeline in episodes[0].timelines] == ["policy"]  # still never trained

@@ -165,7 +165,7 @@ class _LocalChatModel(ChatModel):
         renderer = self.renderer
         tools_key = json.dumps(tools, sort_keys=True) if tools else ""
         normalised = [normalised_message(m) for m in messages]
-        found = recorder.continuation(self.agent, model_key, normalised, tools_key) if recorder and model_key else None
+        found = recorder.continuation(self.agent, model_key, normalised, tools_key) if recorder else None
         if found is None:
             prompt = renderer.render(messages, tools=tools, prefill=prefill)
         else:
@@ -177,6 +177,12 @@ class _LocalChatModel(ChatModel):
         """The model key calls are recorded for training under; None for a frozen model."""
         return None
 
+    def _frozen_key(self) -> str:
+        """Where a frozen model's conversations are kept in an episode: its next call continues the exact tokens of
+        its last one (what it sampled, not a re-rendering of the text), as a trained model's does, so a prefix
+        cache and a batch's shared prefix match up to the new message."""
+        return f"frozen/{id(self.sampler)}"
+
     async def __call__(self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, **sampling: Any) -> ChatResponse:
         return (await self.generate(messages, tools, tool_choice=tool_choice, **sampling))[0]
 
@@ -187,6 +193,7 @@ class _LocalChatModel(ChatModel):
         choice = ToolChoice.of(tool_choice, tools)
         recorder = recorder if recorder is not None else current_recorder()
         model_key = self._trained_key()
+        conversation_key = model_key or self._frozen_key()
         params = self._params(sampling)
         if params.constraint is not None and choice.forces_call:
             raise ValueError(f"a reply constrained by {params.constraint.describe()} cannot also be a forced tool call (tool_choice {tool_choice!r})")
@@ -195,7 +202,7 @@ class _LocalChatModel(ChatModel):
         if choice.arguments_schema is not None:
             params = params.model_copy(update={"constraint": OutputConstraint(json_schema=choice.arguments_schema, closing=renderer.tool_call_closing())})
         prefill = renderer.tool_call_prefill(choice.function) if choice.forces_call else ""
-        prompt, normalised, tools_key = self._prompt(messages, tools, recorder, model_key, prefill)
+        prompt, normalised, tools_key = self._prompt(messages, tools, recorder, conversation_key, prefill)
         with sampler_wait():  # the episode's clock counts only its share of the time the shared sampler takes
             response = await self.sampler.sample(ModelInput.from_ints(prompt), n, params)
         if recorder is not None and self.role is not None:
@@ -206,10 +213,12 @@ class _LocalChatModel(ChatModel):
             parsed = renderer.parse_response(sequence.tokens, prefill=prefill, forced_tool=choice.function, tool_calls=not free_text)
             message = _cut_at_stop_string(parsed, params.stop)
             if recorder is not None:
+                # The prefill ends the prompt: the conversation goes on after prompt + sampled tokens.
+                conversation = Conversation([*normalised, normalised_message(message)], prompt + tokens, tools_key)
                 if model_key is not None:
-                    # The prefill ends the prompt: the conversation goes on after prompt + sampled tokens.
-                    call = ModelCall(self.agent, model_key, prompt, tokens, logprobs, list(sequence.allowed_tokens or []))
-                    recorder.record_call(call, Conversation([*normalised, normalised_message(message)], prompt + tokens, tools_key))
+                    recorder.record_call(ModelCall(self.agent, model_key, prompt, tokens, logprobs, list(sequence.allowed_tokens or [])), conversation)
+                else:
+                    recorder.record_conversation(self.agent, conversation_key, prompt, conversation)
                 recorder.add_transcript(
                     self.agent,
                     {"messages": list(messages), "response": message, "trainable": model_key is not None, "prompt_tokens": len(prompt), "completion_tokens": len(tokens)},

@@ -71,10 +71,19 @@ class EpisodeRecorder:
         with self._lock:
             self._check_open()
             self.calls.append(call)
-            open_ones = self.conversations.setdefault((call.agent, call.model), [])
-            # The continued conversation is replaced by its extension; others stay open.
-            open_ones[:] = [c for c in open_ones if not _is_prefix(c.tokens, call.prompt_tokens)]
-            open_ones.append(conversation)
+            self._keep_open(call.agent, call.model, call.prompt_tokens, conversation)
+
+    def record_conversation(self, agent: str, model: str, prompt_tokens: list[int], conversation: Conversation) -> None:
+        """Keep a frozen model's conversation open for its next call (its exact tokens), recording no trainable call."""
+        with self._lock:
+            self._check_open()
+            self._keep_open(agent, model, prompt_tokens, conversation)
+
+    def _keep_open(self, agent: str, model: str, prompt_tokens: list[int], conversation: Conversation) -> None:
+        open_ones = self.conversations.setdefault((agent, model), [])
+        # The continued conversation is replaced by its extension; others stay open.
+        open_ones[:] = [c for c in open_ones if not _is_prefix(c.tokens, prompt_tokens)]
+        open_ones.append(conversation)
 
     def continuation(self, agent: str, model: str, messages: list[dict], tools_key: str) -> tuple[Conversation, list[dict]] | None:
         """The longest open conversation that `messages` continue, and the messages that are new."""
