@@ -161,11 +161,11 @@ class _LocalChatModel(ChatModel):
             raise TypeError(f"unknown sampling arguments {sorted(unknown)}; accepted: {sorted(SAMPLING_KEYS)} and choices, regex, response_format")
         return SamplingParams(**{**self.defaults, **sampling}, constraint=constraint)
 
-    def _prompt(self, messages, tools, recorder, model_key, prefill: str):
+    def _prompt(self, messages, tools, recorder, conversation_key: str, prefill: str):
         renderer = self.renderer
         tools_key = json.dumps(tools, sort_keys=True) if tools else ""
         normalised = [normalised_message(m) for m in messages]
-        found = recorder.continuation(self.agent, model_key, normalised, tools_key) if recorder else None
+        found = recorder.continuation(self.agent, conversation_key, normalised, tools_key) if recorder else None
         if found is None:
             prompt = renderer.render(messages, tools=tools, prefill=prefill)
         else:

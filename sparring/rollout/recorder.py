@@ -59,7 +59,7 @@ class EpisodeRecorder:
     roles: dict[str, str] = field(default_factory=dict)
     """Agent name -> role (target tag), for per-role advantage groups."""
     conversations: dict[tuple[str, str], list[Conversation]] = field(default_factory=dict)
-    """Per (agent, model): the conversations a new call may continue."""
+    """Per (agent, model): the conversations a new call may continue (model: a trained model's key, or a frozen one's `frozen/...`)."""
     scripted_calls: Counter[str] = field(default_factory=Counter)
     """Per agent: calls a scripted policy answered in the trainable slot (a baseline); rewarded like trainable calls, never trained."""
     closed: bool = False
