@@ -1,5 +1,6 @@
 """Advantage estimators and episode assembly against hand-computed numbers (pure, no model)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -116,6 +117,17 @@ def test_per_role_groups_get_separate_baselines():
 
     pooled = compute_advantages(episodes, "grpo", normalize_by_std=False, per_role=False)
     assert pooled.advantages == {(0, "wolf"): -7.5, (1, "wolf"): -5.5, (0, "villager"): 1.5, (1, "villager"): 11.5}
+
+
+def test_a_baseline_group_splits_its_task_group():
+    # One task, two opponents: the games against "strong" are compared with each other, not with the wins against "weak".
+    games = [("strong", -1.0), ("strong", 0.0), ("weak", 1.0), ("weak", 1.0), ("strong", -1.0), (None, 0.5), (None, 1.5)]
+    episodes = [dataclasses.replace(episode(0, {"a": reward}), baseline_group=opponent) for opponent, reward in games]
+    result = compute_advantages(episodes, "grpo", normalize_by_std=False)
+    assert result.advantages == pytest.approx({(0, "a"): -1 / 3, (1, "a"): 2 / 3, (4, "a"): -1 / 3, (5, "a"): -0.5, (6, "a"): 0.5})
+    assert result.metrics["advantage/groups"] == 3 and result.metrics["advantage/dropped_groups"] == 1  # "weak": both won
+    pooled = compute_advantages([dataclasses.replace(e, baseline_group=None) for e in episodes], "grpo", normalize_by_std=False)
+    assert pooled.metrics["advantage/groups"] == 1 and pooled.advantages[(2, "a")] > 0
 
 
 def test_self_play_players_of_one_role_share_a_group():

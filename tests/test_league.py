@@ -176,6 +176,25 @@ def test_a_group_meets_one_opponent_or_one_each_as_configured():
     assert all(len(names) > 1 for names in opponents["episode"])
 
 
+async def reward_by_opponent(task, model, auxiliary_models):
+    opponent = task["workflow_args"]["opponent"]
+    return WorkflowOutput(reward=1.0 if opponent == "a" else 0.0, outcome="draw")
+
+
+@pytest.mark.parametrize("per_opponent", [True, False])
+def test_with_baseline_per_opponent_a_game_is_baselined_among_games_against_its_opponent(per_opponent):
+    scripted = {"a": "sparring.envs.tictactoe:random_legal", "b": "sparring.envs.tictactoe:random_legal"}
+    league = League(LeagueConfig(snapshot_every_steps=0, scripted=scripted, sampling="uniform", baseline_per_opponent=per_opponent), client=None, sampling_defaults={})
+    tasks = [{"task_id": "t"}]
+    league.begin_step(0, tasks, group_size=8)
+    episodes = asyncio.run(run_episodes(league.episode_fn(as_episode_fn(reward_by_opponent)), tasks, lambda: TunerHandle(policies={"policy": ScriptedChatModel.seeded(random_legal)}), RunnerSettings(group_size=8)))
+    assert {episode.reward for episode in episodes} == {0.0, 1.0}  # both opponents were met
+    if per_opponent:
+        assert all(episode.baseline_group == ("a" if episode.reward == 1.0 else "b") for episode in episodes)
+    else:
+        assert all(episode.baseline_group is None for episode in episodes)
+
+
 async def no_outcome(task, model, auxiliary_models):
     return WorkflowOutput(reward=0.0)
 

@@ -131,7 +131,8 @@ def compute_advantages(
 ) -> AdvantageResult:
     """Advantages for every (episode, agent) that has a timeline, baselined within its group.
 
-    A group is the episodes sharing `Episode.group`; with `per_role` it is
+    A group is the episodes sharing `Episode.group`, split by
+    `Episode.baseline_group` where a workflow or league set one; with `per_role` it is
     split by the agent's role (`episode.roles.get(agent, agent)`), so two
     players of one role in a self-play game share a group while werewolves
     and villagers do not. Errored episodes take part with the penalty reward
@@ -159,7 +160,7 @@ def compute_advantages(
             returns = _returns_per_call(episode, episode_index, agent) if per_turn else [float(episode.rewards[agent])]
             num_calls[(episode_index, agent)] = len(returns)
             for turn, value in enumerate(returns):
-                groups[(episode.group, role, turn if per_turn else None)].append((episode_index, agent, turn, value))
+                groups[(episode.group, episode.baseline_group, role, turn if per_turn else None)].append((episode_index, agent, turn, value))
 
     advantages: dict[tuple[int, str], float | list[float]] = {}
     kept: list[float] = []

@@ -60,6 +60,8 @@ class CheckedOutcome:
     """Per agent, the extra reward of each of its trainable calls."""
     reward: float | None = None
     """The one reward given for all trainable agents (kept when none spoke); None when it was given per agent."""
+    baseline_group: str | None = None
+    """`WorkflowOutput.baseline_group`, checked to be a string or None."""
 
 
 async def checked_outcome(output: Any, task: dict, tuner: ModelRouter, judge: Callable | None, calls: Counter[str]) -> CheckedOutcome:
@@ -71,6 +73,8 @@ async def checked_outcome(output: Any, task: dict, tuner: ModelRouter, judge: Ca
         metrics[SUCCESS_METRIC] = _success(output.is_success)
     if output.outcome is not None and output.outcome not in GAME_OUTCOMES:
         raise EpisodeFault("bad_outcome", f"outcome is {output.outcome!r}; it must be None or one of {GAME_OUTCOMES}")
+    if output.baseline_group is not None and not isinstance(output.baseline_group, str):
+        raise EpisodeFault("bad_outcome", f"baseline_group is {output.baseline_group!r} ({type(output.baseline_group).__name__}); it must be None or a string")
     if reward is None:
         if judge is None:
             raise EpisodeFault("bad_reward", "the workflow returned reward=None and no judge_func is configured")
@@ -86,9 +90,9 @@ async def checked_outcome(output: Any, task: dict, tuner: ModelRouter, judge: Ca
         if missing:
             raise EpisodeFault("bad_reward", f"the reward dict {sorted(reward, key=str)} has no entry for trainable agents {missing}")
         rewards = {agent: _reward(reward[agent], f"reward[{agent!r}]") for agent in agents}
-        return CheckedOutcome(rewards, metrics, _turn_rewards(output.turn_rewards, calls))
+        return CheckedOutcome(rewards, metrics, _turn_rewards(output.turn_rewards, calls), baseline_group=output.baseline_group)
     value = _reward(reward, "reward")
-    return CheckedOutcome({agent: value for agent in agents}, metrics, _turn_rewards(output.turn_rewards, calls), reward=value)
+    return CheckedOutcome({agent: value for agent in agents}, metrics, _turn_rewards(output.turn_rewards, calls), reward=value, baseline_group=output.baseline_group)
 
 
 def _number(value: Any) -> float | None:

@@ -114,6 +114,7 @@ async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: Mode
         num_calls=len(recorder.calls),
         turn_rewards=outcome.turn_rewards if outcome else {},
         reward=outcome.reward if outcome else None,
+        baseline_group=outcome.baseline_group if outcome else None,
     )
 
 

@@ -38,6 +38,10 @@ class WorkflowOutput:
     outcome: str | None = None
     """A game's result from the trained side: 'win', 'draw' or 'loss'. A league (`league:` in a config) needs it to keep
     the policy's record against each opponent; elsewhere it is optional."""
+    baseline_group: str | None = None
+    """Narrows who this episode is compared with: the episodes of its task share an advantage baseline only with those
+    of the same `baseline_group` (e.g. the opponent it met; a league with `baseline_per_opponent` sets it). None: the
+    whole task group."""
 
 
 @dataclass
@@ -121,6 +125,9 @@ class Episode:
     reward: float | None = None
     """The one reward the workflow (or judge) gave for all trainable agents, kept even when none of them spoke;
     None when it gave a reward per agent, or the episode failed."""
+    baseline_group: str | None = None
+    """`WorkflowOutput.baseline_group`: within its task group, the episode shares a baseline only with episodes of the
+    same value (None: the whole group; a failed episode keeps None)."""
 
     @property
     def failed(self) -> bool:

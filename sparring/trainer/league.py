@@ -8,7 +8,8 @@ training step:
 - `refresh(step)` adds a snapshot when one is due and evicts past `max_snapshots`;
 - `begin_step` draws every episode's opponent (`algorithms.opponent_sampling`, from the records as they stand,
   with an RNG seeded by the league seed and the step, so a run's draws are reproducible);
-- `episode_fn(workflow)` wraps the workflow: it hands an episode its opponent and counts the outcome;
+- `episode_fn(workflow)` wraps the workflow: it hands an episode its opponent and counts the outcome (and, with
+  `baseline_per_opponent`, names the opponent as the episode's `baseline_group`);
 - `end_step` returns the step's `league/...` metrics and folds its games into the records.
 
 The workflow's side of it (the public API): the drawn opponent's name is `task["workflow_args"]["opponent"]`
@@ -19,6 +20,7 @@ reports no outcome is an error episode (kind 'bad_outcome'), never a silent gap 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,6 +36,9 @@ from .league_config import SNAPSHOT_PREFIX, LeagueConfig
 
 OPPONENT_ARG = "opponent"
 """The workflow argument that names an episode's drawn opponent (its chat model is the auxiliary model of that name)."""
+SNAPSHOTS_BASELINE = f"{SNAPSHOT_PREFIX}*"
+"""The baseline group of every game against a snapshot (`baseline_per_opponent`): the policy's recent past is one
+opponent there, or most of those games would sit alone in their group."""
 
 
 @dataclass
@@ -145,6 +150,8 @@ class League:
             if outcome not in OUTCOMES:
                 raise EpisodeFault("bad_outcome", f"a league game must report WorkflowOutput.outcome, one of {OUTCOMES} from the learner's side; got {outcome!r} (opponent {draw.name!r})")
             self._results.append((draw.name, outcome))
+            if self.config.baseline_per_opponent and output.baseline_group is None:
+                return dataclasses.replace(output, baseline_group=SNAPSHOTS_BASELINE if draw.name.startswith(SNAPSHOT_PREFIX) else draw.name)
             return output
 
         return play

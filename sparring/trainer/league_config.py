@@ -49,6 +49,11 @@ class LeagueConfig(ConfigRecord):
     draw_per: Literal["episode", "group"] = "episode"
     """'episode': every episode of a GRPO group draws its own opponent, so even a deterministic policy meets different
     outcomes within a group; 'group': one opponent per task, the group's episodes differ only by sampling."""
+    baseline_per_opponent: bool = False
+    """Compare a game only with the games of its group against the same opponent (the episode's `baseline_group`; all
+    snapshots count as one opponent, `snapshot-*`), so with `draw_per: episode` a game against a strong opponent is
+    measured against others against it, not against the group's wins over weak ones. A game alone with its opponent
+    in its group gets no advantage."""
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     """Seed of the draws (and of the scripted opponents' randomness); with the step it makes a run's draws reproducible."""
 
