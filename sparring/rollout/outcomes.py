@@ -31,7 +31,7 @@ ERROR_KINDS = {
     "nonfinite_reward": "a reward is nan or inf",
     "bad_metric": "a metric is not a finite number (a string, None, a list, nan, inf)",
     "bad_turn_rewards": "turn_rewards do not fit the trainable calls, or hold something that is not a finite number",
-    "bad_outcome": "outcome is not 'win', 'draw' or 'loss' (or None), or a league game reported none",
+    "bad_outcome": "outcome is not 'win', 'draw' or 'loss' (or None), a league game reported none, or baseline_group is not a string",
 }
 """Why an episode failed: kind -> what it means (the kinds of `Episode.error_kind`)."""
 GAME_OUTCOMES = ("win", "draw", "loss")
