@@ -1,14 +1,26 @@
-"""A whole GRPO step, sparring's `tune()` against TRL's `GRPOTrainer`, on the same work.
+"""A whole GRPO step, sparring's `tune()` against TRL's `GRPOTrainer`, on equal work.
 
 Both train SmolLM2-135M-Instruct (the same local weights: the directory
 sparring converted its embedded GGUF into) with a LoRA of rank 16, alpha 32,
 no dropout, on the same seven projections (q, k, v, o, gate, up, down), in
-float32 on the CPU, on the toy task "What is a op b?" with a correctness
-reward (1 when the last number of the reply is the answer). Per step: the
-same number of prompts x completions (group size 8 by default), at most 64
-new tokens, temperature 1, one optimizer step on the batch just sampled.
+float32 on the CPU, on the toy prompts "What is a op b?". Per step: the
+same number of prompts x completions (group size 8 by default), temperature
+1, one optimizer step on the batch just sampled.
 
-Settings that make the work the same (checked against TRL 1.16's code):
+Equal work (the default, `--work equal`): both draw the same prompts in the
+same order (no shuffle: prompt k of the step is task k of the list in both),
+every completion is exactly `--max-tokens` long in both (sparring samples
+with `stop=[]`, TRL with `min_new_tokens` = `max_new_tokens`, so the same
+number of tokens is sampled and trained), and the reward is the share of
+distinct words in the reply, which differs between the completions of a
+group, so every group has reward variance and both run a real backward on
+every completion (the zero-variance share is reported to show it).
+`--work free` is the earlier comparison: completions end at the end-of-turn
+token (each framework samples its own lengths) and the reward is
+correctness (1 when the last number is the answer), nearly always 0.
+
+Settings that make the rest of the work the same (checked against TRL 1.16's
+code):
 - TRL: `bf16=False`, `gradient_checkpointing=False` (its default is True),
   `beta=0` (its default: no reference model), `num_iterations=1` and
   `steps_per_generation` = `gradient_accumulation_steps` = 1, so it computes
@@ -26,7 +38,7 @@ Each framework runs in a subprocess of its own per measurement (its peak RSS
 is that process's, from `wait4`), sparring and TRL alternating (A B, then B
 A), one warm-up step then `--steps` timed steps each. Reported per step
 (medians): seconds, the split into sampling / scoring / training, completion
-tokens trained per second of training, and the ratio TRL / sparring.
+tokens per second of sampling and of training, and the ratio TRL / sparring.
 
 Sampling here is everything before the loss: generation, decoding and
 tokenising, advantages (for sparring the episodes, for TRL
@@ -36,7 +48,7 @@ time; training is the rest of the step (forward+backward, optimizer step).
 Run with the `bench` extra installed (`pip install -e '.[bench]'`, what
 `make bench` does):
 
-    .venv/bin/python benchmarks/grpo_vs_trl.py [--sizes 8 32] [--steps 3] [--rounds 1]
+    .venv/bin/python benchmarks/grpo_vs_trl.py [--sizes 8 32] [--steps 3] [--rounds 1] [--work equal|free]
     .venv/bin/python benchmarks/grpo_vs_trl.py --steps 2 --sizes 8      # a quick look
 """
 
@@ -61,6 +73,7 @@ LORA_ALPHA = 32
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LEARNING_RATE = 1e-5
 FRAMEWORKS = ("sparring", "trl")
+WORKS = ("equal", "free")
 
 
 def arithmetic_tasks(count: int, seed: int = 0) -> list[dict]:
@@ -80,6 +93,22 @@ def correctness(reply: str, answer: int) -> float:
     return 1.0 if numbers and int(numbers[-1]) == answer else 0.0
 
 
+def distinct_word_share(reply: str) -> float:
+    """The share of the reply's words that are distinct: a reward that differs between sampled completions."""
+    words = reply.lower().split()
+    return len(set(words)) / len(words) if words else 0.0
+
+
+def reward_of(work: str, reply: str, answer: int) -> float:
+    return distinct_word_share(reply) if work == "equal" else correctness(reply, answer)
+
+
+def zero_variance_share(rewards: list[float], group_size: int) -> float:
+    """The share of groups (consecutive runs of `group_size` rewards) whose rewards are all equal."""
+    groups = [rewards[start : start + group_size] for start in range(0, len(rewards), group_size)]
+    return sum(len(set(group)) == 1 for group in groups) / len(groups)
+
+
 def local_model_dir() -> Path:
     """The Hugging Face directory sparring loads SmolLM2 from (converted once from the embedded GGUF)."""
     from sparring.models import load_base_model
@@ -95,20 +124,21 @@ def local_model_dir() -> Path:
 # Workers: one framework, one process ---------------------------------------------------------------------------------
 
 
-def run_sparring(completions: int, group_size: int, steps: int, max_tokens: int) -> list[dict]:
+def run_sparring(completions: int, group_size: int, steps: int, max_tokens: int, work: str) -> list[dict]:
     from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
     from sparring.logging import read_metrics
 
     async def arithmetic(task, model, auxiliary_models):
-        reply = await model([{"role": "user", "content": task["question"]}])
+        forced_length = {"stop": []} if work == "equal" else {}  # no stop token: every reply is max_tokens long
+        reply = await model([{"role": "user", "content": task["question"]}], **forced_length)
         started = time.perf_counter()
-        reward = correctness(reply.content or "", task["answer"])
+        reward = reward_of(work, reply.content or "", task["answer"])
         return WorkflowOutput(reward=reward, metrics={"score_seconds": time.perf_counter() - started})
 
     run_dir = Path(tempfile.mkdtemp(prefix="sparring-vs-trl-")) / "run"
     tune(
         workflow_func=arithmetic,
-        train_dataset=DatasetConfig(tasks=arithmetic_tasks(256), total_steps=steps),
+        train_dataset=DatasetConfig(tasks=arithmetic_tasks(256), total_steps=steps, shuffle=work == "free"),
         model=TunerModelConfig(model_path=MODEL, max_tokens=max_tokens, lora_rank=LORA_RANK, temperature=1.0),
         algorithm=AlgorithmConfig(
             group_size=group_size,
@@ -136,12 +166,13 @@ def run_sparring(completions: int, group_size: int, steps: int, max_tokens: int)
                 "completion_tokens": metrics["tokens/sampled"],
                 "tokens": metrics["tokens/total"] + metrics["episodes"],
                 "reward": metrics["reward/mean"],
+                "zero_variance": metrics["advantage/zero_variance_fraction"],
             }
         )
     return records
 
 
-def run_trl(completions: int, group_size: int, steps: int, max_tokens: int) -> list[dict]:
+def run_trl(completions: int, group_size: int, steps: int, max_tokens: int, work: str) -> list[dict]:
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -175,6 +206,7 @@ def run_trl(completions: int, group_size: int, steps: int, max_tokens: int) -> l
             output = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             add("scoring", time.perf_counter() - started)
             add("reward_sum", float(output.sum()))
+            timings["zero_variance"] = zero_variance_share(output.sum(dim=1).tolist(), group_size)
             return output
 
     class StepTimer(TrainerCallback):
@@ -193,11 +225,12 @@ def run_trl(completions: int, group_size: int, steps: int, max_tokens: int) -> l
                     "completion_tokens": timings["completion_tokens"],
                     "tokens": timings["tokens"],
                     "reward": timings["reward_sum"] / completions,
+                    "zero_variance": timings["zero_variance"],
                 }
             )
 
-    def correctness_reward(completions, answer, **kwargs):
-        return [correctness(completion[-1]["content"], int(expected)) for completion, expected in zip(completions, answer)]
+    def reward(completions, answer, **kwargs):
+        return [reward_of(work, completion[-1]["content"], int(expected)) for completion, expected in zip(completions, answer)]
 
     directory = local_model_dir()
     tokenizer = AutoTokenizer.from_pretrained(directory)
@@ -223,11 +256,13 @@ def run_trl(completions: int, group_size: int, steps: int, max_tokens: int) -> l
         disable_tqdm=True,
         dataloader_num_workers=0,
         seed=0,
+        shuffle_dataset=work == "free",
+        generation_kwargs={"min_new_tokens": max_tokens} if work == "equal" else None,  # end-of-turn suppressed: every reply max_tokens long
     )
     peft_config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=LORA_MODULES, bias="none", task_type="CAUSAL_LM")
     trainer = TimedGRPOTrainer(
         model=model,
-        reward_funcs=correctness_reward,
+        reward_funcs=reward,
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -247,7 +282,7 @@ def measure(framework: str, completions: int, args) -> dict:
         result_file = handle.name
     command = [
         sys.executable, __file__, "--worker", framework, "--completions", str(completions), "--group-size", str(args.group_size),
-        "--steps", str(args.steps), "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--result-file", result_file,
+        "--steps", str(args.steps), "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--work", args.work, "--result-file", result_file,
     ]  # fmt: skip
     output = None if args.verbose else subprocess.DEVNULL
     process = subprocess.Popen(command, stdout=output, stderr=output)
@@ -262,7 +297,8 @@ def measure(framework: str, completions: int, args) -> dict:
 
 def summarize(runs: list[dict]) -> dict:
     records = [record for run in runs for record in run["records"]]
-    median = {key: statistics.median(r[key] for r in records) for key in ("step", "sampling", "scoring", "train", "completion_tokens", "tokens", "reward")}
+    median = {key: statistics.median(r[key] for r in records) for key in ("step", "sampling", "scoring", "train", "completion_tokens", "tokens", "reward", "zero_variance")}
+    median["sampled_tokens_per_s"] = statistics.median(r["completion_tokens"] / r["sampling"] for r in records)
     median["trained_tokens_per_s"] = statistics.median(r["completion_tokens"] / r["train"] for r in records)
     median["peak_rss_gb"] = max(run["peak_rss_gb"] for run in runs)
     median["steps"] = len(records)
@@ -272,14 +308,18 @@ def summarize(runs: list[dict]) -> dict:
 def report(size: int, summaries: dict[str, dict]) -> None:
     group_size = summaries["sparring"]["group_size"]
     print(f"\n{size} completions per step: {size // group_size} prompt(s) x {group_size}")
-    header = f"{'':>9} {'s/step':>7} {'sampling':>9} {'scoring':>8} {'train':>7} {'tokens':>7} {'compl.':>7} {'compl. tok/s trained':>21} {'peak RSS GB':>12} {'reward':>7} {'steps':>6}"
+    header = (
+        f"{'':>9} {'s/step':>7} {'sampling':>9} {'scoring':>8} {'train':>7} {'tokens':>7} {'compl.':>7} {'compl. tok/s sampled':>21} "
+        f"{'compl. tok/s trained':>21} {'peak RSS GB':>12} {'reward':>7} {'zero-var':>9} {'steps':>6}"
+    )
     print(header)
     print("-" * len(header))
     for framework in FRAMEWORKS:
         s = summaries[framework]
         print(
             f"{framework:>9} {s['step']:7.1f} {s['sampling']:9.1f} {s['scoring']:8.3f} {s['train']:7.1f} {s['tokens']:7.0f} "
-            f"{s['completion_tokens']:7.0f} {s['trained_tokens_per_s']:21.0f} {s['peak_rss_gb']:12.1f} {s['reward']:7.2f} {s['steps']:6d}"
+            f"{s['completion_tokens']:7.0f} {s['sampled_tokens_per_s']:21.0f} {s['trained_tokens_per_s']:21.0f} {s['peak_rss_gb']:12.1f} "
+            f"{s['reward']:7.2f} {s['zero_variance']:9.2f} {s['steps']:6d}"
         )
     trl, ours = summaries["trl"], summaries["sparring"]
     print(f"TRL / sparring: step {trl['step'] / ours['step']:.2f}x, sampling {trl['sampling'] / ours['sampling']:.2f}x, train {trl['train'] / ours['train']:.2f}x")
@@ -293,6 +333,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first, per process")
     parser.add_argument("--rounds", type=int, default=1, help="processes per framework and size (A B, B A, ...)")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--work", choices=WORKS, default="equal", help="equal: same prompts, forced lengths, a reward with variance in every group")
     parser.add_argument("--verbose", action="store_true", help="show the workers' output")
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--completions", type=int, help=argparse.SUPPRESS)
@@ -300,7 +341,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         run = run_sparring if args.worker == "sparring" else run_trl
-        records = run(args.completions, args.group_size, args.warmup + args.steps, args.max_tokens)
+        records = run(args.completions, args.group_size, args.warmup + args.steps, args.max_tokens, args.work)
         Path(args.result_file).write_text(json.dumps(records))
         return
     for size in args.sizes:
@@ -309,7 +350,7 @@ def main() -> None:
     local_model_dir()  # convert once, before anything is timed
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    print(f"GRPO step, {MODEL} + LoRA r{LORA_RANK}, fp32 CPU, {args.max_tokens} max new tokens, group size {args.group_size}, "
+    print(f"GRPO step ({args.work} work), {MODEL} + LoRA r{LORA_RANK}, fp32 CPU, {args.max_tokens} max new tokens, group size {args.group_size}, "
           f"{args.warmup} warm-up + {args.steps} timed steps per process, {args.rounds} process(es) per framework and size")  # fmt: skip
     for size in args.sizes:
         runs: dict[str, list[dict]] = {framework: [] for framework in FRAMEWORKS}

@@ -14,6 +14,7 @@ conversations that share werewolf's rules, 5 turns each (a new message, then a s
 the cache leaves unchanged), the 7 calls of a turn batched.
 
     .venv/bin/python benchmarks/prefix_cache.py [--games werewolf,twenty_questions,guess_number] [--tasks 4] [--repeats 1] [--quick]
+    .venv/bin/python benchmarks/prefix_cache.py --games werewolf --set eval_dataset.workflow_args.full_history=true
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ RULES = (
 CACHE_MIB = 1024
 
 
-def evaluate_once(game: str, model: str, tasks: int, mib: float, seed: int) -> tuple[PrefillCounts, float, float]:
+def evaluate_once(game: str, model: str, tasks: int, mib: float, seed: int, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
     """One `sparring eval`-equivalent run of `game` on `tasks` tasks with a `mib` MiB prefix cache (0: off): what it
     prefilled, its wall time and the process's CPU time (less sensitive to other jobs on a shared machine)."""
     auxiliary = load_config(game).auxiliary_models
-    config = load_config(game, [f"model.model_path={model}", "logging.console=false", *(f"auxiliary_models.{name}.model_path={model}" for name in auxiliary)])
+    config = load_config(game, [f"model.model_path={model}", "logging.console=false", *(f"auxiliary_models.{name}.model_path={model}" for name in auxiliary), *overrides])
     engine = get_engine(model, EngineConfig())
     engine.set_prefix_cache(mib).result()
     engine.reseed(seed)
@@ -81,13 +82,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="off/on pairs per game")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--quick", action="store_true", help="the tiny random model: a smoke test, not a measurement")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="a config override for every game, as `sparring eval --set`")
     args = parser.parse_args()
     model = resolve_model_name(args.model, args.quick)
     rows = []
     for game in args.games.split(","):
         runs: dict[str, list[tuple[PrefillCounts, float, float]]] = {"off": [], "on": []}
         def measure(mib: float, seed: int, tasks: int = args.tasks) -> tuple[PrefillCounts, float, float]:
-            return converse_once(model, 5, mib) if game == "conversations" else evaluate_once(game, model, tasks, mib, seed)
+            return converse_once(model, 5, mib) if game == "conversations" else evaluate_once(game, model, tasks, mib, seed, args.overrides)
 
         measure(CACHE_MIB, seed=1, tasks=1)  # warm-up: model loaded, weights packed, code paths compiled
         for repeat in range(args.repeats):

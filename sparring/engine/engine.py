@@ -68,12 +68,12 @@ class EngineConfig(BaseModel):
     """Fold the adapter into the base weights while sampling; None means on for float32."""
     fast_decoder: bool = True
     """Use the preallocated-cache decoder for Llama-family models."""
-    prefix_cache_mib: float = Field(default=0, ge=0)
+    prefix_cache_mib: float = Field(default=1024, ge=0)
     """Memory for the keys and values of prompts and completions kept across sampling requests (`prefix_cache`), so a
-    later prompt that begins with one prefills only its new tokens; 0 (the default) turns it off. On the model's
-    device: ~45 KiB a token for SmolLM2-135M in float32 (1024 holds ~23k tokens). Llama-family models (the fast
-    decoder) only. Off by default: it prefills 2.3x fewer tokens in a werewolf evaluation but ran it 0.54x as fast
-    (benchmarks/README.md)."""
+    later prompt that begins with one prefills only its new tokens; 0 turns it off. On the model's device: ~45 KiB a
+    token for SmolLM2-135M in float32 (the default 1024 holds ~23k tokens). Llama-family models (the fast decoder)
+    only. Measured faster on every load tried (werewolf, twenty questions and guess-the-number evaluations,
+    `make demo`'s rollouts: benchmarks/README.md)."""
     pack_cpu_weights: bool = True
     """On CPU in float32, the fast decoder samples through oneDNN-packed copies of the weights with the adapter folded
     in, kept until the weights change: decode steps 1.3-2x faster on a 2-core machine, and sampling never writes the

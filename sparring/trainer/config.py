@@ -143,8 +143,8 @@ class TunerModelConfig(ConfigRecord):
     """torch device that runs the model ('cpu', 'cuda', 'cuda:1')."""
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     """Weights dtype; None means float32 on CPU and bfloat16 on CUDA."""
-    prefix_cache_mib: float = Field(default=0, ge=0, le=1_048_576)
-    """Budget of the engine's prefix KV cache kept across calls (MiB); 0 = off (measured in benchmarks/README.md)."""
+    prefix_cache_mib: float = Field(default=1024, ge=0, le=1_048_576)
+    """Budget of the engine's prefix KV cache kept across calls (MiB); 0 = off (on/off measured in benchmarks/README.md)."""
     backend: Literal["local", "tinker"] = "local"
     """Where the model runs: 'local' (an engine in this process) or 'tinker' (any Tinker-protocol service, via the tinker SDK)."""
     base_url: str | None = None
