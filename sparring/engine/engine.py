@@ -184,11 +184,16 @@ class Engine:
         if mib < 0:
             raise ValueError(f"prefix cache size must be >= 0 MiB, got {mib}")
 
-        def resize() -> None:
-            self.config = self.config.model_copy(update={"prefix_cache_mib": mib})
-            self.prefix_cache = PrefixCache(int(mib * 2**20)) if mib > 0 else None
+        return self.call(lambda: self._resize_prefix_cache(mib))
 
-        return self.call(resize)
+    def empty_prefix_cache(self) -> Future:
+        """Drop every cached prefix (same budget), after everything submitted before: a training step starts from an
+        empty cache, so a resumed run samples its first step exactly as the uninterrupted run did."""
+        return self.call(lambda: self._resize_prefix_cache(self.config.prefix_cache_mib))
+
+    def _resize_prefix_cache(self, mib: float) -> None:
+        self.config = self.config.model_copy(update={"prefix_cache_mib": mib})
+        self.prefix_cache = PrefixCache(int(mib * 2**20)) if mib > 0 else None
 
     def _put(self, item) -> Future:
         with self._wakeup:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..clients import RemoteTrainingClient, SamplingClient, TrainingClient
+from ..engine import Engine
 from ..integrations import TunerHandle
 from ..rollout import ChatModel, FrozenChatModel, PolicyChatModel
 from ..types import Datum, ForwardBackwardOutput
@@ -105,6 +106,17 @@ class TrainingModels:
         if not self.rollout_temperature_floor:
             return policies
         return {key: dataclasses.replace(policy, temperature_floor=self.rollout_temperature_floor) for key, policy in policies.items()}
+
+    def local_engines(self) -> list[Engine]:
+        """Every distinct in-process engine the models sample on (models on a service have none)."""
+        samplers = [*self.clients.values(), self.base_sampler, *(getattr(model, "sampler", None) for model in self.auxiliary.values())]
+        engines = [getattr(sampler, "engine", None) for sampler in samplers]
+        return list({id(engine): engine for engine in engines if isinstance(engine, Engine)}.values())
+
+    async def empty_prefix_caches(self) -> None:
+        """Empty the engines' prefix caches: every step starts from none, so a resumed run samples as the uninterrupted
+        one did (a frozen model's cached prefixes would otherwise outlive the step that computed them)."""
+        await asyncio.gather(*(asyncio.wrap_future(engine.empty_prefix_cache()) for engine in self.local_engines()))
 
     def reseed(self, seed: int, step: int) -> None:
         for client in self.clients.values():

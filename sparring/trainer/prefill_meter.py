@@ -10,7 +10,6 @@ the engines' own, so with rollouts running ahead of training
 
 from __future__ import annotations
 
-from ..engine import Engine
 from ..engine.prefix_cache import PrefillCounts
 from .models import TrainingModels
 
@@ -19,9 +18,7 @@ class PrefillMeter:
     """The prefill counts of a run's local engines, read step by step."""
 
     def __init__(self, models: TrainingModels):
-        samplers = [*models.clients.values(), models.base_sampler, *(getattr(model, "sampler", None) for model in models.auxiliary.values())]
-        engines = [getattr(sampler, "engine", None) for sampler in samplers]
-        self.engines = list({id(engine): engine for engine in engines if isinstance(engine, Engine)}.values())
+        self.engines = models.local_engines()
         """Every distinct in-process engine the models use."""
         self._read = self._total()
 

@@ -144,9 +144,10 @@ class StepSequence:
         return point if self.frozen is None else dataclasses.replace(point, versions=self.frozen.pending_versions(step))
 
     async def begin(self, step: int, weights: RolloutWeights) -> StepStart:
-        """Open `step`: snapshots and league, the evaluation when due, the reseed, its tasks, the hooks."""
+        """Open `step`: an empty prefix cache, snapshots and league, the evaluation when due, the reseed, its tasks, the hooks."""
         self.stop.check()
         self.reach(step)
+        await self.models.empty_prefix_caches()
         await weights.retake_snapshots(step)
         if self.models.league is not None:
             self.models.league.refresh(step)
