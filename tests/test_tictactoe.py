@@ -14,7 +14,7 @@ from sparring.envs import load_game_config
 from sparring.envs.common import play_game
 import sparring.envs.tictactoe
 from sparring.envs.tictactoe import TicTacToe, make_tasks, minimax, random_legal, tictactoe
-from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, minimax_move, parse_move, random_move
+from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, minimax_move, parse_move, random_move, value_given_away
 from sparring.logging import read_metrics, read_rollouts
 from sparring.rollout import FrozenChatModel
 from sparring.trainer import import_object, load_tasks, load_train_and_eval_tasks
@@ -169,6 +169,22 @@ def test_move_credit_rewards_taking_a_win_and_blocking_one():
     assert out.turn_rewards == {"x": [0.0, 0.0, 0.0, 0.5], "o": [0.0, 0.5, 0.0]} and out.outcome is None  # self-play: no single side
     out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self"}}, Scripted(["1", "4", "2", "3", "5", "6", "9"]))
     assert out.turn_rewards is None
+
+
+def test_value_credit_charges_the_move_that_throws_the_draw():
+    # o: 4 answers x's corner with an edge beside it, the one move of the game that gives value away (draw -> loss);
+    # every later move is already in a decided game, so none of them gives anything away.
+    moves = ["1", "4", "2", "3", "5", "6", "9"]
+    out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self", "value_credit": 0.5}}, Scripted(moves))
+    assert out.turn_rewards == {"x": [0.0, 0.0, 0.0, 0.0], "o": [-0.5, 0.0, 0.0]}
+    out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self", "move_credit": 0.5, "value_credit": 0.5}}, Scripted(moves))
+    assert out.turn_rewards == {"x": [0.0, 0.0, 0.0, 0.5], "o": [-0.5, 0.5, 0.0]}
+
+
+def test_value_given_away_is_zero_for_perfect_moves_only():
+    board = Board.from_moves([1, 5, 9])  # O to move: a corner loses to the fork, an edge holds the draw
+    assert {cell: value_given_away(board, cell) for cell in board.free()} == {2: 0, 3: 1, 4: 0, 6: 0, 7: 1, 8: 0}
+    assert value_given_away(Board.from_moves([1, 4, 2, 5]), 7) == 2  # X could take 3 and win; 7 lets O win at 6
 
 
 def test_a_league_opponent_is_played_by_name_and_the_outcome_reported():

@@ -119,6 +119,14 @@ def best_moves(board: Board) -> list[int]:
     return [cell for cell, value in values.items() if value == best]
 
 
+def value_given_away(board: Board, cell: int) -> int:
+    """How much game value (perfect play after it: +1 win, 0 draw, -1 loss) playing `cell` gives away against the
+    best move available: 0 for a perfect move, 1 for a drawn game thrown or a win turned into a draw, 2 for a won
+    game turned into a loss."""
+    best = max(-_value(board.play(free).cells) for free in board.free())
+    return best + _value(board.play(cell).cells)
+
+
 @functools.lru_cache(maxsize=None)
 def _value(cells: tuple[str, ...]) -> int:
     """+1 if the player to move wins with perfect play, 0 for a draw, -1 for a loss."""

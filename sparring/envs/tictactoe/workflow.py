@@ -29,7 +29,10 @@ only the current position.
 Rewards per seat: `win_reward` 1, `draw_reward` 0, `loss_reward` -1,
 `illegal_reward` -1. `workflow_args.move_credit` (0, off) adds per-move
 credit: a turn reward of that size for every move of a trained seat that
-takes a win or blocks the opponent's. Metrics: `win_rate` / `draw_rate` / `loss_rate` of the
+takes a win or blocks the opponent's. `workflow_args.value_credit` (0, off)
+charges each move what it gives away under perfect play (the solved game's
+value: a drawn game thrown costs 1 x value_credit, a won game lost 2 x): a
+teacher's per-move reward, which only a solved game can give. Metrics: `win_rate` / `draw_rate` / `loss_rate` of the
 trained side, the same win rate as `role/player/win_rate`,
 `agent/<seat>/win_rate` and `vs_<opponent>/win_rate`, `invalid_action_rate`
 (illegal or unparsable replies per policy move), `forfeit_rate`, `turns`.
@@ -44,7 +47,7 @@ import random
 from sparring import ChatModel, WorkflowOutput
 
 from ..common import Bot, GameRecord, TwoPlayerGame, play_game
-from .rules import Board, completing_cells, minimax_move, parse_move, random_move
+from .rules import Board, completing_cells, minimax_move, parse_move, random_move, value_given_away
 
 SEATS = ("x", "o")
 ROLE = "player"
@@ -138,16 +141,20 @@ def outcome_of(record: GameRecord, seat: str) -> str:
     return "draw" if record.winner is None else "win" if record.winner == seat else "loss"
 
 
-def move_credit(record: GameRecord, trained: list[str], credit: float) -> dict[str, list[float]]:
+def move_credit(record: GameRecord, trained: list[str], credit: float, value_credit: float) -> dict[str, list[float]]:
     """Per trained seat, one turn reward per move: `credit` for a move that completes its line (takes a win) or the
-    opponent's (blocks one), else 0 (a forfeited turn included)."""
+    opponent's (blocks one), minus `value_credit` for every unit of game value the move gives away under perfect
+    play (`value_given_away`); 0 for a forfeited turn (its loss is the game's reward)."""
     board, rewards = Board(), {seat: [] for seat in trained}
     for turn in record.turns:
         if turn.seat in rewards:
-            mark = board.to_move
-            other = "O" if mark == "X" else "X"
-            useful = turn.move is not None and turn.move in completing_cells(board, mark) | completing_cells(board, other)
-            rewards[turn.seat].append(credit if useful else 0.0)
+            reward = 0.0
+            if turn.move is not None:
+                mark = board.to_move
+                other = "O" if mark == "X" else "X"
+                reward += credit if turn.move in completing_cells(board, mark) | completing_cells(board, other) else 0.0
+                reward -= value_credit * value_given_away(board, turn.move)
+            rewards[turn.seat].append(reward)
         if turn.move is not None:
             board = board.play(turn.move)
     return rewards
@@ -174,11 +181,11 @@ async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, Ch
         trained = [side]
         players = {side: model.as_agent(side, role=ROLE), other: opponent_player(opponent, other, auxiliary_models, random.Random(seed))}
     record = await play_game(TicTacToe(constrained=not args.get("free_text", False)), players, memory=args.get("memory", "full"))
-    credit = float(args.get("move_credit", 0.0))
+    credit, value_credit = float(args.get("move_credit", 0.0)), float(args.get("value_credit", 0.0))
     return WorkflowOutput(
         reward={seat: seat_reward(record, seat, rewards) for seat in trained},
         metrics=game_metrics(record, trained, opponent),
         response=[(turn.seat, turn.move) for turn in record.turns],
-        turn_rewards=move_credit(record, trained, credit) if credit else None,
+        turn_rewards=move_credit(record, trained, credit, value_credit) if credit or value_credit else None,
         outcome=outcome_of(record, trained[0]) if len(trained) == 1 else None,
     )
