@@ -177,6 +177,7 @@ def test_value_credit_charges_the_move_that_throws_the_draw():
     moves = ["1", "4", "2", "3", "5", "6", "9"]
     out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self", "value_credit": 0.5}}, Scripted(moves))
     assert out.turn_rewards == {"x": [0.0, 0.0, 0.0, 0.0], "o": [-0.5, 0.0, 0.0]}
+    assert out.metrics["blunder_rate"] == pytest.approx(1 / 7)  # one of the 7 moves of both trained seats
     out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self", "move_credit": 0.5, "value_credit": 0.5}}, Scripted(moves))
     assert out.turn_rewards == {"x": [0.0, 0.0, 0.0, 0.5], "o": [-0.5, 0.5, 0.0]}
 

@@ -35,7 +35,8 @@ value: a drawn game thrown costs 1 x value_credit, a won game lost 2 x): a
 teacher's per-move reward, which only a solved game can give. Metrics: `win_rate` / `draw_rate` / `loss_rate` of the
 trained side, the same win rate as `role/player/win_rate`,
 `agent/<seat>/win_rate` and `vs_<opponent>/win_rate`, `invalid_action_rate`
-(illegal or unparsable replies per policy move), `forfeit_rate`, `turns`.
+(illegal or unparsable replies per policy move), `forfeit_rate`, `turns`, `blunder_rate` (the share of the
+trained side's moves that give game value away under perfect play: what the policy plays, whoever it meets).
 
     sparring train tictactoe        # this folder's config.yaml: a league of opponents
 """
@@ -122,6 +123,7 @@ def game_metrics(record: GameRecord, trained: list[str], opponent: str) -> dict[
     losses = [float(record.winner not in (None, seat)) for seat in trained]
     win_rate = sum(wins) / len(trained)
     moves = sum(record.moves_by(seat) for seat in trained)
+    played = [(board, move) for turn, (board, move) in zip(record.turns, positions(record)) if turn.seat in trained and move is not None]
     metrics = {
         "win_rate": win_rate,
         "draw_rate": float(record.winner is None),
@@ -131,6 +133,7 @@ def game_metrics(record: GameRecord, trained: list[str], opponent: str) -> dict[
         "invalid_action_rate": float(record.forfeit in trained) / moves if moves else 0.0,
         "forfeit_rate": float(record.forfeit in trained),
         "turns": float(len(record.turns)),
+        "blunder_rate": sum(value_given_away(board, move) > 0 for board, move in played) / len(played) if played else 0.0,
     }
     metrics.update({f"agent/{seat}/win_rate": won for seat, won in zip(trained, wins)})
     return metrics
@@ -141,22 +144,29 @@ def outcome_of(record: GameRecord, seat: str) -> str:
     return "draw" if record.winner is None else "win" if record.winner == seat else "loss"
 
 
+def positions(record: GameRecord) -> list[tuple[Board, int | None]]:
+    """Each turn's position before its move, with the move (None for a forfeited turn)."""
+    board, seen = Board(), []
+    for turn in record.turns:
+        seen.append((board, turn.move))
+        if turn.move is not None:
+            board = board.play(turn.move)
+    return seen
+
+
 def move_credit(record: GameRecord, trained: list[str], credit: float, value_credit: float) -> dict[str, list[float]]:
     """Per trained seat, one turn reward per move: `credit` for a move that completes its line (takes a win) or the
     opponent's (blocks one), minus `value_credit` for every unit of game value the move gives away under perfect
     play (`value_given_away`); 0 for a forfeited turn (its loss is the game's reward)."""
-    board, rewards = Board(), {seat: [] for seat in trained}
-    for turn in record.turns:
+    rewards: dict[str, list[float]] = {seat: [] for seat in trained}
+    for turn, (board, move) in zip(record.turns, positions(record)):
         if turn.seat in rewards:
             reward = 0.0
-            if turn.move is not None:
-                mark = board.to_move
-                other = "O" if mark == "X" else "X"
-                reward += credit if turn.move in completing_cells(board, mark) | completing_cells(board, other) else 0.0
-                reward -= value_credit * value_given_away(board, turn.move)
+            if move is not None:
+                other = "O" if board.to_move == "X" else "X"
+                reward += credit if move in completing_cells(board, board.to_move) | completing_cells(board, other) else 0.0
+                reward -= value_credit * value_given_away(board, move)
             rewards[turn.seat].append(reward)
-        if turn.move is not None:
-            board = board.play(turn.move)
     return rewards
 
 
