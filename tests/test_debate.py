@@ -168,9 +168,9 @@ def test_the_example_config_loads():
     config = load_game_config("debate")
     assert import_object(config.workflow) is Debate and set(config.trainable_models()) == {"pro", "con"}
     train, held_out = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
-    assert len(train) == 40 and len(held_out) == 100 and all(task["topic"] for task in train + held_out)
+    assert len(train) == 40 and len(held_out) == 200 and all(task["topic"] for task in train + held_out)
     held_out_topics = {task["topic"] for task in held_out}
-    assert len(held_out_topics) == 100 and not held_out_topics & {task["topic"] for task in train}
+    assert len(held_out_topics) == 200 and not held_out_topics & {task["topic"] for task in train}
 
 
 @pytest.mark.smollm

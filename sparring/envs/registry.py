@@ -21,7 +21,7 @@ from ..trainer import ConfigError, TuneConfig, load_config_file
 if TYPE_CHECKING:  # the games' shared code imports the whole framework; the config check must not
     from .common import TaskMaker
 
-GAMES = ("debate", "guess_number", "tictactoe", "twenty_questions", "werewolf")
+GAMES = ("debate", "debate_duel", "guess_number", "tictactoe", "twenty_questions", "werewolf")
 """The packaged games: each is the subpackage `sparring.envs.<name>`."""
 
 

@@ -1,7 +1,8 @@
 """Debate's rules: the prompts, and how the judge's verdict is asked for, read and decided.
 
-`judge_debate` asks the frozen judge in one or both speaking orders and
-decides the winner (or a tie) from its votes; `parse_verdict` reads a vote,
+`argue` runs the speeches of one debate (each side keeping its own
+conversation); `judge_debate` asks the frozen judge in one or both speaking
+orders and decides the winner (or a tie) from its votes; `parse_verdict` reads a vote,
 `speaking_order` fixes who is Speaker 1 from a hash of the arguments. The
 workflow (`workflow.py`) runs the rounds and turns the verdict into rewards.
 """
@@ -27,6 +28,22 @@ JUDGE_EXAMPLE = [
 ]
 DEFAULT_REWARDS = {"win_reward": 1.0, "loss_reward": -0.5, "tie_reward": 0.0}
 _VERDICT = re.compile(r"[12]")
+
+
+async def argue(topic: str, speakers: dict[str, ChatModel], rounds: int) -> dict[str, list[str]]:
+    """`rounds` rounds of speeches (pro, then con) on `topic`, each side answering the last speech: the speeches by side."""
+    conversations = {side: [{"role": "system", "content": DEBATER_SYSTEM.format(stance=STANCE[side], topic=topic)}] for side in SIDES}
+    arguments: dict[str, list[str]] = {side: [] for side in SIDES}
+    last = None
+    for _ in range(rounds):
+        for side in SIDES:
+            cue = OPENING if last is None else REPLY
+            conversations[side].append({"role": "user", "content": cue.format(stance=STANCE[side], said=last)})
+            reply = await speakers[side](list(conversations[side]))  # a copy: transcripts keep what was sent
+            conversations[side].append(reply.message)
+            last = reply.content.strip() or "(nothing)"
+            arguments[side].append(last)
+    return arguments
 
 
 def parse_verdict(text: str) -> int | None:

@@ -1,7 +1,8 @@
 """Debate's tasks: motions of a split, in seeded order (the `make_tasks` contract of `envs.common.tasks`).
 
 The motions are the packaged task files themselves (`data/train.jsonl`: 40
-motions, `data/eval.jsonl`: 100 held-out ones); `make_tasks` draws from them.
+motions, `data/eval.jsonl`: 200 held-out ones, the first 100 those of the earlier results); `make_tasks`
+draws from them.
 """
 
 from __future__ import annotations

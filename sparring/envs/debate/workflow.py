@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from sparring import ChatModel, TunerHandle, Workflow, WorkflowOutput
 
-from .rules import DEBATER_SYSTEM, DEFAULT_REWARDS, OPENING, REPLY, SIDES, STANCE, judge_debate
+from .rules import DEFAULT_REWARDS, SIDES, argue, judge_debate
 
 
 def debaters(tuner: TunerHandle) -> dict[str, ChatModel]:
@@ -56,18 +56,7 @@ class Debate(Workflow):
         if judge_name not in tuner.auxiliary_models:
             raise ValueError(f"the debate needs a frozen judge: add auxiliary_models: {{{judge_name}: {{model_path: ...}}}} (have {sorted(tuner.auxiliary_models)})")
         rewards = {key: float(args.get(key, default)) for key, default in DEFAULT_REWARDS.items()}
-        speakers = debaters(tuner)
-        conversations = {side: [{"role": "system", "content": DEBATER_SYSTEM.format(stance=STANCE[side], topic=topic)}] for side in SIDES}
-        arguments: dict[str, list[str]] = {side: [] for side in SIDES}
-        last = None
-        for _ in range(rounds):
-            for side in SIDES:
-                cue = OPENING if last is None else REPLY
-                conversations[side].append({"role": "user", "content": cue.format(stance=STANCE[side], said=last)})
-                reply = await speakers[side](list(conversations[side]))  # a copy: transcripts keep what was sent
-                conversations[side].append(reply.message)
-                last = reply.content.strip() or "(nothing)"
-                arguments[side].append(last)
+        arguments = await argue(topic, debaters(tuner), rounds)
         winner, unparsable = await judge_debate(tuner.auxiliary_models[judge_name].as_agent("judge", role="judge"), topic, arguments, orders)
         reward = {side: rewards["tie_reward"] if winner is None else rewards["win_reward" if side == winner else "loss_reward"] for side in SIDES}
         words = [len(text.split()) for side in SIDES for text in arguments[side]]

@@ -1,0 +1,79 @@
+"""A debate against a frozen opponent, each motion argued from both sides, so a judge's taste for a side or a
+speaking position cannot be what the policy learns.
+
+One episode is a pair of debates on one motion, played at once: the policy argues for the motion against the
+frozen auxiliary model `opponent` (the untrained base model by default), and against it with the opponent arguing
+for. Each debate is `rounds` rounds of speeches (`debate.rules.argue`, 1 by default: one speech each) judged by
+the frozen auxiliary model `judge`, which sees both speeches in an order fixed by a hash of their text and, with
+`judge_orders: 2` (default), also in the other order (`debate.rules.judge_debate`).
+
+The policy's two seats are agents "pro" and "con" of roles "pro" and "con", each rewarded by its own debate
+(`win_reward` 1, `loss_reward` -0.5, `tie_reward` 0), so GRPO compares a pro speech with the group's other pro
+speeches (a judge that favours one side raises the whole pro group alike). Metrics: `win_rate` (of the policy's
+two debates), `agent/<side>/win_rate`, `tie_rate`, `judge_unparsable_rate`, `policy_words` / `opponent_words`
+(words per speech) and `longer_speech_win_rate` (of the decided debates whose speeches differ in length, the share
+the longer one won: near 1 means the judge counts words; absent from an episode without such a debate).
+
+    sparring train debate_duel
+    sparring eval debate_duel --tasks 200 [--adapter RUN_DIR/checkpoints/lora-0/sampler_weights/final]
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sparring import ChatModel, WorkflowOutput
+
+from ..debate.rules import DEFAULT_REWARDS, SIDES, argue, judge_debate
+
+OTHER = {"pro": "con", "con": "pro"}
+
+
+def _auxiliary(auxiliary_models: dict[str, ChatModel], name: str, what: str) -> ChatModel:
+    if name not in auxiliary_models:
+        raise ValueError(f"the debate duel needs {what}: add auxiliary_models: {{{name}: {{model_path: ...}}}} (have {sorted(auxiliary_models)})")
+    return auxiliary_models[name]
+
+
+async def debate_duel(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput:
+    args = task.get("workflow_args", {})
+    topic = task["topic"]
+    rounds, orders = int(args.get("rounds", 1)), int(args.get("judge_orders", 2))
+    if rounds < 1 or orders not in (1, 2):
+        raise ValueError(f"rounds must be >= 1 and judge_orders 1 or 2 (got rounds={rounds}, judge_orders={orders})")
+    opponent = _auxiliary(auxiliary_models, str(args.get("opponent", "opponent")), "a frozen opponent")
+    judge = _auxiliary(auxiliary_models, str(args.get("judge", "judge")), "a frozen judge").as_agent("judge", role="judge")
+    rewards = {key: float(args.get(key, default)) for key, default in DEFAULT_REWARDS.items()}
+
+    async def debate(side: str) -> tuple[dict[str, list[str]], str | None, float]:
+        speakers = {side: model.as_agent(side, role=side), OTHER[side]: opponent.as_agent(f"opponent_{OTHER[side]}", role="opponent")}
+        arguments = await argue(topic, speakers, rounds)
+        return arguments, *await judge_debate(judge, topic, arguments, orders)
+
+    played = dict(zip(SIDES, await asyncio.gather(*(debate(side) for side in SIDES))))
+    reward = {side: rewards["tie_reward"] if winner is None else rewards["win_reward" if winner == side else "loss_reward"] for side, (_, winner, _) in played.items()}
+    metrics = {f"agent/{side}/win_rate": float(winner == side) for side, (_, winner, _) in played.items()}
+    metrics["win_rate"] = sum(metrics.values()) / len(SIDES)
+    metrics["tie_rate"] = sum(winner is None for _, winner, _ in played.values()) / len(SIDES)
+    metrics["judge_unparsable_rate"] = sum(unparsable for *_, unparsable in played.values()) / len(SIDES)
+    metrics["policy_words"] = _words([text for side, (arguments, *_) in played.items() for text in arguments[side]])
+    metrics["opponent_words"] = _words([text for side, (arguments, *_) in played.items() for text in arguments[OTHER[side]]])
+    longer_won = _longer_speech_wins([(arguments, winner) for arguments, winner, _ in played.values()])
+    if longer_won:  # absent where no decided debate had speeches of different lengths
+        metrics["longer_speech_win_rate"] = sum(longer_won) / len(longer_won)
+    return WorkflowOutput(reward=reward, metrics=metrics, response={side: {"winner": winner, "arguments": arguments} for side, (arguments, winner, _) in played.items()})
+
+
+def _words(speeches: list[str]) -> float:
+    return sum(len(text.split()) for text in speeches) / len(speeches)
+
+
+def _longer_speech_wins(debates: list[tuple[dict[str, list[str]], str | None]]) -> list[bool]:
+    """For each decided debate whose sides spoke different numbers of words: whether the longer side won."""
+    return [
+        lengths[winner] > lengths[OTHER[winner]]
+        for arguments, winner in debates
+        if winner is not None
+        for lengths in [{side: sum(len(text.split()) for text in arguments[side]) for side in SIDES}]
+        if lengths["pro"] != lengths["con"]
+    ]
