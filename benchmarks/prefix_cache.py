@@ -1,9 +1,10 @@
 """What the engine's prefix cache saves: a held-out evaluation with the cache on vs off, in the same run.
 
 Each game's packaged config is evaluated as `sparring eval GAME --tasks N` does (`run_evaluation`: the model,
-then the config's baselines, on the first N held-out tasks), alternating cache off and on on one engine
-(`Engine.set_prefix_cache`, emptied before every run; the engine's seed stream restarted, so both see the
-same requests as far as batching allows). Per run: prompt tokens, tokens actually prefilled (a prefix shared
+then the config's baselines, on the first N held-out tasks), alternating cache off and on (the budget the
+game's config gives `model.prefix_cache_mib`, or `--cache-mib`) on one engine (`Engine.set_prefix_cache`,
+emptied before every run; the engine's seed stream restarted, so both see the same requests as far as
+batching allows). Per run: prompt tokens, tokens actually prefilled (a prefix shared
 inside one batch counts once, with the cache off too), wall time and the process's CPU time; the table prints
 each setting's best times and median prefilled tokens, and their ratios (off / on).
 
@@ -15,6 +16,7 @@ the cache leaves unchanged), the 7 calls of a turn batched.
 
     .venv/bin/python benchmarks/prefix_cache.py [--games werewolf,twenty_questions,guess_number] [--tasks 4] [--repeats 1] [--quick]
     .venv/bin/python benchmarks/prefix_cache.py --games werewolf --set eval_dataset.workflow_args.full_history=true
+    .venv/bin/python benchmarks/prefix_cache.py --games werewolf --tasks 20 --cache-mib 1024   # another budget than the config's
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ RULES = (
     "Answer in one short sentence."
 )
 CACHE_MIB = 1024
+"""The 'on' budget of the `conversations` load (the games take their config's `model.prefix_cache_mib`)."""
+
+
+def shipped_cache_mib(game: str, overrides: list[str]) -> float:
+    """The prefix cache budget `game`'s config gives its (first) trainable model: what `sparring eval GAME` runs with."""
+    return next(iter(load_config(game, overrides).trainable_models().values())).prefix_cache_mib
 
 
 def evaluate_once(game: str, model: str, tasks: int, mib: float, seed: int, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
@@ -82,6 +90,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="off/on pairs per game")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--quick", action="store_true", help="the tiny random model: a smoke test, not a measurement")
+    parser.add_argument("--cache-mib", type=float, default=None, help="the prefix cache's budget in the 'on' runs (MiB); default: the game config's model.prefix_cache_mib")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="a config override for every game, as `sparring eval --set`")
     args = parser.parse_args()
     model = resolve_model_name(args.model, args.quick)
@@ -91,9 +100,10 @@ def main() -> None:
         def measure(mib: float, seed: int, tasks: int = args.tasks) -> tuple[PrefillCounts, float, float]:
             return converse_once(model, 5, mib) if game == "conversations" else evaluate_once(game, model, tasks, mib, seed, args.overrides)
 
-        measure(CACHE_MIB, seed=1, tasks=1)  # warm-up: model loaded, weights packed, code paths compiled
+        on_mib = args.cache_mib or (CACHE_MIB if game == "conversations" else shipped_cache_mib(game, args.overrides))
+        measure(on_mib, seed=1, tasks=1)  # warm-up: model loaded, weights packed, code paths compiled
         for repeat in range(args.repeats):
-            for setting, mib in (("off", 0), ("on", CACHE_MIB)):
+            for setting, mib in (("off", 0), ("on", on_mib)):
                 counts, seconds, cpu = measure(mib, seed=repeat)
                 runs[setting].append((counts, seconds, cpu))
                 hit_rate = counts.metrics()["engine/prefix_hit_rate"]

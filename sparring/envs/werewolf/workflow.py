@@ -13,9 +13,10 @@ witnessed since it last spoke arrives in one user message with the next
 request, and its replies are appended as sampled, so a player's calls merge
 into one training sequence per round. Each new round starts a fresh
 conversation from a one-line record of the rounds before (who died, the
-votes, the seer's findings), which keeps prompts short -- every prompt token
-is prefilled again on every call; `full_history: true` keeps the whole game
-in one conversation instead. A round is a night (werewolves pick a kill,
+votes, the seer's findings), which keeps prompts short; `full_history: true`
+(the shipped config's setting) keeps the whole game in one conversation
+instead: with the engine's prefix cache only each call's new messages are
+prefilled, so it costs what the short prompts cost (benchmarks/README.md). A round is a night (werewolves pick a kill,
 the seer checks a player, the witch may save the victim or poison someone,
 each potion once) and a day (every living player says one short sentence,
 then all vote; most votes is eliminated, a tie eliminates nobody). The `Game`
