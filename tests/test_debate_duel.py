@@ -7,7 +7,7 @@ import random
 import pytest
 
 from sparring import AlgorithmConfig, DatasetConfig, TunerModelConfig, tune
-from sparring.envs import load_game_config
+from sparring.envs import game_folder, load_game_config
 from sparring.envs.debate_duel import debate_duel, restate
 from sparring.logging import read_metrics
 from sparring.trainer import import_object, load_train_and_eval_tasks
@@ -53,6 +53,8 @@ def test_the_packaged_config_and_its_held_out_motions():
     assert import_object(config.workflow) is debate_duel and set(config.auxiliary_models) == {"opponent", "judge"}
     train, held_out = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     assert len(held_out) == 200 and not {task["topic"] for task in train} & {task["topic"] for task in held_out}
+    for split in ("train", "eval"):  # the debate game's motions (its make_tasks draws from those files)
+        assert (game_folder("debate_duel") / "data" / f"{split}.jsonl").read_text() == (game_folder("debate") / "data" / f"{split}.jsonl").read_text()
 
 
 async def length_judged_duel(task, model, auxiliary_models):
