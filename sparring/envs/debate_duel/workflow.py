@@ -52,8 +52,9 @@ async def debate_duel(task: dict, model: ChatModel, auxiliary_models: dict[str, 
 
     played = dict(zip(SIDES, await asyncio.gather(*(debate(side) for side in SIDES))))
     reward = {side: rewards["tie_reward"] if winner is None else rewards["win_reward" if winner == side else "loss_reward"] for side, (_, winner, _) in played.items()}
-    metrics = {f"agent/{side}/win_rate": float(winner == side) for side, (_, winner, _) in played.items()}
-    metrics["win_rate"] = sum(metrics.values()) / len(SIDES)
+    won = {side: float(winner == side) for side, (_, winner, _) in played.items()}
+    metrics = {f"agent/{side}/win_rate": value for side, value in won.items()}
+    metrics["win_rate"] = sum(won.values()) / len(SIDES)
     metrics["tie_rate"] = sum(winner is None for _, winner, _ in played.values()) / len(SIDES)
     metrics["judge_unparsable_rate"] = sum(unparsable for *_, unparsable in played.values()) / len(SIDES)
     metrics["policy_words"] = _words([text for side, (arguments, *_) in played.items() for text in arguments[side]])
@@ -64,8 +65,12 @@ async def debate_duel(task: dict, model: ChatModel, auxiliary_models: dict[str, 
     return WorkflowOutput(reward=reward, metrics=metrics, response={side: {"winner": winner, "arguments": arguments} for side, (arguments, winner, _) in played.items()})
 
 
+def _word_count(speeches: list[str]) -> int:
+    return sum(len(text.split()) for text in speeches)
+
+
 def _words(speeches: list[str]) -> float:
-    return sum(len(text.split()) for text in speeches) / len(speeches)
+    return _word_count(speeches) / len(speeches)
 
 
 def _longer_speech_wins(debates: list[tuple[dict[str, list[str]], str | None]]) -> list[bool]:
@@ -74,6 +79,6 @@ def _longer_speech_wins(debates: list[tuple[dict[str, list[str]], str | None]]) 
         lengths[winner] > lengths[OTHER[winner]]
         for arguments, winner in debates
         if winner is not None
-        for lengths in [{side: sum(len(text.split()) for text in arguments[side]) for side in SIDES}]
+        for lengths in [{side: _word_count(arguments[side]) for side in SIDES}]
         if lengths["pro"] != lengths["con"]
     ]
