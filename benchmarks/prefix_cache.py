@@ -17,6 +17,12 @@ the cache leaves unchanged), the 7 calls of a turn batched.
     .venv/bin/python benchmarks/prefix_cache.py [--games werewolf,twenty_questions,guess_number] [--tasks 4] [--repeats 1] [--quick]
     .venv/bin/python benchmarks/prefix_cache.py --games werewolf --set eval_dataset.workflow_args.full_history=true
     .venv/bin/python benchmarks/prefix_cache.py --games werewolf --tasks 20 --cache-mib 1024   # another budget than the config's
+    .venv/bin/python benchmarks/prefix_cache.py --games werewolf --train-steps 4 --repeats 2    # training steps instead
+
+With `--train-steps N` each run is `sparring train GAME` for N steps instead (no held-out evaluation, nothing saved
+but the run folder, in a temporary directory): every model's `prefix_cache_mib` set to 0 or the 'on' budget, the
+same seed, so both settings draw the same tasks and seeded samples. Wall time is the steps' own time (the
+`time/step` metric), rollouts beside it (`time/rollout`), prefilled tokens the steps' `engine/` metrics.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import tempfile
 import time
 
 from sparring import EngineConfig, types
 from sparring.engine import get_engine
 from sparring.engine.prefix_cache import PrefillCounts
 from sparring.envs import load_config
-from sparring.trainer.loop import run_evaluation
+from sparring.trainer.loop import run_evaluation, run_training
 
 from common import print_table, resolve_model_name
 
@@ -63,6 +70,25 @@ def evaluate_once(game: str, model: str, tasks: int, mib: float, seed: int, over
     return engine.prefill_counts - before, time.perf_counter() - started, time.process_time() - cpu_started
 
 
+def train_once(game: str, model: str, steps: int, mib: float, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
+    """`sparring train game` for `steps` steps with every model's prefix cache at `mib` MiB (0: off): what its steps
+    prefilled, their wall time (`time/step`) and their rollouts' (`time/rollout`)."""
+    models = ["model", *(f"auxiliary_models.{name}" for name in load_config(game).auxiliary_models)]
+    with tempfile.TemporaryDirectory() as run_dir:
+        config = load_config(game, [
+            f"run_dir={run_dir}/run", "logging.console=false", "logging.tensorboard=false", "eval_dataset=null", "algorithm.save_interval_steps=0", "algorithm.allow_nothing_trained=true",
+            f"train_dataset.total_steps={steps}", *(f"{name}.model_path={model}" for name in models), *(f"{name}.prefix_cache_mib={mib}" for name in models), *overrides,
+        ])
+        history = run_training(config).history
+
+    def total(key: str) -> float:
+        return sum(step[key] for step in history)
+
+    cached = round(sum(step["engine/prefix_hit_rate"] * step["engine/prompt_tokens"] for step in history))
+    counts = PrefillCounts(prompt_tokens=int(total("engine/prompt_tokens")), cached_tokens=cached, prefilled_tokens=int(total("engine/prefilled_tokens")))
+    return counts, total("time/step"), total("time/rollout")
+
+
 def converse_once(model: str, turns: int, mib: float) -> tuple[PrefillCounts, float, float]:
     """The `conversations` load with a `mib` MiB prefix cache: what it prefilled, wall and CPU time."""
     engine = get_engine(model, EngineConfig())
@@ -91,14 +117,20 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--quick", action="store_true", help="the tiny random model: a smoke test, not a measurement")
     parser.add_argument("--cache-mib", type=float, default=None, help="the prefix cache's budget in the 'on' runs (MiB); default: the game config's model.prefix_cache_mib")
+    parser.add_argument("--train-steps", type=int, default=0, help="time this many training steps per run instead of an evaluation (third time column: rollouts)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="a config override for every game, as `sparring eval --set`")
     args = parser.parse_args()
     model = resolve_model_name(args.model, args.quick)
+    third = "rollouts" if args.train_steps else "CPU"
     rows = []
     for game in args.games.split(","):
         runs: dict[str, list[tuple[PrefillCounts, float, float]]] = {"off": [], "on": []}
         def measure(mib: float, seed: int, tasks: int = args.tasks) -> tuple[PrefillCounts, float, float]:
-            return converse_once(model, 5, mib) if game == "conversations" else evaluate_once(game, model, tasks, mib, seed, args.overrides)
+            if game == "conversations":
+                return converse_once(model, 5, mib)
+            if args.train_steps:
+                return train_once(game, model, args.train_steps if tasks == args.tasks else 1, mib, args.overrides)
+            return evaluate_once(game, model, tasks, mib, seed, args.overrides)
 
         on_mib = args.cache_mib or (CACHE_MIB if game == "conversations" else shipped_cache_mib(game, args.overrides))
         measure(on_mib, seed=1, tasks=1)  # warm-up: model loaded, weights packed, code paths compiled
@@ -107,15 +139,16 @@ def main() -> None:
                 counts, seconds, cpu = measure(mib, seed=repeat)
                 runs[setting].append((counts, seconds, cpu))
                 hit_rate = counts.metrics()["engine/prefix_hit_rate"]
-                print(f"{game} cache {setting}: {counts.prompt_tokens} prompt tokens, {counts.prefilled_tokens} prefilled, hit rate {hit_rate:.2f}, {seconds:.1f} s, CPU {cpu:.1f} s", flush=True)
+                print(f"{game} cache {setting}: {counts.prompt_tokens} prompt tokens, {counts.prefilled_tokens} prefilled, hit rate {hit_rate:.2f}, {seconds:.1f} s, {third} {cpu:.1f} s", flush=True)
         prefilled = {s: statistics.median(c.prefilled_tokens for c, _, _ in runs[s]) for s in runs}
         prompt = {s: statistics.median(c.prompt_tokens for c, _, _ in runs[s]) for s in runs}
         wall = {s: min(t for _, t, _ in runs[s]) for s in runs}
         cpu = {s: min(t for _, _, t in runs[s]) for s in runs}
         fewer = f"{prefilled['off'] / max(prefilled['on'], 1):.2f}x"
-        rows.append([game, "7x5 turns" if game == "conversations" else args.tasks, prompt["off"], prompt["on"], prefilled["off"], prefilled["on"], fewer, wall["off"], wall["on"], f"{wall['off'] / wall['on']:.2f}x", f"{cpu['off'] / cpu['on']:.2f}x"])
+        size = "7x5 turns" if game == "conversations" else f"{args.train_steps} steps" if args.train_steps else args.tasks
+        rows.append([game, size, prompt["off"], prompt["on"], prefilled["off"], prefilled["on"], fewer, wall["off"], wall["on"], f"{wall['off'] / wall['on']:.2f}x", f"{cpu['off'] / cpu['on']:.2f}x"])
     print()
-    print_table(["game", "tasks", "prompt off", "prompt on", "prefilled off", "prefilled on", "fewer", "s off", "s on", "faster", "CPU"], rows)
+    print_table(["game", "steps" if args.train_steps else "tasks", "prompt off", "prompt on", "prefilled off", "prefilled on", "fewer", "s off", "s on", "faster", third], rows)
 
 
 if __name__ == "__main__":

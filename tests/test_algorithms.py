@@ -172,6 +172,16 @@ def test_per_turn_credit_baselines_each_turn_index_on_its_return():
     assert result.metrics["advantage/groups"] == 2.0
 
 
+@pytest.mark.parametrize("discount", [0.0, 0.5])
+def test_a_turn_reward_discount_weights_later_turn_rewards_in_a_calls_return(discount):
+    # Returns: episode 0 -> [1 + 0.5 + d * 0.25, 1 + 0.25]; episode 1 -> [0 + 0 + d * 0.75, 0 + 0.75].
+    episodes = [turn_episode(0, 1.0, [0.5, 0.25]), turn_episode(0, 0.0, [0.0, 0.75])]
+    result = compute_advantages(episodes, "multi_step_grpo", normalize_by_std=False, turn_reward_discount=discount)
+    first = (1.5 - 0.5 * discount) / 2  # half the turn-0 gap: 0.75 undiscounted later rewards ignored, 0.625 at d = 0.5
+    assert result.advantages[(0, "guesser")] == pytest.approx([first, 0.25])
+    assert result.advantages[(1, "guesser")] == pytest.approx([-first, -0.25])
+
+
 def test_per_turn_credit_drops_only_the_turns_without_signal_and_lands_on_each_calls_span():
     # Turn 1 returns are equal (0.25 and 0.25): that turn is dropped (advantage 0), turn 0 keeps its signal.
     episodes = [turn_episode(0, 0.0, [0.5, 0.25]), turn_episode(0, 0.0, [0.0, 0.25])]

@@ -147,3 +147,14 @@ def test_the_engine_stays_within_a_small_budget(tiny_model_dir, tmp_path):
         prompt = sampler.get_renderer().render([{"role": "user", "content": question * 3}])
         sampler.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=16, seed=1)).result()
         assert 0 < sampler.engine.prefix_cache.bytes <= 0.05 * 2**20
+
+
+def test_a_second_run_in_the_same_process_gets_the_budget_it_configured(tiny_model_dir, tmp_path):
+    path = str(shutil.copytree(tiny_model_dir, tmp_path / "two-runs"))
+    for mib in (0.05, 0.0, 2.0):  # one process-wide engine: each client is built as one run of `tune` builds its own
+        service = ServiceClient(base_dir=tmp_path / f"ckpt-{mib}", engine_config=EngineConfig(prefix_cache_mib=mib))
+        sampler = service.create_sampling_client(base_model=path)
+        prompt = sampler.get_renderer().render([{"role": "user", "content": "hello there"}])
+        sampler.sample(types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=4, seed=1)).result()
+        assert sampler.engine.config.prefix_cache_mib == mib
+        assert (sampler.engine.prefix_cache is None) == (mib == 0) and (mib == 0 or sampler.engine.prefix_cache.budget_bytes == int(mib * 2**20))

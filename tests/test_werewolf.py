@@ -157,6 +157,26 @@ def test_a_coordinated_good_side_wins_and_only_the_trained_side_is_rewarded(targ
     assert max(counts) == (1 if full_history else 2)
 
 
+def test_vote_credit_rewards_exactly_the_werewolf_votes_that_match_the_mates():
+    seed = 4
+    wolves = [p.name for p in GameState.deal(seed).players if p.role == WEREWOLF]
+    policy, participant = Scripted(coordinated(seed)), Scripted(coordinated(seed))
+    output = play(seed, policy, participant, trainable_target=WEREWOLF, vote_credit=0.5)
+    assert output.metrics["wolf_votes_matched"] == 1.0 and set(output.turn_rewards) == set(wolves)
+    for wolf in wolves:  # one turn reward per call: 0.5 on the day-1 vote (a werewolf is voted out that day), 0 on the rest
+        requests = [request for agent, request, _ in policy.choices if agent == wolf]
+        assert len(output.turn_rewards[wolf]) == len(requests) and requests[2].splitlines()[-1].startswith("Vote out")
+        assert output.turn_rewards[wolf] == [0.0, 0.0, 0.5] + [0.0] * (len(requests) - 3)
+    assert play(seed, Scripted(coordinated(seed)), Scripted(coordinated(seed)), trainable_target=WEREWOLF).turn_rewards is None
+
+    def split(agent, request):  # werewolves vote different good players: no day is matched, nothing credited
+        choice = coordinated(seed)(agent, request)
+        return "skip" if agent == wolves[1] and request.splitlines()[-1].startswith("Vote out") else choice
+
+    apart = play(seed, Scripted(split), Scripted(coordinated(seed)), trainable_target=WEREWOLF, vote_credit=0.5)
+    assert apart.metrics["wolf_votes_matched"] == 0.0 and all(set(rewards) == {0.0} for rewards in apart.turn_rewards.values())
+
+
 def test_only_illegal_replies_fall_back_by_rule_and_the_werewolves_win_on_the_third_night_unless_the_limit_comes_first():
     nonsense = Scripted(lambda agent, request: "I like turtles.")
     output = play(7, nonsense, nonsense, trainable_target=WEREWOLF)

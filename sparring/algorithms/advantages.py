@@ -128,6 +128,7 @@ def compute_advantages(
     normalize_by_std: bool = True,
     per_role: bool = True,
     drop_zero_variance: bool = True,
+    turn_reward_discount: float = 1.0,
 ) -> AdvantageResult:
     """Advantages for every (episode, agent) that has a timeline, baselined within its group.
 
@@ -141,7 +142,9 @@ def compute_advantages(
 
     Per-turn credit: when any episode carries `turn_rewards`, call t of an
     agent is valued by its return, the episode reward plus that agent's turn
-    rewards from t on (missing turn rewards count 0), and the baseline is
+    rewards from t on (missing turn rewards count 0), the one k calls later
+    weighted by `turn_reward_discount` ** k (0: a call answers for its own turn
+    reward alone, not for what later calls earned or gave away), and the baseline is
     taken over the calls of the same turn index within the group, so an
     early guess is compared with the other episodes' early guesses.
     """
@@ -157,7 +160,7 @@ def compute_advantages(
                     f"rewards are given for {sorted(episode.rewards)}"
                 )
             role = episode.roles.get(agent, agent) if per_role else None
-            returns = _returns_per_call(episode, episode_index, agent) if per_turn else [float(episode.rewards[agent])]
+            returns = _returns_per_call(episode, episode_index, agent, turn_reward_discount) if per_turn else [float(episode.rewards[agent])]
             num_calls[(episode_index, agent)] = len(returns)
             for turn, value in enumerate(returns):
                 groups[(episode.group, episode.baseline_group, role, turn if per_turn else None)].append((episode_index, agent, turn, value))
@@ -194,8 +197,9 @@ def compute_advantages(
     return AdvantageResult(advantages=advantages, metrics=metrics)
 
 
-def _returns_per_call(episode: Episode, episode_index: int, agent: str) -> list[float]:
-    """The return of each of the agent's calls: the episode reward plus its turn rewards from that call on."""
+def _returns_per_call(episode: Episode, episode_index: int, agent: str, discount: float) -> list[float]:
+    """The return of each of the agent's calls: the episode reward plus its turn rewards from that call on, each
+    `discount` ** (calls later)."""
     indices = [index for timeline in episode.timelines if timeline.agent == agent for index in timeline.call_index]
     if not indices:
         raise ValueError(f"episode {episode_index}: agent {agent!r} has timelines without call_index, so per-turn credit cannot place its turns")
@@ -203,5 +207,8 @@ def _returns_per_call(episode: Episode, episode_index: int, agent: str) -> list[
     turn_rewards = episode.turn_rewards.get(agent, [0.0] * count)
     if len(turn_rewards) != count:
         raise ValueError(f"episode {episode_index}: agent {agent!r} made {count} calls but has {len(turn_rewards)} turn rewards")
-    reward = float(episode.rewards[agent])
-    return [reward + sum(turn_rewards[turn:]) for turn in range(count)]
+    returns, later = [], 0.0
+    for turn_reward in reversed(turn_rewards):
+        later = turn_reward + discount * later
+        returns.append(float(episode.rewards[agent]) + later)
+    return returns[::-1]

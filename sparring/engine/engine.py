@@ -357,12 +357,15 @@ _ENGINES_LOCK = threading.Lock()
 
 
 def get_engine(base_model: str, config: EngineConfig | None = None) -> Engine:
-    """The process-wide engine for this base model and placement, loading it on first use."""
+    """The process-wide engine for this base model and placement, loading it on first use. Its one prefix cache takes
+    the budget of the latest call that asks for another (a second run in the same process gets the cache it configured)."""
     config = config or EngineConfig()
     key = (base_model, config.device, config.dtype)
     with _ENGINES_LOCK:
         if key not in _ENGINES:
             _ENGINES[key] = Engine(load_base_model(base_model, device=config.device, dtype=config.dtype), config)
+        elif _ENGINES[key].config.prefix_cache_mib != config.prefix_cache_mib:
+            _ENGINES[key].set_prefix_cache(config.prefix_cache_mib)
         return _ENGINES[key]
 
 

@@ -248,6 +248,9 @@ class AlgorithmConfig(ConfigRecord):
     """Skip groups whose episodes all got the same reward: they carry no learning signal."""
     per_role_advantages: bool = True
     """Compute advantages separately per agent role when agents receive different rewards."""
+    turn_reward_discount: float = Field(default=1.0, ge=0.0, le=1.0)
+    """With per-turn credit (`turn_rewards`): the weight of a turn reward earned k calls later in a call's return,
+    `turn_reward_discount` ** k; 0 credits each call with its own turn reward only (plus the episode reward)."""
     save_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     """Write a checkpoint every N steps; 0 writes one only at the end."""
     eval_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)

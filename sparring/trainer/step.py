@@ -42,6 +42,7 @@ async def learn(episodes: list[Episode], models: TrainingModels, settings: Runne
         normalize_by_std=algorithm.normalize_advantages_by_std,
         per_role=algorithm.per_role_advantages,
         drop_zero_variance=algorithm.drop_zero_variance_groups,
+        turn_reward_discount=algorithm.turn_reward_discount,
     )
     datums = build_datums(episodes, advantages.advantages)
     metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums), **collapse_metrics(episodes)}

@@ -20,7 +20,12 @@ prefilled, so it costs what the short prompts cost (benchmarks/README.md). A rou
 the seer checks a player, the witch may save the victim or poison someone,
 each potion once) and a day (every living player says one short sentence,
 then all vote; most votes is eliminated, a tie eliminates nobody). The `Game`
-runs the rounds; the rules state lives in `rules.GameState`.
+runs the rounds; the rules state lives in `rules.GameState`. Two werewolves
+who vote the same good player decide a day against a scattered vote, which
+`coordinated_werewolves` (baselines.py) shows is worth most of the game;
+`vote_credit` (0, off) is per-turn credit for it: a turn reward of that size
+for a trained werewolf's vote that names the good player its living mate
+voted, metric `wolf_votes_matched` (the share of days both did).
 
 Decisions are constrained actions (`choices=`): a kill names one living good
 player, a check one other living player, a vote one other living player or
@@ -34,7 +39,7 @@ those. Reward per trained player: 1 if its side
 won, 0 otherwise (the good side wins when it survives `max_rounds`), and
 `broken_reward` (-0.1) if the game could not continue. `workflow_args`:
 `trainable_target`, `max_rounds` (5), `speech_tokens` (24),
-`full_history` (false), `participant` (the auxiliary
+`full_history` (false), `vote_credit` (0), `participant` (the auxiliary
 model's name), `broken_reward`.
 
     sparring train werewolf     # this folder's config.yaml: trainable_target werewolf; edit that one line for good_guy
@@ -92,6 +97,8 @@ class Seat:
     """Decisions asked of it (kill, check, potion, vote)."""
     invalid: int = 0
     """Decisions whose reply named no allowed choice and fell back by rule."""
+    turn_rewards: list[float] = field(default_factory=list)
+    """One per call it made, 0 unless a decision earned per-turn credit (`vote_credit`)."""
 
     async def ask(self, request: str, max_tokens: int, **constraint: list[str]) -> str:
         """Send what it witnessed and `request`; its reply (constrained by `choices=` when given) joins its conversation."""
@@ -99,6 +106,7 @@ class Seat:
         self.pending.clear()
         reply = await self.model(self.history, max_tokens=max_tokens, **constraint)
         self.history.append(reply.message)
+        self.turn_rewards.append(0.0)
         return reply.content
 
     async def decide(self, request: str, choices: list[str]) -> str:
@@ -119,6 +127,12 @@ class Game:
     """Most tokens of one day speech."""
     full_history: bool = False
     """Keep each player's whole game in one conversation; otherwise each round starts a new one from a summary."""
+    vote_credit: float = 0.0
+    """Turn reward for a trained werewolf's vote that matches its living mate's vote for a good player."""
+    wolf_days: int = 0
+    """Days on which two werewolves voted."""
+    wolf_days_matched: int = 0
+    """Of those, days on which both voted the same good player."""
     record: list[str] = field(default_factory=list)
     """Public facts of the rounds so far (deaths, eliminations): the summary a new round starts from."""
 
@@ -202,11 +216,26 @@ class Game:
         voters = self.living_seats()
         ballots = await asyncio.gather(*(self._vote(seat) for seat in voters))
         votes = {seat.name: ballot for seat, ballot in zip(voters, ballots)}
+        self._credit_wolf_votes(votes)
         out = resolve_vote(state, votes)
         cast = ", ".join(f"{voter}->{target}" for voter, target in votes.items() if target) or "none"
         result = f"Votes: {cast}. " + (f"{out} was eliminated." if out else "Nobody was eliminated.")
         self.record.append(f"day {number}: {result.rstrip('.')}")
         self.tell(result)
+
+    def _credit_wolf_votes(self, votes: dict[str, str | None]) -> None:
+        """Count the day's werewolf votes, and credit the matched ones (each vote is its seat's latest call)."""
+        wolves = self.living_seats(WEREWOLF)
+        if len(wolves) != 2:
+            return
+        self.wolf_days += 1
+        first, second = (votes[wolf.name] for wolf in wolves)
+        if first is None or first != second or self.state.player(first).side != GOOD_GUY:
+            return
+        self.wolf_days_matched += 1
+        for wolf in wolves:
+            if wolf.trained:
+                wolf.turn_rewards[-1] += self.vote_credit
 
     async def _vote(self, seat: Seat) -> str | None:
         others = [p.name for p in self.state.living() if p.name != seat.name]
@@ -253,6 +282,7 @@ def game_metrics(winner: str | None, game: Game, trainable_target: str, max_roun
         "rounds": float(game.state.round),
         "invalid_action_rate": sum(s.invalid for s in seats) / max(sum(s.actions for s in seats), 1),
         "invalid_action_rate_trained": sum(s.invalid for s in trained) / max(sum(s.actions for s in trained), 1),
+        "wolf_votes_matched": game.wolf_days_matched / max(game.wolf_days, 1),
     }
     for role in dict.fromkeys(ROLES):
         side = WEREWOLF if role == WEREWOLF else GOOD_GUY
@@ -271,7 +301,7 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
     state = GameState.deal(int(task["seed"]))
     max_rounds = int(args.get("max_rounds", 5))
     seats = seat_players(state, target, model, auxiliary_models[name], max_rounds)
-    game = Game(state, seats, int(args.get("speech_tokens", 24)), bool(args.get("full_history", False)))
+    game = Game(state, seats, int(args.get("speech_tokens", 24)), bool(args.get("full_history", False)), float(args.get("vote_credit", 0.0)))
     trained = [seat.name for seat in game.seats.values() if seat.trained]
     try:
         winner = await game.play(max_rounds)
@@ -280,4 +310,5 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
         broken = float(args.get("broken_reward", -0.1))
         return WorkflowOutput(reward={n: broken for n in trained}, metrics={**game_metrics(None, game, target, max_rounds), "broken": 1.0})
     reward = float(winner == target)
-    return WorkflowOutput(reward={n: reward for n in trained}, metrics={**game_metrics(winner, game, target, max_rounds), "broken": 0.0}, response=winner)
+    turn_rewards = {seat.name: seat.turn_rewards for seat in game.seats.values() if seat.trained and seat.turn_rewards} if game.vote_credit else None
+    return WorkflowOutput(reward={n: reward for n in trained}, metrics={**game_metrics(winner, game, target, max_rounds), "broken": 0.0}, response=winner, turn_rewards=turn_rewards)
