@@ -207,8 +207,8 @@ def _returns_per_call(episode: Episode, episode_index: int, agent: str, discount
     turn_rewards = episode.turn_rewards.get(agent, [0.0] * count)
     if len(turn_rewards) != count:
         raise ValueError(f"episode {episode_index}: agent {agent!r} made {count} calls but has {len(turn_rewards)} turn rewards")
-    returns, later = [], 0.0
+    reward, later, returns = float(episode.rewards[agent]), 0.0, []
     for turn_reward in reversed(turn_rewards):
         later = turn_reward + discount * later
-        returns.append(float(episode.rewards[agent]) + later)
+        returns.append(reward + later)
     return returns[::-1]
