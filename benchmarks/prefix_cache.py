@@ -2,8 +2,8 @@
 
 Each game's packaged config is evaluated as `sparring eval GAME --tasks N` does (`run_evaluation`: the model,
 then the config's baselines, on the first N held-out tasks), alternating cache off and on (the budget the
-game's config gives `model.prefix_cache_mib`, or `--cache-mib`) on one engine (`Engine.set_prefix_cache`,
-emptied before every run; the engine's seed stream restarted, so both see the same requests as far as
+game's config gives `model.prefix_cache_mib`, or `--cache-mib`, set for every model of the config) on one
+engine (emptied before every run; the engine's seed stream restarted, so both see the same requests as far as
 batching allows). Per run: prompt tokens, tokens actually prefilled (a prefix shared
 inside one batch counts once, with the cache off too), wall time and the process's CPU time; the table prints
 each setting's best times and median prefilled tokens, and their ratios (off / on).
@@ -56,13 +56,19 @@ def shipped_cache_mib(game: str, overrides: list[str]) -> float:
     return next(iter(load_config(game, overrides).trainable_models().values())).prefix_cache_mib
 
 
+def models_on(game: str, model: str, mib: float) -> list[str]:
+    """Overrides that put every model of `game`'s config on `model` with a `mib` MiB prefix cache (the engine takes
+    the budget a run's config gives it)."""
+    fields = ["model", *(f"auxiliary_models.{name}" for name in load_config(game).auxiliary_models)]
+    return [*(f"{field}.model_path={model}" for field in fields), *(f"{field}.prefix_cache_mib={mib}" for field in fields)]
+
+
 def evaluate_once(game: str, model: str, tasks: int, mib: float, seed: int, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
     """One `sparring eval`-equivalent run of `game` on `tasks` tasks with a `mib` MiB prefix cache (0: off): what it
     prefilled, its wall time and the process's CPU time (less sensitive to other jobs on a shared machine)."""
-    auxiliary = load_config(game).auxiliary_models
-    config = load_config(game, [f"model.model_path={model}", "logging.console=false", *(f"auxiliary_models.{name}.model_path={model}" for name in auxiliary), *overrides])
-    engine = get_engine(model, EngineConfig())
-    engine.set_prefix_cache(mib).result()
+    config = load_config(game, [*models_on(game, model, mib), "logging.console=false", *overrides])
+    engine = get_engine(model, EngineConfig(prefix_cache_mib=mib))
+    engine.empty_prefix_cache().result()
     engine.reseed(seed)
     before = PrefillCounts() + engine.prefill_counts
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -73,11 +79,10 @@ def evaluate_once(game: str, model: str, tasks: int, mib: float, seed: int, over
 def train_once(game: str, model: str, steps: int, mib: float, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
     """`sparring train game` for `steps` steps with every model's prefix cache at `mib` MiB (0: off): what its steps
     prefilled, their wall time (`time/step`) and their rollouts' (`time/rollout`)."""
-    models = ["model", *(f"auxiliary_models.{name}" for name in load_config(game).auxiliary_models)]
     with tempfile.TemporaryDirectory() as run_dir:
         config = load_config(game, [
             f"run_dir={run_dir}/run", "logging.console=false", "logging.tensorboard=false", "eval_dataset=null", "algorithm.save_interval_steps=0", "algorithm.allow_nothing_trained=true",
-            f"train_dataset.total_steps={steps}", *(f"{name}.model_path={model}" for name in models), *(f"{name}.prefix_cache_mib={mib}" for name in models), *overrides,
+            f"train_dataset.total_steps={steps}", *models_on(game, model, mib), *overrides,
         ])
         history = run_training(config).history
 
@@ -125,15 +130,15 @@ def main() -> None:
     rows = []
     for game in args.games.split(","):
         runs: dict[str, list[tuple[PrefillCounts, float, float]]] = {"off": [], "on": []}
-        def measure(mib: float, seed: int, tasks: int = args.tasks) -> tuple[PrefillCounts, float, float]:
+        def measure(mib: float, seed: int, warm_up: bool = False) -> tuple[PrefillCounts, float, float]:
             if game == "conversations":
                 return converse_once(model, 5, mib)
             if args.train_steps:
-                return train_once(game, model, args.train_steps if tasks == args.tasks else 1, mib, args.overrides)
-            return evaluate_once(game, model, tasks, mib, seed, args.overrides)
+                return train_once(game, model, 1 if warm_up else args.train_steps, mib, args.overrides)
+            return evaluate_once(game, model, 1 if warm_up else args.tasks, mib, seed, args.overrides)
 
         on_mib = args.cache_mib or (CACHE_MIB if game == "conversations" else shipped_cache_mib(game, args.overrides))
-        measure(on_mib, seed=1, tasks=1)  # warm-up: model loaded, weights packed, code paths compiled
+        measure(on_mib, seed=1, warm_up=True)  # model loaded, weights packed, code paths compiled
         for repeat in range(args.repeats):
             for setting, mib in (("off", 0), ("on", on_mib)):
                 counts, seconds, cpu = measure(mib, seed=repeat)

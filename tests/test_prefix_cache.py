@@ -149,7 +149,7 @@ def test_the_engine_stays_within_a_small_budget(tiny_model_dir, tmp_path):
         assert 0 < sampler.engine.prefix_cache.bytes <= 0.05 * 2**20
 
 
-def test_a_second_run_in_the_same_process_gets_the_budget_it_configured(tiny_model_dir, tmp_path):
+def test_a_second_run_in_the_same_process_gets_the_budget_it_configured(tiny_model_dir, tmp_path, caplog):
     path = str(shutil.copytree(tiny_model_dir, tmp_path / "two-runs"))
     for mib in (0.05, 0.0, 2.0):  # one process-wide engine: each client is built as one run of `tune` builds its own
         service = ServiceClient(base_dir=tmp_path / f"ckpt-{mib}", engine_config=EngineConfig(prefix_cache_mib=mib))
@@ -158,3 +158,6 @@ def test_a_second_run_in_the_same_process_gets_the_budget_it_configured(tiny_mod
         sampler.sample(types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=4, seed=1)).result()
         assert sampler.engine.config.prefix_cache_mib == mib
         assert (sampler.engine.prefix_cache is None) == (mib == 0) and (mib == 0 or sampler.engine.prefix_cache.budget_bytes == int(mib * 2**20))
+    other = ServiceClient(base_dir=tmp_path / "ckpt-other", engine_config=EngineConfig(prefix_cache_mib=2.0, max_batch_rows=3))
+    assert other.create_sampling_client(base_model=path).engine.config.max_batch_rows != 3  # one engine: not applied ...
+    assert "max_batch_rows" in caplog.text  # ... and said so

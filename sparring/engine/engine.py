@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import collections
 import itertools
+import logging
 import threading
 import time
 from concurrent.futures import Future, InvalidStateError
@@ -40,6 +41,8 @@ from .learner import prepare_data, run_forward
 from .packed_weights import packable
 from .prefix_cache import PrefillCounts, PrefixCache
 from .sampler import SampleJob, generate
+
+log = logging.getLogger(__name__)
 
 
 class EngineConfig(BaseModel):
@@ -183,16 +186,16 @@ class Engine:
         """Give the prefix cache `mib` MiB (0 turns it off), starting empty, after everything submitted before."""
         if mib < 0:
             raise ValueError(f"prefix cache size must be >= 0 MiB, got {mib}")
-
-        return self.call(lambda: self._resize_prefix_cache(mib))
+        self.config = self.config.model_copy(update={"prefix_cache_mib": mib})  # at once: the budget last asked for
+        return self.empty_prefix_cache()
 
     def empty_prefix_cache(self) -> Future:
         """Drop every cached prefix (same budget), after everything submitted before: a training step starts from an
         empty cache, so a resumed run samples its first step exactly as the uninterrupted run did."""
-        return self.call(lambda: self._resize_prefix_cache(self.config.prefix_cache_mib))
+        mib = self.config.prefix_cache_mib
+        return self.call(lambda: self._new_prefix_cache(mib))
 
-    def _resize_prefix_cache(self, mib: float) -> None:
-        self.config = self.config.model_copy(update={"prefix_cache_mib": mib})
+    def _new_prefix_cache(self, mib: float) -> None:
         self.prefix_cache = PrefixCache(int(mib * 2**20)) if mib > 0 else None
 
     def _put(self, item) -> Future:
@@ -358,15 +361,21 @@ _ENGINES_LOCK = threading.Lock()
 
 def get_engine(base_model: str, config: EngineConfig | None = None) -> Engine:
     """The process-wide engine for this base model and placement, loading it on first use. Its one prefix cache takes
-    the budget of the latest call that asks for another (a second run in the same process gets the cache it configured)."""
+    the budget of the latest call that asks for another (a second run in the same process gets the cache it
+    configured); any other setting stays the first call's, with a warning naming what was not applied."""
     config = config or EngineConfig()
     key = (base_model, config.device, config.dtype)
     with _ENGINES_LOCK:
         if key not in _ENGINES:
             _ENGINES[key] = Engine(load_base_model(base_model, device=config.device, dtype=config.dtype), config)
-        elif _ENGINES[key].config.prefix_cache_mib != config.prefix_cache_mib:
-            _ENGINES[key].set_prefix_cache(config.prefix_cache_mib)
-        return _ENGINES[key]
+            return _ENGINES[key]
+        engine = _ENGINES[key]
+        if engine.config.prefix_cache_mib != config.prefix_cache_mib:
+            engine.set_prefix_cache(config.prefix_cache_mib)
+        ignored = sorted(name for name in type(config).model_fields if name != "prefix_cache_mib" and getattr(config, name) != getattr(engine.config, name))
+        if ignored:
+            log.warning("the engine for %s is already loaded with other %s; it keeps them (one engine per model and placement)", base_model, ", ".join(ignored))
+        return engine
 
 
 @atexit.register

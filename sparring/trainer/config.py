@@ -9,7 +9,7 @@ from the AgentScope tuner so code written for it reads the same.
 
 Every config validates on construction (see `schema.ConfigRecord`: a bad
 value raises `ConfigError`, one line naming the dotted field path). Every
-number has an upper bound (the `MAX_*` constants) far beyond any sane run
+number has an upper bound (the `MAX_*` constants, `config_limits.py`) far beyond any sane run
 and low enough that a typo -- an extra zero, `group_size: 1e12` -- is
 refused before anything runs. Names that pick an
 extension -- `algorithm_type`, `loss_fn` and its `loss_fn_config` keys -- are
@@ -37,6 +37,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from .config_limits import (
+    MAX_STEPS, MAX_EPOCHS, MAX_TASKS, MAX_SEED, MAX_CONTEXT_TOKENS, MAX_NEW_TOKENS, MAX_TEMPERATURE,
+    MAX_VOCABULARY, MAX_LORA_RANK, MAX_LEARNING_RATE, MAX_GROUP_SIZE, MAX_BATCH_SIZE, MAX_EPISODES_PER_STEP,
+    MAX_COEFFICIENT, MAX_GRAD_CLIP_NORM, MAX_CONCURRENCY, MAX_EPISODE_TIMEOUT_S, MAX_ABS_REWARD, MAX_RAY_CPUS,
+    MAX_STALENESS,
+)
 from .imports import import_object, import_policy, is_import_path
 from .league_config import LeagueConfig
 from .step_hooks import import_step_hook
@@ -61,30 +67,9 @@ def check_structure(data: dict[str, Any]) -> None:
     finally:
         _STRUCTURE_ONLY.reset(token)
 
+
 DEFAULT_MODEL_NAME = "policy"
 _MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-# Upper bounds of the numeric fields (each error message states its bound).
-MAX_STEPS = 1_000_000
-MAX_EPOCHS = 100_000
-MAX_TASKS = 100_000_000
-MAX_SEED = 2**32 - 1
-MAX_CONTEXT_TOKENS = 1_048_576
-MAX_NEW_TOKENS = 131_072
-MAX_TEMPERATURE = 10.0
-MAX_VOCABULARY = 1_048_576
-MAX_LORA_RANK = 1024
-MAX_LEARNING_RATE = 1.0
-MAX_GROUP_SIZE = 1024
-MAX_BATCH_SIZE = 4096
-MAX_EPISODES_PER_STEP = 65_536
-MAX_COEFFICIENT = 100.0
-MAX_GRAD_CLIP_NORM = 1e6
-MAX_CONCURRENCY = 4096
-MAX_EPISODE_TIMEOUT_S = 86_400.0
-MAX_ABS_REWARD = 1e6
-MAX_RAY_CPUS = 1024.0
-MAX_STALENESS = 16
 
 
 class DatasetConfig(ConfigRecord):
