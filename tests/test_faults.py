@@ -270,7 +270,7 @@ async def always_raises(task, model, auxiliary_models):
 def test_steps_in_which_every_episode_fails_warn_and_stop_the_run_after_a_checkpoint(tiny_model_dir, tmp_path, caplog):
     tasks = [{"task_id": str(i)} for i in range(4)]
     algorithm = AlgorithmConfig(group_size=2, batch_size=2, episode_timeout_s=TIMEOUT_S, error_reward=-0.25, stop_after_failed_steps=2)
-    with caplog.at_level(logging.WARNING, logger="sparring.trainer.loop"), pytest.raises(EpisodesFailingError) as stopped:
+    with caplog.at_level(logging.WARNING, logger="sparring.trainer.step_sequence"), pytest.raises(EpisodesFailingError) as stopped:
         tune(always_raises, train_dataset=DatasetConfig(tasks=tasks, total_steps=5), model=model_config(tiny_model_dir), algorithm=algorithm, run_dir=tmp_path / "run", logging=QUIET)
     assert "stopped after step 2" in str(stopped.value) and "exception in 4 of 4 episodes" in str(stopped.value) and "broken workflow" in str(stopped.value)
     assert "first error: exception: RuntimeError: broken workflow on" in str(stopped.value) and not list((tmp_path / "run").rglob("final"))

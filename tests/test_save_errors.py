@@ -43,7 +43,7 @@ def disk_full_from_step(step: int, write):
 
 
 def test_a_full_disk_during_a_checkpoint_is_one_line_naming_the_file_and_the_checkpoint_intact(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(checkpoints, "_write_atomically", disk_full_from_step(2, checkpoints._write_atomically))
+    monkeypatch.setattr(checkpoints, "write_atomically", disk_full_from_step(2, checkpoints.write_atomically))
     result = runner.invoke(app, ["train", str(write_job(tmp_path, tiny_model_dir))])
     assert result.exit_code == 1, result.output + result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("error")]

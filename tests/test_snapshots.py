@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, ServiceClient, TunerModelConfig, WorkflowOutput, types
 from sparring.logging import read_metrics
 from sparring.trainer import ConfigError, TuneConfig, run_training
-from sparring.trainer.resolve import build_models
+from sparring.trainer.models_from_config import build_models
 
 TASKS = [{"topic": f"topic {i}"} for i in range(4)]
 QUIET = LoggingConfig(console=False, tensorboard=False)

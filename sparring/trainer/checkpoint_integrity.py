@@ -2,8 +2,8 @@
 
 A checkpoint is spread over several places (its step folder, each model's training state, the older weights and
 snapshot opponents it names), any of which a crash, a full disk or a hand can damage. `write_manifest` records the
-name, size and sha256 of every such file in `manifest.json`, written last and atomically (before `latest.json`
-points at the checkpoint), and `verify_manifest` refuses a checkpoint whose files are missing, truncated or changed,
+name, size and sha256 of every such file in `manifest.json`, written last and atomically (`write_atomically`, before
+`latest.json` points at the checkpoint), and `verify_manifest` refuses a checkpoint whose files are missing, truncated or changed,
 naming the first bad file in one line (`CheckpointError`). `check_training_state` then reads what a model's state
 holds -- no more optimizer steps than the checkpoint's step, an adapter config that parses, finite adapter and
 optimizer tensors -- so a checkpoint written without a manifest (before manifests existed) is refused on the same
@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 from pathlib import Path
 
 import torch
@@ -52,10 +53,15 @@ def write_manifest(directory: Path, run_dir: Path, sources: list[Path]) -> Path:
         for path in sorted([source] if source.is_file() else (p for p in source.rglob("*") if p.is_file())):
             files[_name(path, run_dir)] = {"size": path.stat().st_size, "sha256": _sha256(path)}
     manifest = directory / MANIFEST
-    temporary = manifest.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"files": files}, indent=1))
-    os.replace(temporary, manifest)
+    write_atomically(manifest, json.dumps({"files": files}, indent=1))
     return manifest
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so a reader sees the old file or the whole new one, never a part."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # the pipeline saves from a thread
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def verify_manifest(directory: Path, run_dir: Path) -> bool:

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from ..clients import RemoteTrainingClient
-from .checkpoint_integrity import MANIFEST, CheckpointError, CheckpointSaveError, check_training_state, one_line, verify_manifest, write_manifest
+from .checkpoint_integrity import MANIFEST, CheckpointError, CheckpointSaveError, check_training_state, one_line, verify_manifest, write_atomically, write_manifest
 from .dataset import TaskStream
 
 log = logging.getLogger(__name__)
@@ -85,12 +85,11 @@ def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint) -> Pat
     """Write the checkpoint of `step` (unless a complete one is there: the weights have not changed since) and point
     `latest.json` at it."""
     directory = run_dir / "checkpoints" / f"step_{step:06d}"
-    if (directory / MANIFEST).exists():
-        _write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
-        return directory
     before = _pointed_at(run_dir)
     try:
-        _write_checkpoint(run_dir, directory, step, models, point)
+        if not (directory / MANIFEST).exists():
+            _write_checkpoint(run_dir, directory, step, models, point)
+        write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
     except (OSError, RuntimeError) as error:  # a full disk, a read-only folder, a service that failed to save
         where = getattr(error, "filename", None) or directory
         saved = f"the checkpoint of step {int(before.name.removeprefix('step_'))} ({before}) is intact" if before else "no checkpoint was saved before it"
@@ -100,7 +99,7 @@ def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint) -> Pat
 
 
 def _write_checkpoint(run_dir: Path, directory: Path, step: int, models, point: ResumePoint) -> None:
-    """The models' training states, RNGs, trainer state, then the manifest, then `latest.json`: each file atomically."""
+    """The models' training states, RNGs, trainer state, then the manifest: each file atomically."""
     directory.mkdir(parents=True, exist_ok=True)
     futures = {key: client.save_state(f"run-step-{step:06d}") for key, client in models.clients.items()}
     model_paths = {key: future.result().path for key, future in futures.items()}
@@ -113,9 +112,9 @@ def _write_checkpoint(run_dir: Path, directory: Path, step: int, models, point: 
         state["league"] = point.league
     if point.versions:
         state["versions"] = {str(version): paths for version, paths in sorted(point.versions.items())}
-    _write_atomically(directory / "trainer_state.json", json.dumps(state, indent=2))
-    write_manifest(directory, run_dir, [directory / "trainer_state.json", directory / "rng.pt", *_local_paths(state)])
-    _write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
+    sources = [directory / "trainer_state.json", directory / "rng.pt", *_local_paths(state)]
+    write_atomically(directory / "trainer_state.json", json.dumps(state, indent=2))
+    write_manifest(directory, run_dir, sources)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -247,9 +246,3 @@ def _local_paths(state: dict) -> list[Path]:
 
 def _backend(client) -> str:
     return "tinker" if isinstance(client, RemoteTrainingClient) else "local"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # the pipeline saves from a thread
-    temporary.write_text(text)
-    os.replace(temporary, path)

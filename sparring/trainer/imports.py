@@ -110,12 +110,12 @@ def is_import_path(text: str) -> bool:
     return ":" in text or "." in text
 
 
-def import_field(field: str, import_path: str) -> Any:
-    """The object at `import_path`, which the config's `field` names; a ValueError naming `field` when it cannot be imported."""
+def import_field(field: str, import_path: str, error_type: type[Exception] = ValueError) -> Any:
+    """The object at `import_path`, which the config's `field` names; an `error_type` naming `field` when it cannot be imported."""
     try:
         return import_object(import_path)
     except ConfigError as error:
-        raise ValueError(f"{field}: {error}") from None
+        raise error_type(f"{field}: {error}") from None
 
 
 def import_policy(field: str, import_path: str) -> Any:

@@ -140,7 +140,7 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
     trained_before = start_step > 0 and any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics)
     with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
         sequence = StepSequence(run, run_dir, start_step, logger, progress, stop, hooks, trained_before)
-        record, streak, signal = sequence.record, sequence.streak, sequence.signal
+        record, streak, signal, held_out = sequence.record, sequence.streak, sequence.signal, sequence.held_out
         try:
             if algorithm.max_staleness:
                 await RolloutPipeline(sequence, saved_versions).run()
@@ -153,17 +153,17 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
                         break
             failure = streak.failure(record.steps)
             untrained = not signal.trained_anything and not algorithm.allow_nothing_trained and failure is None
-            if sequence.evaluates and failure is None and not untrained:
-                await sequence.evaluate(record.steps, "trained")
+            if held_out.evaluates and failure is None and not untrained:
+                await stop.cancelling(held_out.evaluate(record.steps, "trained", models.make_tuner))
         except (Stopped, KeyboardInterrupt, asyncio.CancelledError):
             result.interrupted, result.stop_signal = True, stop.signum
             failure = untrained = None
             log.warning("interrupted: saving a checkpoint at step %d", record.steps)
-        result.steps, result.history, result.evaluations = record.steps, record.history, record.evaluations
-        result.comparison = sequence.comparison()
+        result.steps, result.history, result.evaluations = record.steps, record.history, held_out.evaluations
+        result.comparison = held_out.comparison()
         if result.comparison is not None:
             result.comparison.write(run_dir)
-    checkpoint = result.checkpoint = sequence.checkpoint()
+    checkpoint = result.checkpoint = sequence.points.checkpoint(record.steps)
     no_healthy_step = not streak.healthy_steps and not start_step  # e.g. interrupted before a step trained
     if stop.requested and not result.interrupted:  # came while the run finished: it stops here, resumable, still without "final"
         result.interrupted, result.stop_signal = True, stop.signum

@@ -2,7 +2,7 @@
 
 `TrainingModels` holds one LoRA training client per trainable model (all on
 one shared engine when they share a base model, built by
-`resolve.build_models`), the chat models that workflows call
+`models_from_config.build_models`), the chat models that workflows call
 (`PolicyChatModel` on each live adapter, frozen local or OpenAI-compatible
 models for the auxiliary ones), and applies one update: `forward_backward`
 for every model first, then every `optim_step`, so the engine runs them back
@@ -36,8 +36,8 @@ from ..clients import RemoteTrainingClient, SamplingClient, TrainingClient
 from ..engine import Engine
 from ..integrations import TunerHandle
 from ..rollout import ChatModel, FrozenChatModel, PolicyChatModel
-from ..types import Datum, ForwardBackwardOutput
-from .config import AlgorithmConfig, TunerModelConfig
+from ..types import AdamParams, Datum, ForwardBackwardOutput
+from .config import TunerModelConfig
 from .league import League
 
 
@@ -122,11 +122,11 @@ class TrainingModels:
         for client in self.clients.values():
             client.reseed(seed * 1_000_003 + step)
 
-    async def update(self, datums: dict[str, list[Datum]], algorithm: AlgorithmConfig) -> dict[str, float]:
+    async def update(self, datums: dict[str, list[Datum]], loss_fn: str, loss_fn_config: dict | None, adam_params: AdamParams) -> dict[str, float]:
         """One optimizer step for every model that has data."""
         keys = [key for key in self.clients if datums.get(key)]
-        passes = [self.clients[key].forward_backward(datums[key], algorithm.loss_fn, algorithm.loss_fn_config or None) for key in keys]
-        steps = [self.clients[key].optim_step(algorithm.adam_params()) for key in keys]
+        passes = [self.clients[key].forward_backward(datums[key], loss_fn, loss_fn_config) for key in keys]
+        steps = [self.clients[key].optim_step(adam_params) for key in keys]
         metrics: dict[str, float] = {}
         for key, output, step in zip(keys, await asyncio.gather(*passes), await asyncio.gather(*steps)):
             prefix = "train" if len(self.clients) == 1 else f"train/{key}"

@@ -29,7 +29,7 @@ snapshots from the frozen weights, `FrozenWeights`, its evaluation, tasks and
 hooks), the trainer finishes each in order (log, checkpoint).
 
 Resume: when the producer reaches a step (before that step's snapshots,
-evaluation and tasks) the sequence records a `ResumePoint`; the checkpoint after step
+evaluation and tasks) the sequence's `ResumePoints` record one; the checkpoint after step
 s saves the one of step s, with the saved paths of the older versions that
 rollouts s, s + 1, ... sample, and the resumed run reloads them and redoes
 the rollouts that were in flight. Saved versions that no rollout, snapshot
@@ -115,7 +115,7 @@ class RolloutPipeline:
         """`sequence`: the run's step phases (the pipeline begins steps in its producer and finishes them in order);
         `saved_versions`: the older weights the resumed checkpoint names."""
         self.sequence = sequence
-        sequence.frozen = self
+        sequence.points.frozen = self
         self.resolved = sequence.run
         self.run_dir = sequence.run_dir
         self.models = sequence.models
@@ -134,7 +134,7 @@ class RolloutPipeline:
 
     def version_of(self, step: int) -> int:
         """The weights version that samples the rollout of `step`: `max_staleness` behind, never before an evaluation step."""
-        interval = self.algorithm.eval_interval_steps if self.sequence.evaluates else 0
+        interval = self.algorithm.eval_interval_steps if self.sequence.held_out.evaluates else 0
         last_evaluation = step - step % interval if interval else 0
         return max(step - self.algorithm.max_staleness, last_evaluation, self.oldest_version)
 
@@ -144,7 +144,7 @@ class RolloutPipeline:
         # A version not loaded yet (the run stopped while starting) is still where the resumed checkpoint named it.
         saved = {version: self.versions[version].paths if version in self.versions else self.saved_versions[version] for version in pending}
         self._checkpointed = set(pending)
-        self._checkpointed_snapshots = {snapshot["path"] for snapshot in self.sequence.points[step].snapshots.values()}
+        self._checkpointed_snapshots = {snapshot["path"] for snapshot in self.sequence.points.reached[step].snapshots.values()}
         return saved
 
     async def run(self) -> None:
@@ -188,14 +188,14 @@ class RolloutPipeline:
 
     async def _produce(self) -> None:
         for step in range(self.start_step, self.total_steps):
-            self.sequence.reach(step)  # before waiting for the weights: the trainer may checkpoint this step meanwhile
+            self.sequence.points.reach(step)  # before waiting for the weights: the trainer may checkpoint this step meanwhile
             version = self.version_of(step)
             weights = FrozenWeights(self.models, version, await self._future(self._ready, version))
             start = await self.sequence.begin(step, weights)
             started = time.perf_counter()
             episodes = await run_rollout(self.resolved.episode_fn, start.tasks, weights.tuner_factory(training=True), self.resolved.settings, self.resolved.judge, step, self.sequence.progress)
             self._future(self._finished, step).set_result(Rollout(episodes, version, time.perf_counter() - started, start.snapshot_ages))
-        self.sequence.reach(self.total_steps)
+        self.sequence.points.reach(self.total_steps)
 
     async def _freeze(self, version: int) -> None:
         """Save and copy the live weights (they are `version` steps old) and hand them to the rollouts waiting on them."""
@@ -215,7 +215,7 @@ class RolloutPipeline:
         the latest checkpoint); True when it deleted any."""
         deleted = False
         in_play = {snapshot.path for snapshot in self.models.snapshots.values()} | self._checkpointed_snapshots
-        in_play |= {snapshot["path"] for point in self.sequence.points.values() for snapshot in point.snapshots.values()}
+        in_play |= {snapshot["path"] for point in self.sequence.points.reached.values() for snapshot in point.snapshots.values()}
         for old in [v for v in self.versions if v < version and v not in self._checkpointed]:
             frozen = self.versions.pop(old)
             self._ready.pop(old, None)

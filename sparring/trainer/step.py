@@ -53,7 +53,8 @@ async def learn(episodes: list[Episode], models: TrainingModels, settings: Runne
             datums[name], kl_metrics = apply_kl_penalty(data, [scores[1:] for scores in base], sampled_masks[name], algorithm.kl_coef)
             metrics.update({f"{k}/{name}" if len(datums) > 1 else k: v for k, v in kl_metrics.items()})
     train_started = time.perf_counter()
-    metrics.update(await models.update(datums, algorithm))
+    adam_params = algorithm.adam_params()
+    metrics.update(await models.update(datums, algorithm.loss_fn, algorithm.loss_fn_config or None, adam_params))
     await check_finite_weights(models.clients, step + 1)  # before anything saves them
     metrics["time/train"] = time.perf_counter() - train_started
     if rollouts is not None:

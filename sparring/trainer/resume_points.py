@@ -1,0 +1,59 @@
+"""Where each step's rollout starts, kept while a checkpoint may need it, and the checkpoints written from it.
+
+`ResumePoints` records the `ResumePoint` of a step (the task stream, RNGs and
+opponents as its rollout is about to start: `checkpoints.py`) the first time
+the run reaches it, and forgets it once a later step has finished. The
+checkpoint after `s` steps holds the point of step `s`, from which a resumed
+run goes on exactly; with rollouts running ahead of training the pipeline
+adds the older weights its pending rollouts sample (`FrozenVersions`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Protocol
+
+from .checkpoints import ResumePoint, save_checkpoint
+from .dataset import TaskStream
+from .models import TrainingModels
+
+
+class FrozenVersions(Protocol):
+    """Older weights that rollouts not yet trained on sample (the pipeline's): a checkpoint must name them."""
+
+    def pending_versions(self, step: int) -> dict[int, dict[str, str]]:
+        """Version -> model key -> saved path of the weights the rollouts from `step` on sample, as a checkpoint at
+        `step` must name them."""
+
+
+class ResumePoints:
+    """The resume point of every step reached and not yet outdated, and the checkpoints written from them."""
+
+    def __init__(self, run_dir: Path, stream: TaskStream, models: TrainingModels, first_step: int) -> None:
+        self.run_dir = run_dir
+        self.stream = stream
+        self.models = models
+        self.reached: dict[int, ResumePoint] = {}
+        """Step -> where its rollout starts, for each step reached and not yet outdated by a later finished step."""
+        self.frozen: FrozenVersions | None = None
+        """The pipeline's older weights, when rollouts run ahead of training; None on-policy."""
+        self.reach(first_step)
+
+    def reach(self, step: int) -> None:
+        """Record where the rollout of `step` starts (the first call for a step counts): before its snapshots,
+        evaluation and tasks."""
+        self.reached.setdefault(step, ResumePoint.now(self.stream, self.models))
+
+    def advance(self, steps: int) -> None:
+        """`steps` steps have finished: reach the next one and forget the points of those before it."""
+        self.reach(steps)
+        for outdated in [step for step in self.reached if step < steps]:
+            del self.reached[outdated]
+
+    def checkpoint(self, steps: int) -> Path:
+        """Write the checkpoint after `steps` steps."""
+        point = self.reached[steps]
+        if self.frozen is not None:
+            point = dataclasses.replace(point, versions=self.frozen.pending_versions(steps))
+        return save_checkpoint(self.run_dir, steps, self.models, point)
