@@ -105,6 +105,18 @@ def test_a_correct_guess_wins_and_fewer_questions_score_more():
     assert quick.reward > output.reward
 
 
+def test_guess_bonus_pays_once_for_each_shown_candidate_a_wrong_guess_rules_out():
+    _, player, _ = play(["Is it big?"], word="panda", candidates=4, max_questions=1)
+    shown = player.asked[0][1]["content"].split("It is one of: ")[1].split(".")[0].split(", ")
+    wrong = [word for word in shown if word != "panda"]
+    replies = [f"Is it a {wrong[0]}?", f"Is it a {wrong[0]}?", "Is it a zebra?" if "zebra" not in shown else "Is it a cat?", f"Is it a {wrong[1]}?", "Is it a panda?"]
+    output, _, _ = play(replies, word="panda", candidates=4, max_questions=6, guess_bonus=0.3)
+    assert output.metrics["candidates_ruled_out"] == 2 and output.metrics["success"] == 1.0  # a repeat and a word not shown: nothing
+    assert output.reward == pytest.approx(1.0 + 0.5 * 1 / 6 + 0.3 * 2 / 6)
+    plain, _, _ = play(replies, word="panda", candidates=4, max_questions=6)
+    assert plain.reward == pytest.approx(1.0 + 0.5 * 1 / 6) and plain.metrics["candidates_ruled_out"] == 2
+
+
 def test_illegal_replies_are_invalid_actions_and_never_reach_the_answerer():
     output, player, answerer = play(["Hello there.", "blah"], max_questions=4)
     assert output.metrics["invalid_action_rate"] == 1.0 and output.metrics["success"] == 0.0

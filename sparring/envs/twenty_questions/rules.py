@@ -128,14 +128,17 @@ def normalise_answer(text: str) -> Literal["Yes", "No", "Unknown"]:
     return "Unknown"
 
 
-def score(turns: list[Turn], secret: str, max_questions: int, question_bonus: float) -> dict[str, float]:
-    """Reward and metrics of a finished game."""
+def score(turns: list[Turn], secret: str, max_questions: int, question_bonus: float, candidates: list[str] = (), guess_bonus: float = 0.0) -> dict[str, float]:
+    """Reward and metrics of a finished game: `question_bonus` is spread over valid questions, `guess_bonus` over the
+    shown `candidates` ruled out by a wrong guess (each once)."""
     solved = bool(turns) and turns[-1].kind == "guess" and turns[-1].guess == secret
     asked = [t for t in turns if not t.final]
     questions = [t for t in asked if t.kind == "question"]
+    ruled_out = {t.guess for t in asked if t.kind == "guess" and t.guess != secret and t.guess in candidates}
     reward = (1.0 + 0.5 * (max_questions - len(asked)) / max_questions) if solved else 0.0
     metrics = {
-        "reward": reward + question_bonus * len(questions) / max_questions,
+        "reward": reward + question_bonus * len(questions) / max_questions + guess_bonus * len(ruled_out) / max_questions,
+        "candidates_ruled_out": float(len(ruled_out)),
         "success": float(solved),
         "solved_before_final_guess": float(solved and not turns[-1].final),
         "questions": float(len(asked)),

@@ -20,14 +20,17 @@ guess constrained to the candidate words (`choices=`; every word of the list
 in the classic game), so the game always ends on a valid guess.
 
 Reward: 1 for a correct guess plus up to 0.5 for finding it in fewer
-questions (a correct final guess, after all the questions, earns 1), and a
-small shaping of `question_bonus` spread over valid questions. The word list
+questions (a correct final guess, after all the questions, earns 1), a
+small shaping of `question_bonus` spread over valid questions, and of
+`guess_bonus` (0 unless set) spread over the shown candidates that a wrong
+guess rules out, each once: the one answer the referee knows to be true,
+where a 135M answerer's yes/no is right about 0.6-0.7 of the time. The word list
 ships with the package (`data/words.txt` in this folder) with a fixed train /
 eval split, so the held-out words are never seen in training.
 `workflow_args`: `max_questions` (default 20), `candidates` (show the player
 that many possible words, the secret among them; 0 = none, the classic game;
-small models need a few), `answer_tokens`, `question_bonus`, `answerer` (the
-auxiliary model's name).
+small models need a few), `answer_tokens`, `question_bonus`, `guess_bonus`,
+`answerer` (the auxiliary model's name).
 
     sparring train twenty_questions        # this folder's config.yaml
 """
@@ -112,5 +115,5 @@ async def twenty_questions(task: dict, model: ChatModel, auxiliary_models: dict[
         history += [reply.message, {"role": "user", "content": feedback}]
     if not (turns[-1].kind == "guess" and turns[-1].answer == "Yes"):
         turns.append(await _final_guess(model, history, shown or sorted(words), secret))
-    metrics = score(turns, secret, max_questions, float(args.get("question_bonus", 0.1)))
+    metrics = score(turns, secret, max_questions, float(args.get("question_bonus", 0.1)), shown, float(args.get("guess_bonus", 0.0)))
     return WorkflowOutput(reward=metrics.pop("reward"), metrics=metrics, response=[(t.text, t.answer) for t in turns])
