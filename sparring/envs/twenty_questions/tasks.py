@@ -10,7 +10,7 @@ from .rules import load_words
 def make_tasks(split: str, count: int, seed: int) -> list[dict]:
     """`count` games on the words of `split`: every word once per pass, passes shuffled by `seed`.
 
-    The shipped files: data/train.jsonl is make_tasks("train", 200, seed=1), data/eval.jsonl make_tasks("eval", 100, seed=2).
+    The shipped files: data/train.jsonl is make_tasks("train", 200, seed=1), data/eval.jsonl make_tasks("eval", 200, seed=2) (each held-out word twice, with its own candidates).
     """
     rng = random.Random(seed)
     words: list[str] = []
