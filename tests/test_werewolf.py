@@ -177,6 +177,24 @@ def test_vote_credit_rewards_exactly_the_werewolf_votes_that_match_the_mates():
     assert apart.metrics["wolf_votes_matched"] == 0.0 and all(set(rewards) == {0.0} for rewards in apart.turn_rewards.values())
 
 
+def test_elimination_credit_rewards_the_werewolf_votes_that_name_the_good_player_voted_out():
+    seed = 4
+    table = {p.name: p.role for p in GameState.deal(seed).players}
+    wolves = [name for name, role in table.items() if role == WEREWOLF]
+
+    def crowd(agent, request):  # everyone votes the first living good player they may name
+        if not request.splitlines()[-1].startswith("Vote out"):
+            return coordinated(seed)(agent, request)
+        return f"I choose {next(name for name in NAMES if name in request.rsplit('name: ', 1)[-1] and table[name] != WEREWOLF)}."
+
+    output = play(seed, Scripted(crowd), Scripted(crowd), trainable_target=WEREWOLF, elimination_credit=0.5)
+    assert output.metrics["werewolf_win"] == 1.0 and output.metrics["wolf_votes_eliminating"] == 1.0
+    for wolf in wolves:  # the day-1 vote (night kill, speech, vote) put a good player out; no vote_credit asked for
+        assert output.turn_rewards[wolf][:3] == [0.0, 0.0, 0.5] and sum(output.turn_rewards[wolf]) == 0.5
+    voted_out_wolf = play(seed, Scripted(coordinated(seed)), Scripted(coordinated(seed)), trainable_target=WEREWOLF, elimination_credit=0.5)
+    assert voted_out_wolf.metrics["wolf_votes_eliminating"] == 0.0 and all(set(r) == {0.0} for r in voted_out_wolf.turn_rewards.values())
+
+
 def test_only_illegal_replies_fall_back_by_rule_and_the_werewolves_win_on_the_third_night_unless_the_limit_comes_first():
     nonsense = Scripted(lambda agent, request: "I like turtles.")
     output = play(7, nonsense, nonsense, trainable_target=WEREWOLF)

@@ -25,7 +25,10 @@ who vote the same good player decide a day against a scattered vote, which
 `coordinated_werewolves` (baselines.py) shows is worth most of the game;
 `vote_credit` (0, off) is per-turn credit for it: a turn reward of that size
 for a trained werewolf's vote that names the good player its living mate
-voted, metric `wolf_votes_matched` (the share of days both did).
+voted, metric `wolf_votes_matched` (the share of days both did);
+`elimination_credit` (0, off) pays a trained werewolf's vote that names the
+good player the vote puts out, metric `wolf_votes_eliminating` (the share of
+werewolf votes that did).
 
 Decisions are constrained actions (`choices=`): a kill names one living good
 player, a check one other living player, a vote one other living player or
@@ -39,7 +42,7 @@ those. Reward per trained player: 1 if its side
 won, 0 otherwise (the good side wins when it survives `max_rounds`), and
 `broken_reward` (-0.1) if the game could not continue. `workflow_args`:
 `trainable_target`, `max_rounds` (5), `speech_tokens` (24),
-`full_history` (false), `vote_credit` (0), `participant` (the auxiliary
+`full_history` (false), `vote_credit` (0), `elimination_credit` (0), `participant` (the auxiliary
 model's name), `broken_reward`.
 
     sparring train werewolf     # this folder's config.yaml: trainable_target werewolf; edit that one line for good_guy
@@ -98,7 +101,7 @@ class Seat:
     invalid: int = 0
     """Decisions whose reply named no allowed choice and fell back by rule."""
     turn_rewards: list[float] = field(default_factory=list)
-    """One per call it made, 0 unless a decision earned per-turn credit (`vote_credit`)."""
+    """One per call it made, 0 unless a decision earned per-turn credit (`vote_credit`, `elimination_credit`)."""
 
     async def ask(self, request: str, max_tokens: int, **constraint: list[str]) -> str:
         """Send what it witnessed and `request`; its reply (constrained by `choices=` when given) joins its conversation."""
@@ -129,6 +132,12 @@ class Game:
     """Keep each player's whole game in one conversation; otherwise each round starts a new one from a summary."""
     vote_credit: float = 0.0
     """Turn reward for a trained werewolf's vote that matches its living mate's vote for a good player."""
+    elimination_credit: float = 0.0
+    """Turn reward for a trained werewolf's vote that names the good player the day's vote eliminates."""
+    wolf_votes: int = 0
+    """Day votes cast by werewolves."""
+    wolf_votes_eliminating: int = 0
+    """Of those, votes naming the good player the vote eliminated."""
     wolf_days: int = 0
     """Days on which two werewolves voted."""
     wolf_days_matched: int = 0
@@ -218,6 +227,7 @@ class Game:
         votes = {seat.name: ballot for seat, ballot in zip(voters, ballots)}
         self._credit_wolf_votes(votes)
         out = resolve_vote(state, votes)
+        self._credit_eliminations(votes, out)
         cast = ", ".join(f"{voter}->{target}" for voter, target in votes.items() if target) or "none"
         result = f"Votes: {cast}. " + (f"{out} was eliminated." if out else "Nobody was eliminated.")
         self.record.append(f"day {number}: {result.rstrip('.')}")
@@ -236,6 +246,18 @@ class Game:
         for wolf in wolves:
             if wolf.trained:
                 wolf.turn_rewards[-1] += self.vote_credit
+
+    def _credit_eliminations(self, votes: dict[str, str | None], out: str | None) -> None:
+        """Count the werewolves' votes, and credit those that named the good player the vote eliminated."""
+        wolves = [self.seats[p.name] for p in self.state.players if p.role == WEREWOLF and p.name in votes]
+        self.wolf_votes += len(wolves)
+        if out is None or self.state.player(out).side != GOOD_GUY:
+            return
+        for wolf in wolves:
+            if votes[wolf.name] == out:
+                self.wolf_votes_eliminating += 1
+                if wolf.trained:
+                    wolf.turn_rewards[-1] += self.elimination_credit
 
     async def _vote(self, seat: Seat) -> str | None:
         others = [p.name for p in self.state.living() if p.name != seat.name]
@@ -283,6 +305,7 @@ def game_metrics(winner: str | None, game: Game, trainable_target: str, max_roun
         "invalid_action_rate": sum(s.invalid for s in seats) / max(sum(s.actions for s in seats), 1),
         "invalid_action_rate_trained": sum(s.invalid for s in trained) / max(sum(s.actions for s in trained), 1),
         "wolf_votes_matched": game.wolf_days_matched / max(game.wolf_days, 1),
+        "wolf_votes_eliminating": game.wolf_votes_eliminating / max(game.wolf_votes, 1),
     }
     for role in dict.fromkeys(ROLES):
         side = WEREWOLF if role == WEREWOLF else GOOD_GUY
@@ -301,7 +324,7 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
     state = GameState.deal(int(task["seed"]))
     max_rounds = int(args.get("max_rounds", 5))
     seats = seat_players(state, target, model, auxiliary_models[name], max_rounds)
-    game = Game(state, seats, int(args.get("speech_tokens", 24)), bool(args.get("full_history", False)), float(args.get("vote_credit", 0.0)))
+    game = Game(state, seats, int(args.get("speech_tokens", 24)), bool(args.get("full_history", False)), float(args.get("vote_credit", 0.0)), float(args.get("elimination_credit", 0.0)))
     trained = [seat.name for seat in game.seats.values() if seat.trained]
     try:
         winner = await game.play(max_rounds)
@@ -310,5 +333,5 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
         broken = float(args.get("broken_reward", -0.1))
         return WorkflowOutput(reward={n: broken for n in trained}, metrics={**game_metrics(None, game, target, max_rounds), "broken": 1.0})
     reward = float(winner == target)
-    turn_rewards = {seat.name: seat.turn_rewards for seat in game.seats.values() if seat.trained and seat.turn_rewards} if game.vote_credit else None
+    turn_rewards = {seat.name: seat.turn_rewards for seat in game.seats.values() if seat.trained and seat.turn_rewards} if game.vote_credit or game.elimination_credit else None
     return WorkflowOutput(reward={n: reward for n in trained}, metrics={**game_metrics(winner, game, target, max_rounds), "broken": 0.0}, response=winner, turn_rewards=turn_rewards)
