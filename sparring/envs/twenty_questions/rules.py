@@ -15,7 +15,7 @@ import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
-from typing import Literal
+from typing import Literal, Sequence
 
 from ..common import check_split
 
@@ -128,7 +128,7 @@ def normalise_answer(text: str) -> Literal["Yes", "No", "Unknown"]:
     return "Unknown"
 
 
-def score(turns: list[Turn], secret: str, max_questions: int, question_bonus: float, candidates: list[str] = (), guess_bonus: float = 0.0) -> dict[str, float]:
+def score(turns: list[Turn], secret: str, max_questions: int, question_bonus: float, candidates: Sequence[str] = (), guess_bonus: float = 0.0) -> dict[str, float]:
     """Reward and metrics of a finished game: `question_bonus` is spread over valid questions, `guess_bonus` over the
     shown `candidates` ruled out by a wrong guess (each once)."""
     solved = bool(turns) and turns[-1].kind == "guess" and turns[-1].guess == secret
