@@ -249,7 +249,7 @@ class Game:
 
     def _credit_eliminations(self, votes: dict[str, str | None], out: str | None) -> None:
         """Count the werewolves' votes, and credit those that named the good player the vote eliminated."""
-        wolves = [self.seats[p.name] for p in self.state.players if p.role == WEREWOLF and p.name in votes]
+        wolves = [self.seats[voter] for voter in votes if self.seats[voter].role == WEREWOLF]
         self.wolf_votes += len(wolves)
         if out is None or self.state.player(out).side != GOOD_GUY:
             return
