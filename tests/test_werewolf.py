@@ -195,6 +195,21 @@ def test_elimination_credit_rewards_the_werewolf_votes_that_name_the_good_player
     assert voted_out_wolf.metrics["wolf_votes_eliminating"] == 0.0 and all(set(r) == {0.0} for r in voted_out_wolf.turn_rewards.values())
 
 
+def test_with_train_speech_false_the_participant_makes_the_trained_sides_speeches_and_only_decisions_are_trainable():
+    seed = 4
+    wolves = [p.name for p in GameState.deal(seed).players if p.role == WEREWOLF]
+    policy, participant = Scripted(coordinated(seed)), Scripted(coordinated(seed))
+    output = play(seed, policy, participant, trainable_target=WEREWOLF, vote_credit=0.5, full_history=True, train_speech=False)
+    assert policy.choices and all(choices is not None for _, _, choices in policy.choices)  # decisions only
+    speeches = [agent for agent, request, _ in participant.choices if "Speak briefly" in request]
+    assert set(wolves) <= set(speeches)
+    for wolf in wolves:  # one turn reward per call of the policy; the vote credit on the day-1 vote (its 2nd decision)
+        assert output.turn_rewards[wolf] == [0.0, 0.5] + [0.0] * (sum(agent == wolf for agent, _ in policy.calls) - 2)
+        speech = next(messages for agent, messages in policy.calls if agent == wolf and len(messages) > 5)
+        assert speech[4]["role"] == "assistant" and speech[4]["content"].startswith(f"I am {wolf}")  # it sees its speech
+    assert output.metrics == play(seed, Scripted(coordinated(seed)), Scripted(coordinated(seed)), trainable_target=WEREWOLF, vote_credit=0.5, full_history=True).metrics
+
+
 def test_only_illegal_replies_fall_back_by_rule_and_the_werewolves_win_on_the_third_night_unless_the_limit_comes_first():
     nonsense = Scripted(lambda agent, request: "I like turtles.")
     output = play(7, nonsense, nonsense, trainable_target=WEREWOLF)
@@ -281,8 +296,8 @@ def test_bad_arguments_are_clear_errors():
         asyncio.run(werewolf({"seed": 0}, quiet, {}))
 
 
-@pytest.mark.parametrize("target", [WEREWOLF, GOOD_GUY])
-def test_the_example_config_trains_either_side_by_changing_trainable_target(tiny_model_dir, tmp_path, target):
+@pytest.mark.parametrize("target, train_speech", [(WEREWOLF, False), (GOOD_GUY, True)])
+def test_the_example_config_trains_either_side_by_changing_trainable_target(tiny_model_dir, tmp_path, target, train_speech):
     config = load_game_config(
         "werewolf",
         [
@@ -301,6 +316,7 @@ def test_the_example_config_trains_either_side_by_changing_trainable_target(tiny
             f"train_dataset.workflow_args.trainable_target={target}",
             "train_dataset.workflow_args.max_rounds=2",
             "train_dataset.workflow_args.speech_tokens=4",
+            f"train_dataset.workflow_args.train_speech={str(train_speech).lower()}",  # false: speeches on the participant, decisions trained
         ],
     )
     assert config.eval_dataset.workflow_args["trainable_target"] == target  # train and eval share one YAML anchor

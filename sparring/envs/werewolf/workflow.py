@@ -100,16 +100,20 @@ class Seat:
     """Decisions asked of it (kill, check, potion, vote)."""
     invalid: int = 0
     """Decisions whose reply named no allowed choice and fell back by rule."""
+    speaker: ChatModel | None = None
+    """The frozen model that makes its day speeches when they are not trained (`train_speech: false`); None: `model`."""
     turn_rewards: list[float] = field(default_factory=list)
-    """One per call it made, 0 unless a decision earned per-turn credit (`vote_credit`, `elimination_credit`)."""
+    """One per call `model` made, 0 unless a decision earned per-turn credit (`vote_credit`, `elimination_credit`)."""
 
-    async def ask(self, request: str, max_tokens: int, **constraint: list[str]) -> str:
-        """Send what it witnessed and `request`; its reply (constrained by `choices=` when given) joins its conversation."""
+    async def ask(self, request: str, max_tokens: int, speaker: ChatModel | None = None, **constraint: list[str]) -> str:
+        """Send what it witnessed and `request` to `speaker` (else its model); the reply (constrained by `choices=`
+        when given) joins its conversation."""
         self.history.append({"role": "user", "content": "\n".join([*self.pending, request])})
         self.pending.clear()
-        reply = await self.model(self.history, max_tokens=max_tokens, **constraint)
+        reply = await (speaker or self.model)(self.history, max_tokens=max_tokens, **constraint)
         self.history.append(reply.message)
-        self.turn_rewards.append(0.0)
+        if speaker is None:
+            self.turn_rewards.append(0.0)
         return reply.content
 
     async def decide(self, request: str, choices: list[str]) -> str:
@@ -219,7 +223,7 @@ class Game:
     async def day(self) -> None:
         state, number = self.state, self.state.round
         for seat in self.living_seats():
-            speech = await seat.ask(f"Day {number}. Speak briefly: who do you suspect?", self.speech_tokens)
+            speech = await seat.ask(f"Day {number}. Speak briefly: who do you suspect?", self.speech_tokens, seat.speaker)
             said = " ".join(speech.split())[:SPEECH_CHARS] or "(silence)"
             self.tell(f"{seat.name}: {said}", to=[s for s in self.living_seats() if s is not seat])
         voters = self.living_seats()
@@ -281,15 +285,17 @@ class Game:
         return GOOD_GUY
 
 
-def seat_players(state: GameState, trainable_target: str, model: ChatModel, participant: ChatModel, max_rounds: int) -> dict[str, Seat]:
-    """A Seat per player: the trained side on the policy, the rest on the participant model."""
+def seat_players(state: GameState, trainable_target: str, model: ChatModel, participant: ChatModel, max_rounds: int, train_speech: bool = True) -> dict[str, Seat]:
+    """A Seat per player: the trained side on the policy (its speeches on the participant model unless
+    `train_speech`), the rest on the participant model."""
     seats = {}
     for player in state.players:
         trained = player.side == trainable_target
         chat = (model if trained else participant).as_agent(player.name, player.role)
+        speaker = participant.as_agent(player.name, player.role) if trained and not train_speech else None
         mate = next((p.name for p in state.players if p.role == WEREWOLF and p is not player), "")
         system = SYSTEM.format(name=player.name, role=player.role, duty=DUTIES[player.role].format(mate=mate), max_rounds=max_rounds)
-        seats[player.name] = Seat(player.name, player.role, chat, trained, history=[{"role": "system", "content": system}])
+        seats[player.name] = Seat(player.name, player.role, chat, trained, speaker=speaker, history=[{"role": "system", "content": system}])
     return seats
 
 
@@ -323,7 +329,7 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
         raise KeyError(f"werewolf needs a frozen model auxiliary_models[{name!r}] for the untrained players (have {sorted(auxiliary_models)})")
     state = GameState.deal(int(task["seed"]))
     max_rounds = int(args.get("max_rounds", 5))
-    seats = seat_players(state, target, model, auxiliary_models[name], max_rounds)
+    seats = seat_players(state, target, model, auxiliary_models[name], max_rounds, bool(args.get("train_speech", True)))
     game = Game(state, seats, int(args.get("speech_tokens", 24)), bool(args.get("full_history", False)), float(args.get("vote_credit", 0.0)), float(args.get("elimination_credit", 0.0)))
     trained = [seat.name for seat in game.seats.values() if seat.trained]
     try:
