@@ -28,7 +28,9 @@ for a trained werewolf's vote that names the good player its living mate
 voted, metric `wolf_votes_matched` (the share of days both did);
 `elimination_credit` (0, off) pays a trained werewolf's vote that names the
 good player the vote puts out, metric `wolf_votes_eliminating` (the share of
-werewolf votes that did).
+werewolf votes that did). `train_speech: false` has the participant model
+make the trained side's speeches (a `Seat`'s `speaker`), so only its
+decisions are trainable calls.
 
 Decisions are constrained actions (`choices=`): a kill names one living good
 player, a check one other living player, a vote one other living player or
@@ -42,8 +44,8 @@ those. Reward per trained player: 1 if its side
 won, 0 otherwise (the good side wins when it survives `max_rounds`), and
 `broken_reward` (-0.1) if the game could not continue. `workflow_args`:
 `trainable_target`, `max_rounds` (5), `speech_tokens` (24),
-`full_history` (false), `vote_credit` (0), `elimination_credit` (0), `participant` (the auxiliary
-model's name), `broken_reward`.
+`full_history` (false), `vote_credit` (0), `elimination_credit` (0), `train_speech` (true),
+`participant` (the auxiliary model's name), `broken_reward`.
 
     sparring train werewolf     # this folder's config.yaml: trainable_target werewolf; edit that one line for good_guy
 """
