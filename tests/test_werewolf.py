@@ -205,8 +205,8 @@ def test_with_train_speech_false_the_participant_makes_the_trained_sides_speeche
     assert set(wolves) <= set(speeches)
     for wolf in wolves:  # one turn reward per call of the policy; the vote credit on the day-1 vote (its 2nd decision)
         assert output.turn_rewards[wolf] == [0.0, 0.5] + [0.0] * (sum(agent == wolf for agent, _ in policy.calls) - 2)
-        speech = next(messages for agent, messages in policy.calls if agent == wolf and len(messages) > 5)
-        assert speech[4]["role"] == "assistant" and speech[4]["content"].startswith(f"I am {wolf}")  # it sees its speech
+        seen = next(messages for agent, messages in policy.calls if agent == wolf and len(messages) > 5)
+        assert seen[4]["role"] == "assistant" and seen[4]["content"].startswith(f"I am {wolf}")  # it sees its speech
     assert output.metrics == play(seed, Scripted(coordinated(seed)), Scripted(coordinated(seed)), trainable_target=WEREWOLF, vote_credit=0.5, full_history=True).metrics
 
 
