@@ -18,6 +18,7 @@ the cache leaves unchanged), the 7 calls of a turn batched.
     .venv/bin/python benchmarks/prefix_cache.py --games werewolf --set eval_dataset.workflow_args.full_history=true
     .venv/bin/python benchmarks/prefix_cache.py --games werewolf --tasks 20 --cache-mib 1024   # another budget than the config's
     .venv/bin/python benchmarks/prefix_cache.py --games werewolf --train-steps 4 --repeats 2    # training steps instead
+    python benchmarks/prefix_cache.py --device cuda --games werewolf --tasks 20    # on a GPU (bfloat16 weights)
 
 With `--train-steps N` each run is `sparring train GAME` for N steps instead (no held-out evaluation, nothing saved
 but the run folder, in a temporary directory): every model's `prefix_cache_mib` set to 0 or the 'on' budget, the
@@ -56,18 +57,19 @@ def shipped_cache_mib(game: str, overrides: list[str]) -> float:
     return next(iter(load_config(game, overrides).trainable_models().values())).prefix_cache_mib
 
 
-def models_on(game: str, model: str, mib: float) -> list[str]:
-    """Overrides that put every model of `game`'s config on `model` with a `mib` MiB prefix cache (the engine takes
-    the budget a run's config gives it)."""
+def models_on(game: str, model: str, mib: float, device: str) -> list[str]:
+    """Overrides that put every model of `game`'s config on `model` on `device` with a `mib` MiB prefix cache (the
+    engine takes the budget a run's config gives it)."""
     fields = ["model", *(f"auxiliary_models.{name}" for name in load_config(game).auxiliary_models)]
-    return [*(f"{field}.model_path={model}" for field in fields), *(f"{field}.prefix_cache_mib={mib}" for field in fields)]
+    settings = {"model_path": model, "device": device, "prefix_cache_mib": mib}
+    return [f"{field}.{key}={value}" for key, value in settings.items() for field in fields]
 
 
-def evaluate_once(game: str, model: str, tasks: int, mib: float, seed: int, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
+def evaluate_once(game: str, model: str, device: str, tasks: int, mib: float, seed: int, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
     """One `sparring eval`-equivalent run of `game` on `tasks` tasks with a `mib` MiB prefix cache (0: off): what it
     prefilled, its wall time and the process's CPU time (less sensitive to other jobs on a shared machine)."""
-    config = load_config(game, [*models_on(game, model, mib), "logging.console=false", *overrides])
-    engine = get_engine(model, EngineConfig(prefix_cache_mib=mib))
+    config = load_config(game, [*models_on(game, model, mib, device), "logging.console=false", *overrides])
+    engine = get_engine(model, EngineConfig(device=device, prefix_cache_mib=mib))
     engine.empty_prefix_cache().result()
     engine.reseed(seed)
     before = PrefillCounts() + engine.prefill_counts
@@ -76,13 +78,13 @@ def evaluate_once(game: str, model: str, tasks: int, mib: float, seed: int, over
     return engine.prefill_counts - before, time.perf_counter() - started, time.process_time() - cpu_started
 
 
-def train_once(game: str, model: str, steps: int, mib: float, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
+def train_once(game: str, model: str, device: str, steps: int, mib: float, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
     """`sparring train game` for `steps` steps with every model's prefix cache at `mib` MiB (0: off): what its steps
     prefilled, their wall time (`time/step`) and their rollouts' (`time/rollout`)."""
     with tempfile.TemporaryDirectory() as run_dir:
         config = load_config(game, [
             f"run_dir={run_dir}/run", "logging.console=false", "logging.tensorboard=false", "eval_dataset=null", "algorithm.save_interval_steps=0", "algorithm.allow_nothing_trained=true",
-            f"train_dataset.total_steps={steps}", *models_on(game, model, mib), *overrides,
+            f"train_dataset.total_steps={steps}", *models_on(game, model, mib, device), *overrides,
         ])
         history = run_training(config).history
 
@@ -94,9 +96,9 @@ def train_once(game: str, model: str, steps: int, mib: float, overrides: list[st
     return counts, total("time/step"), total("time/rollout")
 
 
-def converse_once(model: str, turns: int, mib: float) -> tuple[PrefillCounts, float, float]:
+def converse_once(model: str, device: str, turns: int, mib: float) -> tuple[PrefillCounts, float, float]:
     """The `conversations` load with a `mib` MiB prefix cache: what it prefilled, wall and CPU time."""
-    engine = get_engine(model, EngineConfig())
+    engine = get_engine(model, EngineConfig(device=device))
     engine.set_prefix_cache(mib).result()
     renderer = engine.loaded.renderer
     before = PrefillCounts() + engine.prefill_counts
@@ -120,6 +122,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=4, help="held-out tasks (games) per evaluation")
     parser.add_argument("--repeats", type=int, default=1, help="off/on pairs per game")
     parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--device", default="cpu", help="every model's torch device ('cuda': bfloat16 weights, as `model.device: cuda` gives)")
     parser.add_argument("--quick", action="store_true", help="the tiny random model: a smoke test, not a measurement")
     parser.add_argument("--cache-mib", type=float, default=None, help="the prefix cache's budget in the 'on' runs (MiB); default: the game config's model.prefix_cache_mib")
     parser.add_argument("--train-steps", type=int, default=0, help="time this many training steps per run instead of an evaluation (third time column: rollouts)")
@@ -132,10 +135,10 @@ def main() -> None:
         runs: dict[str, list[tuple[PrefillCounts, float, float]]] = {"off": [], "on": []}
         def measure(mib: float, seed: int, warm_up: bool = False) -> tuple[PrefillCounts, float, float]:
             if game == "conversations":
-                return converse_once(model, 5, mib)
+                return converse_once(model, args.device, 5, mib)
             if args.train_steps:
-                return train_once(game, model, 1 if warm_up else args.train_steps, mib, args.overrides)
-            return evaluate_once(game, model, 1 if warm_up else args.tasks, mib, seed, args.overrides)
+                return train_once(game, model, args.device, 1 if warm_up else args.train_steps, mib, args.overrides)
+            return evaluate_once(game, model, args.device, 1 if warm_up else args.tasks, mib, seed, args.overrides)
 
         on_mib = args.cache_mib or (CACHE_MIB if game == "conversations" else shipped_cache_mib(game, args.overrides))
         measure(on_mib, seed=1, warm_up=True)  # model loaded, weights packed, code paths compiled

@@ -8,6 +8,7 @@ import pytest
 
 from sparring import AlgorithmConfig, DatasetConfig, TunerModelConfig, tune
 from sparring.envs import game_folder, load_game_config
+from sparring.envs.debate.rules import speech_fault
 from sparring.envs.debate_duel import debate_duel, restate
 from sparring.logging import read_metrics
 from sparring.trainer import import_object, load_train_and_eval_tasks
@@ -30,6 +31,41 @@ def test_the_policy_argues_both_sides_each_seat_rewarded_by_its_own_debate():
     assert out.reward == {"pro": 1.0, "con": -1.0} and out.metrics["agent/pro/win_rate"] == 1.0 and out.metrics["win_rate"] == 0.5
     out = duel({"topic": "t"}, says("Same."), says("Same."), says("I cannot decide"))
     assert out.reward == {"pro": 0.0, "con": 0.0} and out.metrics["tie_rate"] == 1.0 and "longer_speech_win_rate" not in out.metrics
+
+
+@pytest.mark.parametrize(
+    "speeches, fault",
+    [
+        (["I'm ready."], "off_topic"),  # the stock phrase SmolLM2's judge preferred (docs/results.md)
+        (["I'm ready. I.D. I'm here."], "off_topic"),
+        ([""], "off_topic"),
+        (["Zoos waste money.", "Zoos waste money!"], "repetitive"),  # a line said twice, across speeches too
+        (["zoos zoos zoos zoos animals"], "repetitive"),  # under half its words distinct
+        (["Closing every zoo frees the animals."], None),  # "closing" shares "clos" with "closed"
+        (["I argue against the motion: Zoos should be closed."], "restates"),  # the restate baseline argues nothing
+        (['I say "zoos should be closed" is wrong.'], "restates"),
+        (["Zoos should stay open and be closed only when unsafe."], None),
+    ],
+)
+def test_speech_fault_wants_the_motions_subject_not_quoted_back_and_no_line_repeated(speeches, fault):
+    assert speech_fault("Zoos should be closed.", speeches) == fault
+
+
+def test_with_the_speech_check_a_side_that_fails_it_loses_without_the_judge():
+    topic = {"topic": "Zoos should be closed.", "workflow_args": {"speech_check": True}}
+    judge = Scripted(prefers_longer)
+    out = duel(topic, says("I'm ready. I'm ready. I'm here and ready."), says("Zoos keep animals safe."), judge)
+    assert out.reward == {"pro": -0.5, "con": -0.5} and out.metrics["win_rate"] == 0.0 and judge.seen == []  # longer, but says nothing
+    assert out.metrics["policy_fault_rate"] == 1.0 and out.metrics["opponent_fault_rate"] == 0.0 and "judged_win_rate" not in out.metrics
+    out = duel(topic, says("Zoos keep animals safe."), says("Yes."), judge)
+    assert out.metrics["win_rate"] == 1.0 and out.metrics["opponent_fault_rate"] == 1.0 and judge.seen == []
+    out = duel(topic, says("Hello."), says("Yes."), judge)
+    assert out.metrics["tie_rate"] == 1.0 and judge.seen == []
+    out = duel(topic, says("Zoos keep rare animals alive and teach children."), says("Closed zoos free animals."), judge)
+    assert out.metrics["win_rate"] == 1.0 and len(judge.seen) == 4 and out.metrics["policy_fault_rate"] == 0.0  # both pass: judged
+    assert out.metrics["judged_win_rate"] == 1.0
+    out = duel({"topic": "Zoos should be closed."}, says("I'm ready. I'm ready. I'm here and ready."), says("Zoos keep animals safe."), judge)
+    assert out.metrics["win_rate"] == 1.0 and "policy_fault_rate" not in out.metrics  # off by default: the judge decides
 
 
 def test_a_missing_opponent_or_judge_and_bad_args_are_named():

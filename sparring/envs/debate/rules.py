@@ -3,8 +3,11 @@
 `argue` runs the speeches of one debate (each side keeping its own
 conversation); `judge_debate` asks the frozen judge in one or both speaking
 orders and decides the winner (or a tie) from its votes; `parse_verdict` reads a vote,
-`speaking_order` fixes who is Speaker 1 from a hash of the arguments. The
-workflow (`workflow.py`) runs the rounds and turns the verdict into rewards.
+`speaking_order` fixes who is Speaker 1 from a hash of the arguments;
+`speech_fault` is the check a speech passes before any judge reads it (on the
+motion's subject, not the motion quoted back, not one line over and over), so a
+small judge's taste for a stock phrase or an echo cannot be what a debater learns. The workflow (`workflow.py`)
+runs the rounds and turns the verdict into rewards.
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ JUDGE_EXAMPLE = [
 ]
 DEFAULT_REWARDS = {"win_reward": 1.0, "loss_reward": -0.5, "tie_reward": 0.0}
 _VERDICT = re.compile(r"[12]")
+_WORD = re.compile(r"[a-z]+")
+_NOT_SUBJECT = frozenset("should than more less that this with their they have been from into does will would could about over every what when which there".split())
+"""Words of four letters or more that say nothing of a motion's subject."""
+STEM_LETTERS = 4
+"""Two words are the same subject word when their first four letters agree ("schools" and "school", "closed" and "closing")."""
+MIN_DISTINCT_WORD_SHARE = 0.5
+"""Below this share of distinct words a speech says one thing over and over ("I'm ready. I'm ready. I'm here.")."""
 
 
 async def argue(topic: str, speakers: dict[str, ChatModel], rounds: int) -> dict[str, list[str]]:
@@ -44,6 +54,23 @@ async def argue(topic: str, speakers: dict[str, ChatModel], rounds: int) -> dict
             last = reply.content.strip() or "(nothing)"
             arguments[side].append(last)
     return arguments
+
+
+def speech_fault(topic: str, speeches: list[str]) -> str | None:
+    """Why one side's speeches do not count as arguing the motion (`off_topic`: no word of the motion's subject;
+    `restates`: the motion word for word; `repetitive`: a line said twice or under half its words distinct), or None
+    when they do."""
+    motion = _WORD.findall(topic.lower())
+    subject = {word[:STEM_LETTERS] for word in motion if len(word) >= 4 and word not in _NOT_SUBJECT}
+    words = _WORD.findall(" ".join(speeches).lower())
+    if not subject & {word[:STEM_LETTERS] for word in words if len(word) >= 4}:
+        return "off_topic"
+    if any(words[start : start + len(motion)] == motion for start in range(len(words) - len(motion) + 1)):
+        return "restates"
+    lines = [line.strip().lower() for speech in speeches for line in re.split(r"[\n.!?]+", speech) if line.strip()]
+    if len(set(lines)) < len(lines) or len(set(words)) < MIN_DISTINCT_WORD_SHARE * len(words):
+        return "repetitive"
+    return None
 
 
 def parse_verdict(text: str) -> int | None:
