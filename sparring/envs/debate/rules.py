@@ -6,8 +6,9 @@ orders and decides the winner (or a tie) from its votes; `parse_verdict` reads a
 `speaking_order` fixes who is Speaker 1 from a hash of the arguments;
 `speech_fault` is the check a speech passes before any judge reads it (on the
 motion's subject, not the motion quoted back, not one line over and over), so a
-small judge's taste for a stock phrase or an echo cannot be what a debater learns. The workflow (`workflow.py`)
-runs the rounds and turns the verdict into rewards.
+small judge's taste for a stock phrase or an echo cannot be what a debater
+learns. The workflow (`workflow.py`) runs the rounds and turns the verdict into
+rewards.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ JUDGE_EXAMPLE = [
 DEFAULT_REWARDS = {"win_reward": 1.0, "loss_reward": -0.5, "tie_reward": 0.0}
 _VERDICT = re.compile(r"[12]")
 _WORD = re.compile(r"[a-z]+")
-_NOT_SUBJECT = frozenset("should than more less that this with their they have been from into does will would could about over every what when which there".split())
-"""Words of four letters or more that say nothing of a motion's subject."""
+_LINE_END = re.compile(r"[\n.!?]+")
 STEM_LETTERS = 4
-"""Two words are the same subject word when their first four letters agree ("schools" and "school", "closed" and "closing")."""
+"""Subject words have at least four letters, and two are the same when their first four agree ("schools" and
+"school", "closed" and "closing")."""
+_NOT_SUBJECT = frozenset("should than more less that this with their they have been from into does will would could about over every what when which there".split())
+"""Words long enough to be subject words that say nothing of a motion's subject."""
 MIN_DISTINCT_WORD_SHARE = 0.5
 """Below this share of distinct words a speech says one thing over and over ("I'm ready. I'm ready. I'm here.")."""
 
@@ -61,13 +64,13 @@ def speech_fault(topic: str, speeches: list[str]) -> str | None:
     `restates`: the motion word for word; `repetitive`: a line said twice or under half its words distinct), or None
     when they do."""
     motion = _WORD.findall(topic.lower())
-    subject = {word[:STEM_LETTERS] for word in motion if len(word) >= 4 and word not in _NOT_SUBJECT}
+    subject = {word[:STEM_LETTERS] for word in motion if len(word) >= STEM_LETTERS and word not in _NOT_SUBJECT}
     words = _WORD.findall(" ".join(speeches).lower())
-    if not subject & {word[:STEM_LETTERS] for word in words if len(word) >= 4}:
+    if not subject & {word[:STEM_LETTERS] for word in words if len(word) >= STEM_LETTERS}:
         return "off_topic"
     if any(words[start : start + len(motion)] == motion for start in range(len(words) - len(motion) + 1)):
         return "restates"
-    lines = [line.strip().lower() for speech in speeches for line in re.split(r"[\n.!?]+", speech) if line.strip()]
+    lines = [line.strip().lower() for speech in speeches for line in _LINE_END.split(speech) if line.strip()]
     if len(set(lines)) < len(lines) or len(set(words)) < MIN_DISTINCT_WORD_SHARE * len(words):
         return "repetitive"
     return None
