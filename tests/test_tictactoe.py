@@ -1,21 +1,26 @@
 """Tic-tac-toe: rules, lenient parsing, the scripted opponents, the two-player coordinator with scripted
 players (illegal input included), the workflow's rewards and metrics, and 2 training steps on the tiny model."""
 
+import argparse
 import asyncio
+import importlib.util
 import itertools
 import random
 from pathlib import Path
 from dataclasses import dataclass, field
 
 import pytest
+from transformers import AutoTokenizer
 
 from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, LoggingConfig, ServiceClient, TunerModelConfig, tune
 from sparring.envs import load_game_config
 from sparring.envs.common import play_game
 import sparring.envs.tictactoe
 from sparring.envs.tictactoe import TicTacToe, make_tasks, minimax, random_legal, tictactoe
+from sparring.envs.tictactoe.workflow import opening_position
 from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, minimax_move, parse_move, random_move, value_given_away
 from sparring.logging import read_metrics, read_rollouts
+from sparring.models.renderer import get_renderer
 from sparring.rollout import FrozenChatModel
 from sparring.trainer import import_object, load_tasks, load_train_and_eval_tasks
 
@@ -182,6 +187,35 @@ def test_value_credit_charges_the_move_that_throws_the_draw():
     assert out.turn_rewards == {"x": [0.0, 0.0, 0.0, 0.5], "o": [-0.5, 0.5, 0.0]}
 
 
+def test_an_opening_starts_every_game_of_a_seed_from_the_same_perfectly_played_position():
+    starts = {seed: opening_position({"opening_plies": 4}, seed) for seed in range(40)}
+    assert {9 - len(board.free()) for board in starts.values()} == {0, 1, 2, 3, 4}
+    assert all(opening_position({"opening_plies": 4}, seed) == board for seed, board in starts.items())
+    for board in starts.values():  # a minimax opening gives nothing away: perfect play from there draws
+        while not board.is_over():
+            board = board.play(minimax_move(board, random.Random(0)))
+        assert board.winner() is None
+    assert opening_position({}, 3) == Board()
+    with pytest.raises(ValueError, match="opening_plies must be 0-4"):
+        opening_position({"opening_plies": 5}, 0)
+    with pytest.raises(ValueError, match="opening must be one of"):
+        opening_position({"opening_plies": 2, "opening": "book"}, 0)
+
+
+def test_the_policy_plays_on_from_the_opening_and_is_credited_there():
+    args = {"opponent": "self", "opening_plies": 4, "value_credit": 1.0}
+    seed, start = next((seed, board) for seed in range(100) if len((board := opening_position(args, seed)).free()) == 6)
+    policy = Scripted([str(cell) for cell in start.free()])  # both seats: the free cells in order
+    out = run_workflow({"seed": seed, "workflow_args": args}, policy)
+    assert policy.seen[0][-1]["content"].startswith(start.render())
+    expected, board = {"x": [], "o": []}, start
+    for reply in policy.replies[: len(policy.seen)]:
+        expected[board.to_move.lower()].append(-float(value_given_away(board, int(reply))))
+        board = board.play(int(reply))
+    assert board.is_over() and out.turn_rewards == expected  # charged from the opening's position, not the empty board
+    assert out.metrics["turns"] == len(policy.seen) <= 6  # the opening's 3 plies are nobody's turns
+
+
 def test_value_given_away_is_zero_for_perfect_moves_only():
     board = Board.from_moves([1, 5, 9])  # O to move: a corner loses to the fork, an edge holds the draw
     assert {cell: value_given_away(board, cell) for cell in board.free()} == {2: 0, 3: 1, 4: 0, 6: 0, 7: 1, 8: 0}
@@ -281,3 +315,22 @@ def test_smollm2_answers_the_board_with_a_cell_number(smollm_loaded, tmp_path):
     names_a_cell = sum(any(ch in "123456789" for ch in reply) for reply in replies) / len(replies)
     assert names_a_cell >= 0.7, replies
     assert legal / len(replies) >= 0.3, replies
+
+
+def test_the_supervised_ceiling_trains_on_the_perfect_moves_and_saves_adapters(tiny_model_dir, tmp_path):
+    spec = importlib.util.spec_from_file_location("tictactoe_supervised", Path(__file__).parents[1] / "benchmarks" / "tictactoe_supervised.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    found_x = script.positions_against_perfect_play("X")
+    for mark, count in (("X", 417), ("O", 451)):
+        found = script.positions_against_perfect_play(mark)
+        assert len(found) == count and all(board.to_move == mark and not board.is_over() for board in found)
+    assert Board.from_moves([1, 5]) in found_x and Board.from_moves([1, 2]) not in found_x  # minimax never answers a corner at the edge
+    renderer = get_renderer(AutoTokenizer.from_pretrained(tiny_model_dir))
+    data = script.perfect_move_data(renderer)
+    assert len(data) == 1597 and sum(sum(d.loss_fn_inputs["weights"].tolist()) for d in data) == pytest.approx(417 + 451)
+    for datum in data:  # the weighted target is the move, a cell number, at the prompt's end
+        weighted = [token for token, weight in zip(datum.loss_fn_inputs["target_tokens"].tolist(), datum.loss_fn_inputs["weights"].tolist()) if weight]
+        assert renderer.decode(weighted) in {str(cell) for cell in range(1, 10)}
+    asyncio.run(script.train(argparse.Namespace(model=str(tiny_model_dir), rank=4, seed=0, learning_rate=1e-3, batch=512, minutes=[0], out=str(tmp_path))))
+    assert (tmp_path / "minute-0" / "adapter_config.json").exists()

@@ -38,6 +38,12 @@ trained side, the same win rate as `role/player/win_rate`,
 (illegal or unparsable replies per policy move), `forfeit_rate`, `turns`, `blunder_rate` (the share of the
 trained side's moves that give game value away under perfect play: what the policy plays, whoever it meets).
 
+`workflow_args.opening_plies` (0, off; at most 4) is a curriculum over positions: before the players move, a
+scripted opening (`workflow_args.opening`: "minimax", perfect play for both sides, the default, or "random") plays
+between 0 and that many plies, their number and moves drawn from the task's seed, so every game of a group starts
+from the same position and the policy trains on mid-game positions it would rarely reach by itself (measured
+worse against minimax than without it: docs/results.md).
+
     sparring train tictactoe        # this folder's config.yaml: a league of opponents
 """
 
@@ -117,13 +123,13 @@ def seat_reward(record: GameRecord, seat: str, rewards: dict[str, float]) -> flo
     return rewards["win_reward"] if record.winner == seat else rewards["loss_reward"]
 
 
-def game_metrics(record: GameRecord, trained: list[str], opponent: str) -> dict[str, float]:
+def game_metrics(record: GameRecord, start: Board, trained: list[str], opponent: str) -> dict[str, float]:
     """Outcome rates of the trained seats (averaged over them), per seat and per opponent."""
     wins = [float(record.winner == seat) for seat in trained]
     losses = [float(record.winner not in (None, seat)) for seat in trained]
     win_rate = sum(wins) / len(trained)
     moves = sum(record.moves_by(seat) for seat in trained)
-    played = [(board, move) for turn, (board, move) in zip(record.turns, positions(record)) if turn.seat in trained and move is not None]
+    played = [(board, move) for turn, (board, move) in zip(record.turns, positions(record, start)) if turn.seat in trained and move is not None]
     metrics = {
         "win_rate": win_rate,
         "draw_rate": float(record.winner is None),
@@ -144,9 +150,9 @@ def outcome_of(record: GameRecord, seat: str) -> str:
     return "draw" if record.winner is None else "win" if record.winner == seat else "loss"
 
 
-def positions(record: GameRecord) -> list[tuple[Board, int | None]]:
-    """Each turn's position before its move, with the move (None for a forfeited turn)."""
-    board, seen = Board(), []
+def positions(record: GameRecord, start: Board) -> list[tuple[Board, int | None]]:
+    """Each turn's position (from `start`) before its move, with the move (None for a forfeited turn)."""
+    board, seen = start, []
     for turn in record.turns:
         seen.append((board, turn.move))
         if turn.move is not None:
@@ -154,12 +160,12 @@ def positions(record: GameRecord) -> list[tuple[Board, int | None]]:
     return seen
 
 
-def move_credit(record: GameRecord, trained: list[str], credit: float, value_credit: float) -> dict[str, list[float]]:
+def move_credit(record: GameRecord, start: Board, trained: list[str], credit: float, value_credit: float) -> dict[str, list[float]]:
     """Per trained seat, one turn reward per move: `credit` for a move that completes its line (takes a win) or the
     opponent's (blocks one), minus `value_credit` for every unit of game value the move gives away under perfect
     play (`value_given_away`); 0 for a forfeited turn (its loss is the game's reward)."""
     rewards: dict[str, list[float]] = {seat: [] for seat in trained}
-    for turn, (board, move) in zip(record.turns, positions(record)):
+    for turn, (board, move) in zip(record.turns, positions(record, start)):
         if turn.seat in rewards:
             reward = 0.0
             if move is not None:
@@ -168,6 +174,20 @@ def move_credit(record: GameRecord, trained: list[str], credit: float, value_cre
                 reward -= value_credit * value_given_away(board, move)
             rewards[turn.seat].append(reward)
     return rewards
+
+
+def opening_position(args: dict, seed: int) -> Board:
+    """The position the game starts from: the empty board, or after a scripted opening of 0 to `opening_plies`
+    plies drawn from the seed."""
+    plies, opening = int(args.get("opening_plies", 0)), str(args.get("opening", "minimax"))
+    if not 0 <= plies <= 4:
+        raise ValueError(f"opening_plies must be 0-4 (a line can be completed from the 5th ply on), got {plies}")
+    if opening not in SCRIPTED:
+        raise ValueError(f"opening must be one of {sorted(SCRIPTED)}, got {opening!r}")
+    rng, board = random.Random(f"opening/{seed}"), Board()
+    for _ in range(rng.randint(0, plies)):
+        board = board.play(SCRIPTED[opening](board, rng))
+    return board
 
 
 def policy_side(task: dict, args: dict, seed: int) -> str:
@@ -190,12 +210,13 @@ async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, Ch
         other = "o" if side == "x" else "x"
         trained = [side]
         players = {side: model.as_agent(side, role=ROLE), other: opponent_player(opponent, other, auxiliary_models, random.Random(seed))}
-    record = await play_game(TicTacToe(constrained=not args.get("free_text", False)), players, memory=args.get("memory", "full"))
+    start = opening_position(args, seed)
+    record = await play_game(TicTacToe(start, constrained=not args.get("free_text", False)), players, memory=args.get("memory", "full"))
     credit, value_credit = float(args.get("move_credit", 0.0)), float(args.get("value_credit", 0.0))
     return WorkflowOutput(
         reward={seat: seat_reward(record, seat, rewards) for seat in trained},
-        metrics=game_metrics(record, trained, opponent),
+        metrics=game_metrics(record, start, trained, opponent),
         response=[(turn.seat, turn.move) for turn in record.turns],
-        turn_rewards=move_credit(record, trained, credit, value_credit) if credit or value_credit else None,
+        turn_rewards=move_credit(record, start, trained, credit, value_credit) if credit or value_credit else None,
         outcome=outcome_of(record, trained[0]) if len(trained) == 1 else None,
     )
