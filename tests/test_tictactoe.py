@@ -1,5 +1,6 @@
 """Tic-tac-toe: rules, lenient parsing, the scripted opponents, the two-player coordinator with scripted
-players (illegal input included), the workflow's rewards and metrics, and 2 training steps on the tiny model."""
+players (illegal input included), the workflow's rewards and metrics, the opening curriculum, 2 training steps on
+the tiny model, and the supervised-ceiling benchmark's data and one step of it."""
 
 import argparse
 import asyncio
