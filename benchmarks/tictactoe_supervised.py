@@ -28,7 +28,7 @@ from pathlib import Path
 
 from sparring import ServiceClient, types
 from sparring.envs.tictactoe import TicTacToe
-from sparring.envs.tictactoe.rules import Board, best_moves, value_given_away
+from sparring.envs.tictactoe.rules import Board, best_moves
 
 
 def positions_against_perfect_play(mark: str) -> list[Board]:
@@ -41,10 +41,7 @@ def positions_against_perfect_play(mark: str) -> list[Board]:
         seen.add(board.cells)
         if board.to_move == mark:
             found.append(board)
-            moves = [cell for cell in board.free() if value_given_away(board, cell) == 0]
-        else:
-            moves = best_moves(board)
-        stack += [board.play(cell) for cell in moves]
+        stack += [board.play(cell) for cell in best_moves(board)]  # the moves that give no value away, either side's
     return found
 
 

@@ -123,13 +123,14 @@ def seat_reward(record: GameRecord, seat: str, rewards: dict[str, float]) -> flo
     return rewards["win_reward"] if record.winner == seat else rewards["loss_reward"]
 
 
-def game_metrics(record: GameRecord, start: Board, trained: list[str], opponent: str) -> dict[str, float]:
-    """Outcome rates of the trained seats (averaged over them), per seat and per opponent."""
+def game_metrics(record: GameRecord, replayed: list[tuple[Board, int | None]], trained: list[str], opponent: str) -> dict[str, float]:
+    """Outcome rates of the trained seats (averaged over them), per seat and per opponent; `replayed` is the game's
+    `positions`."""
     wins = [float(record.winner == seat) for seat in trained]
     losses = [float(record.winner not in (None, seat)) for seat in trained]
     win_rate = sum(wins) / len(trained)
     moves = sum(record.moves_by(seat) for seat in trained)
-    played = [(board, move) for turn, (board, move) in zip(record.turns, positions(record, start)) if turn.seat in trained and move is not None]
+    played = [(board, move) for turn, (board, move) in zip(record.turns, replayed) if turn.seat in trained and move is not None]
     metrics = {
         "win_rate": win_rate,
         "draw_rate": float(record.winner is None),
@@ -160,12 +161,12 @@ def positions(record: GameRecord, start: Board) -> list[tuple[Board, int | None]
     return seen
 
 
-def move_credit(record: GameRecord, start: Board, trained: list[str], credit: float, value_credit: float) -> dict[str, list[float]]:
+def move_credit(record: GameRecord, replayed: list[tuple[Board, int | None]], trained: list[str], credit: float, value_credit: float) -> dict[str, list[float]]:
     """Per trained seat, one turn reward per move: `credit` for a move that completes its line (takes a win) or the
     opponent's (blocks one), minus `value_credit` for every unit of game value the move gives away under perfect
     play (`value_given_away`); 0 for a forfeited turn (its loss is the game's reward)."""
     rewards: dict[str, list[float]] = {seat: [] for seat in trained}
-    for turn, (board, move) in zip(record.turns, positions(record, start)):
+    for turn, (board, move) in zip(record.turns, replayed):
         if turn.seat in rewards:
             reward = 0.0
             if move is not None:
@@ -213,10 +214,11 @@ async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, Ch
     start = opening_position(args, seed)
     record = await play_game(TicTacToe(start, constrained=not args.get("free_text", False)), players, memory=args.get("memory", "full"))
     credit, value_credit = float(args.get("move_credit", 0.0)), float(args.get("value_credit", 0.0))
+    replayed = positions(record, start)
     return WorkflowOutput(
         reward={seat: seat_reward(record, seat, rewards) for seat in trained},
-        metrics=game_metrics(record, start, trained, opponent),
+        metrics=game_metrics(record, replayed, trained, opponent),
         response=[(turn.seat, turn.move) for turn in record.turns],
-        turn_rewards=move_credit(record, start, trained, credit, value_credit) if credit or value_credit else None,
+        turn_rewards=move_credit(record, replayed, trained, credit, value_credit) if credit or value_credit else None,
         outcome=outcome_of(record, trained[0]) if len(trained) == 1 else None,
     )
