@@ -90,7 +90,7 @@ async def measure(args, model_name: str, url: str, directory: Path) -> dict[str,
         for name in ("local", "remote"):
             models[name].reseed(0, step)
             started = time.perf_counter()
-            metrics = await train_step(episode_fn, batch, models[name], settings, None, configs[name], None, step)
+            metrics = await train_step(episode_fn, batch, models[name], settings, None, configs[name], None, step, args.steps + 1)
             row = {"step_s": time.perf_counter() - started, "rollout_s": metrics["time/rollout"], "train_s": metrics["time/train"], "tokens": metrics.get("tokens/trained", 0.0)}
             print(f"step {step} {name:6s} {row['step_s']:.2f} s (rollout {row['rollout_s']:.2f}, train {row['train_s']:.2f})", flush=True)
             if step > 0:  # the first step of each warms up

@@ -56,18 +56,19 @@ async def one_word(task, model, auxiliary_models):
     return WorkflowOutput(reward=float(len(reply.content) % 3))
 
 
-def test_a_run_logs_the_collapse_measures_each_step(tiny_model_dir, tmp_path):
+def test_a_run_logs_the_collapse_measures_and_the_scheduled_step_size_each_step(tiny_model_dir, tmp_path):
     tune(
         workflow_func=one_word,
         train_dataset=DatasetConfig(tasks=[{"topic": f"topic {i}"} for i in range(2)], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=2),
-        algorithm=AlgorithmConfig(group_size=4, batch_size=2, allow_nothing_trained=True),
+        algorithm=AlgorithmConfig(group_size=4, batch_size=2, learning_rate=1e-3, lr_schedule="linear", allow_nothing_trained=True),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     trained = [record for record in steps if "collapse/entropy" in record]
     assert len(trained) == 2
+    assert [record["optim/learning_rate"] for record in trained] == pytest.approx([1e-3, 5e-4])  # linear over 2 steps
     for record in trained:
         assert record["collapse/entropy"] > 0 and math.isfinite(record["collapse/entropy"])
         assert 0 < record["collapse/distinct_share"] <= 1 and "advantage/zero_variance_fraction" in record

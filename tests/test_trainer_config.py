@@ -104,6 +104,12 @@ def test_several_models():
 def test_parameter_helpers():
     algorithm = AlgorithmConfig(learning_rate=3e-5, adam_beta2=0.99, weight_decay=0.01, grad_clip_norm=0.5)
     assert algorithm.adam_params() == AdamParams(learning_rate=3e-5, beta1=0.9, beta2=0.99, weight_decay=0.01, grad_clip_norm=0.5)
+    linear, cosine = AlgorithmConfig(learning_rate=1e-3, lr_schedule="linear"), AlgorithmConfig(learning_rate=1e-3, lr_schedule="cosine")
+    assert [linear.adam_params(step, 4).learning_rate for step in range(4)] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+    assert [cosine.adam_params(step, 2).learning_rate for step in range(2)] == pytest.approx([1e-3, 5e-4])
+    assert algorithm.adam_params(7, 8) == algorithm.adam_params()  # constant
+    with pytest.raises(ConfigError, match="algorithm.lr_schedule"):
+        TuneConfig(algorithm={"lr_schedule": "step"})
     params = SamplingParams(**TunerModelConfig(temperature=0.7, top_k=50, max_tokens=64).sampling_params())
     assert (params.temperature, params.top_k, params.top_p, params.max_tokens) == (0.7, 50, 1.0, 64)
 

@@ -30,6 +30,7 @@ seconds of heavy imports the full check needs.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from contextvars import ContextVar
@@ -206,7 +207,10 @@ class AlgorithmConfig(ConfigRecord):
     of an episode with its group-relative advantage), or the import path of a function
     `estimator(rewards_G, *, normalize_by_std) -> advantages_G` (see `algorithms.register_estimator`)."""
     learning_rate: float = Field(default=1e-4, ge=0.0, le=MAX_LEARNING_RATE)
-    """AdamW step size for the LoRA weights."""
+    """AdamW step size for the LoRA weights (the peak, under a schedule)."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """How the step size moves over the run's steps: constant, or decaying from `learning_rate` at the first step
+    towards 0 after the last, linearly or along a half cosine, so late steps move a trained policy less."""
     group_size: int = Field(default=RUNNER_DEFAULTS["group_size"], ge=1, le=MAX_GROUP_SIZE)
     """Episodes run per task; advantages compare episodes within a group."""
     batch_size: int = Field(default=4, ge=1, le=MAX_BATCH_SIZE)
@@ -322,17 +326,27 @@ class AlgorithmConfig(ConfigRecord):
         first step when that is 0."""
         return step % self.eval_interval_steps == 0 if self.eval_interval_steps else step == 0
 
-    def adam_params(self) -> AdamParams:
-        """The optimizer settings as the `optim_step` argument."""
+    def adam_params(self, step: int = 0, total_steps: int = 1) -> AdamParams:
+        """The optimizer settings as the `optim_step` argument of step `step` (0-based) of `total_steps`."""
         from ..types import AdamParams
 
         return AdamParams(
-            learning_rate=self.learning_rate,
+            learning_rate=self.learning_rate * lr_multiplier(self.lr_schedule, step, total_steps),
             beta1=self.adam_beta1,
             beta2=self.adam_beta2,
             weight_decay=self.weight_decay,
             grad_clip_norm=self.grad_clip_norm,
         )
+
+
+def lr_multiplier(schedule: str, step: int, total_steps: int) -> float:
+    """The share of the peak step size that step `step` (0-based) of `total_steps` trains with under `schedule`."""
+    done = min(step, total_steps) / max(total_steps, 1)
+    if schedule == "linear":
+        return 1.0 - done
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * done))
+    return 1.0
 
 
 class LoggingConfig(ConfigRecord):

@@ -147,7 +147,7 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
             else:
                 for step in range(start_step, total_steps):
                     start = await sequence.begin(step, LiveWeights(models, step))
-                    metrics, episodes = await train_step(run.episode_fn, start.tasks, models, run.settings, run.judge, config, sequence.rollouts, step, progress, stop)
+                    metrics, episodes = await train_step(run.episode_fn, start.tasks, models, run.settings, run.judge, config, sequence.rollouts, step, total_steps, progress, stop)
                     metrics.update(start.snapshot_ages)
                     if await sequence.finish(step, metrics, episodes):
                         break
@@ -182,9 +182,9 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
 
 
 async def train_step(
-    episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, progress: ConsoleProgress | None = None, stop: StopSignals | None = None
+    episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, total_steps: int, progress: ConsoleProgress | None = None, stop: StopSignals | None = None
 ) -> tuple[dict[str, float], list[Episode]]:
-    """One on-policy step: run the episodes on the live weights, train on them, write their rollouts; returns the step's metrics and its episodes.
+    """One on-policy step (`step` of `total_steps`): run the episodes on the live weights, train on them, write their rollouts; returns the step's metrics and its episodes.
 
     A stop signal cancels the episodes (raising Stopped); once they are done the update runs to its end."""
     started = time.perf_counter()
@@ -195,7 +195,7 @@ async def train_step(
     rollout = run_rollout(episode_fn, tasks, models.make_training_tuner, settings, judge, step, progress)
     episodes = await (stop.cancelling(rollout) if stop is not None else rollout)
     rollout_time = time.perf_counter() - started
-    metrics = await learn(episodes, models, settings, config, rollouts, step)
+    metrics = await learn(episodes, models, settings, config, rollouts, step, total_steps)
     if league is not None:
         metrics.update(league.end_step())
     metrics["time/rollout"] = rollout_time

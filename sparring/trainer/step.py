@@ -33,8 +33,9 @@ async def run_rollout(episode_fn, tasks: list[dict], make_tuner: Callable[[], Tu
     return await run_episodes(episode_fn, tasks, make_tuner, settings, judge, on_episode=None if counter is None else counter.add)
 
 
-async def learn(episodes: list[Episode], models: TrainingModels, settings: RunnerSettings, config: TuneConfig, rollouts: RolloutWriter | None, step: int) -> dict[str, float]:
-    """Advantages, datums and one optimizer step per trainable model from `episodes`; returns the step's metrics."""
+async def learn(episodes: list[Episode], models: TrainingModels, settings: RunnerSettings, config: TuneConfig, rollouts: RolloutWriter | None, step: int, total_steps: int) -> dict[str, float]:
+    """Advantages, datums and one optimizer step per trainable model from `episodes` (step `step` of `total_steps`,
+    which the learning-rate schedule reads); returns the step's metrics."""
     algorithm = config.algorithm
     advantages = compute_advantages(
         episodes,
@@ -53,7 +54,8 @@ async def learn(episodes: list[Episode], models: TrainingModels, settings: Runne
             datums[name], kl_metrics = apply_kl_penalty(data, [scores[1:] for scores in base], sampled_masks[name], algorithm.kl_coef)
             metrics.update({f"{k}/{name}" if len(datums) > 1 else k: v for k, v in kl_metrics.items()})
     train_started = time.perf_counter()
-    adam_params = algorithm.adam_params()
+    adam_params = algorithm.adam_params(step, total_steps)
+    metrics["optim/learning_rate"] = adam_params.learning_rate
     metrics.update(await models.update(datums, algorithm.loss_fn, algorithm.loss_fn_config or None, adam_params))
     await check_finite_weights(models.clients, step + 1)  # before anything saves them
     metrics["time/train"] = time.perf_counter() - train_started
