@@ -341,7 +341,7 @@ class AlgorithmConfig(ConfigRecord):
 
 def lr_multiplier(schedule: str, step: int, total_steps: int) -> float:
     """The share of the peak step size that step `step` (0-based) of `total_steps` trains with under `schedule`."""
-    done = min(step, total_steps) / max(total_steps, 1)
+    done = min(step, total_steps) / total_steps
     if schedule == "linear":
         return 1.0 - done
     if schedule == "cosine":
