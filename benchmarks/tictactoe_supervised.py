@@ -67,6 +67,7 @@ async def train(args: argparse.Namespace) -> None:
     data = perfect_move_data(client.get_renderer())
     print(f"{len(data)} datums ({sum(len(d.model_input.to_ints()) for d in data)} tokens), batch {args.batch}, learning rate {args.learning_rate}")
     rng, start, step, epoch = random.Random(args.seed), time.perf_counter(), 0, 0
+    recent_losses = []  # loss per datum of the last 10 steps: one batch's is too noisy to read a trend from
     deadlines = sorted(args.minutes)
     out = Path(args.out)
     while deadlines:
@@ -78,8 +79,9 @@ async def train(args: argparse.Namespace) -> None:
             await client.optim_step_async(types.AdamParams(learning_rate=args.learning_rate)).result_async()
             step += 1
             minutes = (time.perf_counter() - start) / 60
+            recent_losses = [*recent_losses[-9:], result.loss / min(args.batch, len(order) - first)]
             if step % 10 == 0:
-                print(f"epoch {epoch} step {step} {minutes:.1f} min loss/datum {result.loss / min(args.batch, len(order) - first):.3f}", flush=True)
+                print(f"epoch {epoch} step {step} {minutes:.1f} min loss/datum {sum(recent_losses) / len(recent_losses):.3f} (mean of the last 10 steps)", flush=True)
             while deadlines and minutes >= deadlines[0]:
                 saved = (await client.save_weights_for_sampler_async(name=f"minute-{deadlines[0]:g}").result_async()).path
                 target = out / f"minute-{deadlines[0]:g}"

@@ -111,8 +111,11 @@ def test_a_resumed_run_with_rollouts_in_flight_is_the_run_never_stopped(tiny_mod
     assert [m["step"] for m in runs[1]] == [1, 2, 3, 4, 5]
     for key in ("reward/mean", "staleness/max", "snapshot/rival/age_steps", "train/loss"):
         assert [m[key] for m in runs[0]] == pytest.approx([m[key] for m in runs[1]], abs=1e-5), key
-    for step in range(5):
-        assert sampled(tmp_path / "straight", step) == sampled(tmp_path / "stopped", step) or step < 3
+    for step in range(3, 5):  # the rollouts sampled after the resume
+        rows = [sampled(tmp_path / name, step) for name in ("straight", "stopped")]
+        assert [(tokens, positions) for tokens, positions, _ in rows[0]] == [(tokens, positions) for tokens, positions, _ in rows[1]]
+        # Which rows share a sampling batch can differ after a resume, and with it the float order: ~1e-6 apart.
+        assert [logprobs for *_, logprobs in rows[0]] == [pytest.approx(logprobs, abs=1e-5) for *_, logprobs in rows[1]]
     weights = [load_file(f"{path}/adapter_model.safetensors") for path in (straight.sampler_paths["policy"], resumed.sampler_paths["policy"])]
     for key in weights[0]:
         assert weights[0][key].allclose(weights[1][key], atol=1e-5)
