@@ -6,6 +6,7 @@
     sparring train guess_number --steps 2 --eval-tasks 8   # a short run
     sparring run config.yaml --tasks 2        # episodes without training, transcripts printed
     sparring eval config.yaml [--adapter PATH] [--tasks 100] [--output comparison.json]
+    sparring eval config.yaml --adapter A --adapter B ...   # several adapters (a run's snapshots) side by side
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
     sparring view RUN_DIR [-o report.html] [--serve]          # one HTML file: curves, evaluation, token-level rollouts
     sparring export RUN_DIR OUT [--merged]                     # the trained adapter (or a merged model) for peft / transformers / vLLM
@@ -30,6 +31,7 @@ is reported at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.metadata
 import logging
 import os
@@ -189,26 +191,51 @@ def run(config: Path = CONFIG, overrides: List[str] = OVERRIDES, tasks: int = ty
 def evaluate(
     config: Path = CONFIG,
     overrides: List[str] = OVERRIDES,
-    adapter: Optional[Path] = typer.Option(None, help="A saved PEFT adapter to evaluate instead of the base model (configs with one trainable model)."),
+    adapter: Optional[List[Path]] = typer.Option(
+        None,
+        help="A saved PEFT adapter to evaluate instead of the base model (configs with one trainable model). Repeat it to "
+        "compare several, e.g. a run's snapshots, in one table: a column each, named by its folder; ▲ / ▼ compare the last.",
+    ),
     tasks: Optional[int] = typer.Option(None, help="Evaluate on the first N eval tasks (at least 1)."),
     output: Optional[Path] = typer.Option(None, help="Write the comparison (every metric of every column, with intervals) here; default RUN_DIR/eval.json."),
 ):
     """Evaluate a model (base, or --adapter) and the config's baselines on the held-out tasks."""
     _at_least_one_task(tasks)
     loaded = _load(config, overrides)
-    if adapter is not None:
-        if len(loaded.trainable_models()) != 1:
-            keys = sorted(loaded.trainable_models())
-            typer.echo(f"error: --adapter needs a config with one trainable model; this one trains {keys}: use --set models.<name>.adapter_path=PATH", err=True)
-            raise typer.Exit(2)
-        loaded = _load(config, [*overrides, f"{_trainable_field(loaded)}.adapter_path={adapter}"])
+    adapters = adapter or []
+    if adapters and len(loaded.trainable_models()) != 1:
+        keys = sorted(loaded.trainable_models())
+        typer.echo(f"error: --adapter needs a config with one trainable model; this one trains {keys}: use --set models.<name>.adapter_path=PATH", err=True)
+        raise typer.Exit(2)
     from .trainer.loop import run_evaluation
 
     with _config_errors(config):
-        comparison = asyncio.run(run_evaluation(loaded, limit=tasks))
+        if len(adapters) > 1:
+            comparison = asyncio.run(_compare_adapters(config, overrides, _trainable_field(loaded), adapters, tasks))
+        else:
+            if adapters:
+                loaded = _load(config, [*overrides, f"{_trainable_field(loaded)}.adapter_path={adapters[0]}"])
+            comparison = asyncio.run(run_evaluation(loaded, limit=tasks))
     _print_comparison("Held-out evaluation", comparison)
     written = comparison.write(output if output is not None else Path(loaded.run_dir or "runs/eval") / "eval.json")
     typer.echo(f"comparison: {written}")
+
+
+async def _compare_adapters(config: Path, overrides: list[str], field: str, adapters: list[Path], tasks: int | None):
+    """Each adapter on the same held-out tasks, a column each (named by its folder, or its path where two folders share
+    a name), the baselines once; the last adapter is the column the others are compared with."""
+    from .trainer.evaluation import Comparison
+    from .trainer.loop import run_evaluation
+
+    names = [path.name for path in adapters]
+    labels = [path.name if names.count(path.name) == 1 else str(path) for path in adapters]
+    columns, baselines = [], []
+    for index, (path, label) in enumerate(zip(adapters, labels)):
+        loaded = _load(config, [*overrides, f"{field}.adapter_path={path}", *(["baselines={}"] if index else [])])
+        model, *others = (await run_evaluation(loaded, limit=tasks)).columns
+        columns.append(dataclasses.replace(model, label=label))
+        baselines = baselines or others
+    return Comparison([*columns, *baselines], subject=labels[-1])
 
 
 def _at_least_one_task(tasks: int | None) -> None:

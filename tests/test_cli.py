@@ -1,5 +1,9 @@
 """The `sparring` command line on the tiny model: debug run, train with overrides, eval, bad input."""
 
+import json
+import shutil
+from pathlib import Path
+
 import yaml
 from typer.testing import CliRunner
 
@@ -43,6 +47,13 @@ def test_train_with_overrides_then_eval_the_adapter(tmp_path, tiny_model_dir):
     evaluated = runner.invoke(app, ["eval", str(config), "--adapter", adapter.strip(), "--tasks", "2"])
     assert evaluated.exit_code == 0, evaluated.output
     assert "reward" in evaluated.output and "invalid_rate" in evaluated.output
+    copy = tmp_path / "copy"
+    shutil.copytree(adapter.strip(), copy)
+    compared = runner.invoke(app, ["eval", str(config), "--adapter", adapter.strip(), "--adapter", str(copy), "--tasks", "2", "--output", str(tmp_path / "both.json")])
+    assert compared.exit_code == 0, compared.output
+    columns = json.loads((tmp_path / "both.json").read_text())["columns"]
+    assert [(c["label"], c["episodes"]) for c in columns] == [(Path(adapter.strip()).name, 2), ("copy", 2)]
+    assert columns[0]["metrics"]["reward/mean"] == columns[1]["metrics"]["reward/mean"]  # the same weights, the same seeds
 
 
 def test_bad_overrides_and_fields_name_the_path(tmp_path, tiny_model_dir):
