@@ -49,10 +49,12 @@ def test_train_with_overrides_then_eval_the_adapter(tmp_path, tiny_model_dir):
     assert "reward" in evaluated.output and "invalid_rate" in evaluated.output
     copy = tmp_path / "copy"
     shutil.copytree(adapter.strip(), copy)
-    compared = runner.invoke(app, ["eval", str(config), "--adapter", adapter.strip(), "--adapter", str(copy), "--tasks", "2", "--output", str(tmp_path / "both.json")])
-    assert compared.exit_code == 0, compared.output
-    columns = json.loads((tmp_path / "both.json").read_text())["columns"]
-    assert [(c["label"], c["episodes"]) for c in columns] == [(Path(adapter.strip()).name, 2), ("copy", 2)]
+    rank_2 = runner.invoke(app, ["train", str(config), "--set", "model.lora_rank=2", "--set", f"run_dir={tmp_path / 'rank-2'}"])
+    other = next(line.split(": ", 1)[1].strip() for line in rank_2.output.splitlines() if line.strip().startswith("policy:"))
+    compared = runner.invoke(app, ["eval", str(config), "--adapter", adapter.strip(), "--adapter", str(copy), "--adapter", other, "--tasks", "2", "--output", str(tmp_path / "all.json")])
+    assert compared.exit_code == 0, compared.output  # the config says rank 4: each adapter is evaluated at its own rank
+    columns = json.loads((tmp_path / "all.json").read_text())["columns"]
+    assert [(c["label"], c["episodes"]) for c in columns] == [(str(Path(adapter.strip())), 2), ("copy", 2), (other, 2)]  # two share the folder name "final"
     assert columns[0]["metrics"]["reward/mean"] == columns[1]["metrics"]["reward/mean"]  # the same weights, the same seeds
 
 
