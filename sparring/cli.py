@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.metadata
-import json
 import logging
 import os
 import signal
@@ -215,7 +214,7 @@ def evaluate(
             comparison = asyncio.run(_compare_adapters(config, overrides, _trainable_field(loaded), adapters, tasks))
         else:
             if adapters:
-                loaded = _load(config, [*overrides, *_adapter_overrides(_trainable_field(loaded), adapters[0])])
+                loaded = _load(config, [*overrides, f"{_trainable_field(loaded)}.adapter_path={adapters[0]}"])
             comparison = asyncio.run(run_evaluation(loaded, limit=tasks))
     _print_comparison("Held-out evaluation", comparison)
     written = comparison.write(output if output is not None else Path(loaded.run_dir or "runs/eval") / "eval.json")
@@ -232,7 +231,7 @@ async def _compare_adapters(config: Path, overrides: list[str], field: str, adap
     labels = [path.name if names.count(path.name) == 1 else str(path) for path in adapters]
     columns, baselines = [], []
     for index, (path, label) in enumerate(zip(adapters, labels)):
-        loaded = _load(config, [*overrides, *_adapter_overrides(field, path), *(["baselines={}"] if index else [])])
+        loaded = _load(config, [*overrides, f"{field}.adapter_path={path}", *(["baselines={}"] if index else [])])
         model, *others = (await run_evaluation(loaded, limit=tasks)).columns
         columns.append(dataclasses.replace(model, label=label))
         baselines = baselines or others
@@ -244,13 +243,6 @@ def _at_least_one_task(tasks: int | None) -> None:
     if tasks is not None and tasks < 1:
         typer.echo(f"error: --tasks {tasks}: give at least 1 task", err=True)
         raise typer.Exit(2)
-
-
-def _adapter_overrides(field: str, adapter: Path) -> list[str]:
-    """Evaluate `adapter` as the trainable model, at its own LoRA rank (nothing trains, so the config's need not match)."""
-    adapter_config = adapter / "adapter_config.json"
-    rank = json.loads(adapter_config.read_text(encoding="utf-8")).get("r") if adapter_config.is_file() else None
-    return [f"{field}.adapter_path={adapter}", *([f"{field}.lora_rank={rank}"] if isinstance(rank, int) else [])]
 
 
 def _trainable_field(config) -> str:

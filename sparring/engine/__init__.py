@@ -6,5 +6,6 @@ from .engine import Engine, EngineConfig, get_engine
 from .export import export_adapter
 from .learner import DatumError
 from .losses import LOSSES, LossSpec, register_loss
+from .operations import saved_rank
 
-__all__ = ["AdapterBank", "BASE_MODEL_FILE", "DatumError", "Engine", "EngineConfig", "LOSSES", "LossSpec", "export_adapter", "get_engine", "register_loss"]
+__all__ = ["AdapterBank", "BASE_MODEL_FILE", "DatumError", "Engine", "EngineConfig", "LOSSES", "LossSpec", "export_adapter", "get_engine", "register_loss", "saved_rank"]

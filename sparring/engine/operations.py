@@ -79,11 +79,22 @@ def read_state(path: Path) -> dict:
     return json.loads(state_file.read_text())
 
 
+def is_bare_adapter(path: Path) -> bool:
+    """A PEFT adapter directory (adapter_config.json), not a training checkpoint (state.json)."""
+    return not (path / "state.json").exists() and (path / "adapter_config.json").exists()
+
+
+def saved_rank(path: str | Path) -> int:
+    """The LoRA rank of a training checkpoint or a bare PEFT adapter directory."""
+    path = Path(path)
+    return json.loads((path / "adapter_config.json").read_text())["r"] if is_bare_adapter(path) else read_state(path)["rank"]
+
+
 def load_state(engine: Engine, adapter: str, path: Path, with_optimizer: bool) -> dict:
     """Load a training checkpoint (adapter, and optimizer when asked), or the weights of a bare PEFT adapter dir."""
     path = Path(path)
-    if not (path / "state.json").exists() and (path / "adapter_config.json").exists():
-        state, weights = {"rank": json.loads((path / "adapter_config.json").read_text())["r"], "optimizer_steps": 0}, path
+    if is_bare_adapter(path):
+        state, weights = {"rank": saved_rank(path), "optimizer_steps": 0}, path
         with_optimizer = False
     else:
         state, weights = read_state(path), path / "adapter"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..clients import SamplingClient, ServiceClient, TrainingClient
-from ..engine import EngineConfig
+from ..engine import EngineConfig, saved_rank
 from ..models import ModelNotInstalledError, UnknownModelError, parse_device, resolve_model
 from ..rollout import ChatModel, FrozenChatModel, OpenAIChatModel, PolicyChatModel
 from .config import TuneConfig, TunerModelConfig
@@ -49,8 +49,10 @@ def check_models(config: TuneConfig) -> None:
             raise ConfigError(f"{field}.adapter_path: no folder {model.adapter_path!r}; give a saved adapter (a run's sampler_weights/... or checkpoints/... folder)")
 
 
-def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
-    """The trainable models (with `adapter_path` loaded), the base-model sampler for the KL penalty, the auxiliary models."""
+def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> TrainingModels:
+    """The trainable models (with `adapter_path` loaded), the base-model sampler for the KL penalty, the auxiliary models.
+    Where nothing trains (evaluation, debug episodes) a local `adapter_path` is loaded at its own LoRA rank, whatever
+    the config's `lora_rank`."""
     trainable = config.trainable_models()
     services: dict[tuple, ServiceClient] = {}
 
@@ -69,8 +71,12 @@ def build_models(config: TuneConfig, run_dir: Path) -> TrainingModels:
     clients, policies = {}, {}
     for index, (key, model) in enumerate(trainable.items()):
         field = "model" if config.models is None else f"models.{key}"
+        rank = model.lora_rank
+        if model.adapter_path and not training and model.backend == "local":
+            with _loads(f"{field}.adapter_path", model):
+                rank = saved_rank(model.adapter_path)
         with _loads(f"{field}.model_path", model):
-            client = service_for(model).create_lora_training_client(model.model_path, rank=model.lora_rank, seed=config.algorithm.seed + index)
+            client = service_for(model).create_lora_training_client(model.model_path, rank=rank, seed=config.algorithm.seed + index)
         _check_context(field, model, client)
         if model.adapter_path:
             with _loads(f"{field}.adapter_path", model):

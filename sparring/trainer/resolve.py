@@ -95,7 +95,7 @@ def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path,
     try:
         if write_config:
             dump_config(config, run_dir / "config.yaml")
-        models = build_models(config, run_dir)
+        models = build_models(config, run_dir, training)
     except BaseException:
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
