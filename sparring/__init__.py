@@ -23,7 +23,7 @@ _HOMES = {
     **dict.fromkeys(
         (
             "AlgorithmConfig", "ConfigError", "DatasetConfig", "DatasetError", "Job", "LeagueConfig", "LoggingConfig", "RunResult",
-            "StepEnd", "StepHook", "StepStart", "TuneConfig", "TunerModelConfig", "load_config_file", "tune",
+            "StepEnd", "StepHook", "StepStart", "TuneConfig", "TunerModelConfig", "ValidationConfig", "load_config_file", "tune",
         ),
         "sparring.trainer",
     ),
@@ -62,6 +62,7 @@ __all__ = [
     "TuneConfig",
     "TunerHandle",
     "TunerModelConfig",
+    "ValidationConfig",
     "Workflow",
     "WorkflowOutput",
     "WorkflowTask",
@@ -83,6 +84,7 @@ if TYPE_CHECKING:
     from .rollout import ChatModel, ChatResponse, FrozenChatModel, JudgeOutput, OpenAIChatModel, ScriptedChatModel, ScriptedPolicy, Workflow, WorkflowOutput, WorkflowTask
     from .trainer import (
         AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LoggingConfig, RunResult, StepEnd, StepHook, StepStart, TuneConfig, TunerModelConfig,
+        ValidationConfig,
         load_config_file, tune,
     )
 

@@ -148,6 +148,11 @@ def train(
     typer.echo(f"done: {result.steps} steps in {result.run_dir}")
     for name, path in result.sampler_paths.items():
         typer.echo(f"  {name}: {path}")
+    if result.best is not None:
+        chosen = result.best
+        typer.echo(f"best on the validation tasks: step {chosen.steps}, {loaded.validation.metric} {chosen.mean:.3f} [{chosen.low:.2f}, {chosen.high:.2f}] (validation.json)")
+        for name, path in result.best_paths.items():
+            typer.echo(f"  {name}: {path}")
     if result.comparison is not None:
         _print_comparison("Held-out evaluation (before -> after training, beside the baselines)", result.comparison)
         typer.echo(f"comparison: {result.run_dir / 'evaluation.json'}")

@@ -90,7 +90,7 @@ def test_snapshots_are_retaken_every_n_steps_and_resume_exactly(tiny_model_dir, 
     config_file.write_text(config_file.read_text().replace("total_steps: 3", "total_steps: 4"))
     resumed = Job.load_yaml(config_file).tune(resume=str(tmp_path / "stopped"))
     rewards = [[m["reward/mean"] for m in read_metrics(tmp_path / name)] for name in ("straight", "stopped")]
-    assert rewards[0] == pytest.approx(rewards[1], abs=1e-6)
+    assert rewards[0] == pytest.approx(rewards[1], abs=1e-5)  # float32 logprobs; a loaded machine moved them 2e-6 once
     weights = [load_file(f"{run.sampler_paths['policy']}/adapter_model.safetensors") for run in (straight, resumed)]
     assert all(weights[0][key].allclose(weights[1][key], atol=1e-5) for key in weights[0])
 

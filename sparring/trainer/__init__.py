@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 _HOMES = {
     **dict.fromkeys(("CheckpointError", "NonFiniteWeightsError"), "checkpoint_integrity"),
-    **dict.fromkeys(("AlgorithmConfig", "DatasetConfig", "LoggingConfig", "TuneConfig", "TunerModelConfig"), "config"),
+    **dict.fromkeys(("AlgorithmConfig", "LoggingConfig", "TuneConfig", "TunerModelConfig"), "config"),
     **dict.fromkeys(("apply_overrides", "dump_config", "load_config_file"), "config_file"),
     **dict.fromkeys(("TaskStream", "load_tasks", "load_train_and_eval_tasks", "split_eval"), "dataset"),
+    "DatasetConfig": "dataset_config",
     "DatasetError": "dataset_layout",
     "EpisodesFailingError": "failure_streak",
     "import_object": "imports",
@@ -18,6 +19,7 @@ _HOMES = {
     **dict.fromkeys(("League", "OPPONENT_ARG"), "league"),
     "LeagueConfig": "league_config",
     **dict.fromkeys(("RunResult", "run_training", "run_training_async"), "loop"),
+    "ValidationConfig": "validation_config",
     "ConfigError": "schema",
     **dict.fromkeys(("StepEnd", "StepHook", "StepStart"), "step_hooks"),
     "NothingTrainedError": "training_signal",
@@ -29,8 +31,9 @@ __all__ = sorted(_HOMES)
 
 if TYPE_CHECKING:
     from .checkpoint_integrity import CheckpointError, NonFiniteWeightsError
-    from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
+    from .config import AlgorithmConfig, LoggingConfig, TuneConfig, TunerModelConfig
     from .config_file import apply_overrides, dump_config, load_config_file
+    from .dataset_config import DatasetConfig
     from .dataset import TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
     from .dataset_layout import DatasetError
     from .failure_streak import EpisodesFailingError
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from .step_hooks import StepEnd, StepHook, StepStart
     from .training_signal import NothingTrainedError
     from .tune import tune
+    from .validation_config import ValidationConfig
 
 
 def __getattr__(name: str):

@@ -39,14 +39,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .config_limits import (
-    MAX_STEPS, MAX_EPOCHS, MAX_TASKS, MAX_SEED, MAX_CONTEXT_TOKENS, MAX_NEW_TOKENS, MAX_TEMPERATURE,
+    MAX_STEPS, MAX_TASKS, MAX_SEED, MAX_CONTEXT_TOKENS, MAX_NEW_TOKENS, MAX_TEMPERATURE,
     MAX_VOCABULARY, MAX_LORA_RANK, MAX_LEARNING_RATE, MAX_GROUP_SIZE, MAX_BATCH_SIZE, MAX_EPISODES_PER_STEP,
     MAX_COEFFICIENT, MAX_GRAD_CLIP_NORM, MAX_CONCURRENCY, MAX_EPISODE_TIMEOUT_S, MAX_ABS_REWARD, MAX_RAY_CPUS,
     MAX_STALENESS,
 )
 from .imports import import_object, import_policy, is_import_path
+from .dataset_config import DatasetConfig
 from .league_config import LeagueConfig
 from .step_hooks import import_step_hook
+from .validation_config import ValidationConfig
 from .schema import ConfigRecord
 
 if TYPE_CHECKING:
@@ -71,41 +73,6 @@ def check_structure(data: dict[str, Any]) -> None:
 
 DEFAULT_MODEL_NAME = "policy"
 _MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-class DatasetConfig(ConfigRecord):
-    """Where tasks come from and how they are iterated."""
-
-    path: str | None = None
-    """A .jsonl/.json/.csv/.parquet file, or a dataset directory as Hugging Face `datasets` lays one out locally
-    (per-split files or folders, shards, a dataset card's configs, a `save_to_disk` folder), read without that package."""
-    name: str | None = None
-    """Subset (config) name: a config of the directory's dataset card, else the subdirectory of that name."""
-    split: str = "train"
-    """Which split to read: the files or folder of that split ('dev' finds 'validation', 'eval' 'test', as in
-    `datasets`), a saved DatasetDict's split, or a JSON file's top-level key."""
-    tasks: list[dict[str, Any]] | None = None
-    """The tasks as an in-memory list, instead of `path`; exactly one of the two is given."""
-    total_epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)
-    """Passes over the tasks when `total_steps` is not set."""
-    total_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
-    """Exact number of training steps; when set it replaces `total_epochs` (epochs repeat as needed)."""
-    shuffle: bool = True
-    """Shuffle the task order every epoch (deterministically, from `seed` and the epoch number)."""
-    seed: int = Field(default=0, ge=0, le=MAX_SEED)
-    """Seed of the per-epoch shuffle and of the eval hold-out split."""
-    eval_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
-    """Fraction of the tasks held out for evaluation when no eval dataset is configured."""
-    workflow_args: dict[str, Any] = Field(default_factory=dict)
-    """Extra arguments for the workflow, merged into every task's `workflow_args` (task values win)."""
-    limit: int | None = Field(default=None, ge=1, le=MAX_TASKS)
-    """Use only the first `limit` tasks (before shuffling): quick experiments on a large file."""
-
-    @model_validator(mode="after")
-    def _one_source(self) -> DatasetConfig:
-        if (self.path is None) == (self.tasks is None):
-            raise ValueError("give exactly one of `path` (a file or directory) or `tasks` (a list of dicts)")
-        return self
 
 
 class TunerModelConfig(ConfigRecord):
@@ -391,6 +358,8 @@ class TuneConfig(ConfigRecord):
     league: LeagueConfig | None = None
     """An opponent pool (policy snapshots, scripted and frozen opponents) from which every training episode draws its
     opponent (see `league_config.py`, docs/league.md); None: the workflow picks its own opponents."""
+    validation: ValidationConfig | None = None
+    """Validation tasks on which the run chooses the adapter it keeps as `best` (`validation_config.py`); None: no choice."""
     step_hooks: list[str] = Field(default_factory=list)
     """Import paths of `StepHook` classes (built with no arguments) whose methods run before every step's rollout
     and after its update (`step_hooks.py`); hooks built in Python are passed to `tune(step_hooks=...)` instead."""
@@ -434,6 +403,8 @@ class TuneConfig(ConfigRecord):
                 raise ValueError(f"{path}.base_url: a remote endpoint cannot be trained; list it in auxiliary_models")
         if self.league is not None:
             self._check_league(self.league)
+        if self.validation is not None and self.algorithm.max_staleness:
+            raise ValueError("validation: rollouts that run ahead of training (algorithm.max_staleness > 0) are not supported with it; set it to 0")
         remote = [name for name, config in self.trainable_models().items() if config.backend == "tinker"]
         if remote and is_import_path(self.algorithm.loss_fn):
             raise ValueError(

@@ -141,8 +141,8 @@ def _describe_yaml_error(path: Path, err: yaml.YAMLError) -> str:
 
 def _rebase_dataset_paths(data: dict[str, Any], root: Path) -> None:
     """Make the relative `path` of each dataset section in a config dict relative to `root` (absolute ones stay)."""
-    for section in ("train_dataset", "eval_dataset"):
-        dataset = data.get(section)
+    validation = data.get("validation")
+    for dataset in [data.get("train_dataset"), data.get("eval_dataset"), validation.get("dataset") if isinstance(validation, dict) else None]:
         if isinstance(dataset, dict) and isinstance(dataset.get("path"), str):
             dataset["path"] = str(root / dataset["path"])
 

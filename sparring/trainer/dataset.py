@@ -93,16 +93,17 @@ def load_train_and_eval_tasks(train: DatasetConfig, evaluation: DatasetConfig | 
 
     Errors name the config field first (``train_dataset.path: data/train.jsonl:3: invalid JSON ...``).
     """
-    tasks = _load_section("train_dataset", train)
+    tasks = load_section("train_dataset", train)
     if evaluation is not None:
-        return tasks, _load_section("eval_dataset", evaluation)
+        return tasks, load_section("eval_dataset", evaluation)
     try:
         return split_eval(tasks, train.eval_fraction, train.seed)
     except DatasetError as err:
         raise DatasetError(f"train_dataset.eval_fraction: {err}") from None
 
 
-def _load_section(field: str, config: DatasetConfig) -> list[dict[str, Any]]:
+def load_section(field: str, config: DatasetConfig) -> list[dict[str, Any]]:
+    """`load_tasks`, its errors naming the config field (`validation.dataset.path: ...`)."""
     try:
         return load_tasks(config)
     except DatasetError as err:

@@ -26,6 +26,7 @@ from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, T
 from .config_file import dump_config, load_config_file
 from .imports import import_object, importable_path
 from .league_config import LeagueConfig
+from .validation_config import ValidationConfig
 from .schema import ConfigError
 
 DatasetSpec = DatasetConfig | dict[str, Any] | list[dict[str, Any]] | str | os.PathLike[str]
@@ -70,6 +71,7 @@ class Job:
         run_dir: str | os.PathLike[str] | None = None,
         logging: LoggingConfig | dict[str, Any] | None = None,
         league: LeagueConfig | dict[str, Any] | None = None,
+        validation: ValidationConfig | dict[str, Any] | None = None,
     ) -> None:
         """Build the config; a string `model` is a model path and a string `algorithm` an algorithm type."""
         fields: dict[str, Any] = {
@@ -80,6 +82,7 @@ class Job:
             "run_dir": os.fspath(run_dir) if run_dir is not None else None,
             "logging": logging,
             "league": league,
+            "validation": validation,
         }
         self.config = TuneConfig(**{name: value for name, value in fields.items() if value is not None})
         self._workflow: Callable[..., Any] | type | None = None

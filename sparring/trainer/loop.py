@@ -18,7 +18,8 @@ the league's pool, which takes its snapshots at the start of a step (`league.py`
 `eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the configured
 `baselines` once, beside the first evaluation; every number with a 95 %
 interval, see `evaluation.py`), and the comparison is written to
-`evaluation.json`; every step and evaluation logs what prefilling its prompts cost (`prefill_meter.py`); every
+`evaluation.json`; with `validation:` the weights are played on validation tasks when due and the best kept as the
+sampler weights `best` (`best_adapter.py`); every step and evaluation logs what prefilling its prompts cost (`prefill_meter.py`); every
 `save_interval_steps`, at the end and on SIGINT / SIGTERM (`stop_signals.py`: the episodes in flight cancelled, the
 last completed step kept), a
 checkpoint is written (see `checkpoints.py`) from which `resume` continues
@@ -47,6 +48,7 @@ from typing import Sequence
 
 from ..logging import ConsoleProgress, MetricsLogger, TrainingProgress, read_metrics, write_report, write_reward_plot, write_reward_png
 from ..rollout import Episode, run_episodes
+from .best_adapter import Validation
 from .checkpoints import clean_interrupted_saves, latest_checkpoint, restore_checkpoint
 from .config import TuneConfig
 from .evaluation import Comparison, evaluate_baselines, evaluate_policy
@@ -79,6 +81,10 @@ class RunResult:
     """Evaluation metrics, with their 'step'."""
     sampler_paths: dict[str, str] = field(default_factory=dict)
     """Final PEFT adapter directory per trainable model; empty when the run trained nothing (interrupted before a step trained)."""
+    best: Validation | None = None
+    """With `validation:`, the validation of the adapter kept as `best` (its steps and metric); else None."""
+    best_paths: dict[str, str] = field(default_factory=dict)
+    """With `validation:`, the `best` sampler weights per trainable model (`best_adapter.py`)."""
     interrupted: bool = False
     """True when Ctrl-C or SIGTERM stopped the run before its end (a checkpoint of the last completed step was saved, no final adapter)."""
     stop_signal: int | None = None
@@ -153,13 +159,17 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
                         break
             failure = streak.failure(record.steps)
             untrained = not signal.trained_anything and not algorithm.allow_nothing_trained and failure is None
-            if held_out.evaluates and failure is None and not untrained:
-                await stop.cancelling(held_out.evaluate(record.steps, "trained", models.make_tuner))
+            if failure is None and not untrained:
+                if held_out.evaluates:
+                    await stop.cancelling(held_out.evaluate(record.steps, "trained", models.make_tuner))
+                await sequence.validate(record.steps, models.make_tuner)
         except (Stopped, KeyboardInterrupt, asyncio.CancelledError):
             result.interrupted, result.stop_signal = True, stop.signum
             failure = untrained = None
             log.warning("interrupted: saving a checkpoint at step %d", record.steps)
         result.steps, result.history, result.evaluations = record.steps, record.history, held_out.evaluations
+        if sequence.best is not None:
+            result.best, result.best_paths = sequence.best.chosen, sequence.best.paths
         result.comparison = held_out.comparison()
         if result.comparison is not None:
             result.comparison.write(run_dir)

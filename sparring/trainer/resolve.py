@@ -30,7 +30,7 @@ from ..rollout.workflow import EpisodeFn
 from ..runners import make_player
 from .config import TuneConfig
 from .config_file import dump_config
-from .dataset import TaskStream, load_train_and_eval_tasks
+from .dataset import TaskStream, load_section, load_train_and_eval_tasks
 from .imports import import_field, import_object
 from .models import TrainingModels
 from .models_from_config import build_models, check_models
@@ -60,6 +60,8 @@ class ResolvedRun:
     """The training tasks, prepared (task_id, workflow_args merged)."""
     eval_tasks: list[dict]
     """The held-out tasks: the eval dataset, or the part of the training set held out for evaluation."""
+    validation_tasks: list[dict]
+    """The tasks that choose the adapter kept as `best` (`validation:`); empty unless resolved for training with one."""
     stream: TaskStream | None
     """The training tasks as one batch per step (resumable); None unless resolved for training."""
     models: TrainingModels
@@ -90,6 +92,7 @@ def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path,
     if evaluation and not eval_tasks:
         raise ConfigError("eval_dataset: no eval tasks; set eval_dataset, or train_dataset.eval_fraction above 0")
     stream = TaskStream.from_config(config.train_dataset, algorithm.batch_size, tasks=train_tasks) if training else None
+    validation_tasks = load_section("validation.dataset", config.validation.dataset) if training and config.validation else []
     check_models(config)
     created = next((folder for folder in reversed([run_dir, *run_dir.parents]) if not folder.exists()), None) if write_config else None
     try:
@@ -100,7 +103,7 @@ def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path,
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
         raise
-    return ResolvedRun(config, episode_fn, judge, baselines, settings, train_tasks, eval_tasks, stream, models, build_step_hooks(config.step_hooks))
+    return ResolvedRun(config, episode_fn, judge, baselines, settings, train_tasks, eval_tasks, validation_tasks, stream, models, build_step_hooks(config.step_hooks))
 
 
 def _workflow_and_judge(config: TuneConfig, workflow: Any, judge: Any) -> tuple[EpisodeFn, Callable | None]:

@@ -2,7 +2,8 @@
 
 `StepSequence.begin` opens a step: a pending stop signal ends the run here,
 the snapshot opponents due are retaken and the league's snapshot is taken,
-the held-out tasks are evaluated when due (`held_out.py`), the sampler is
+the held-out tasks are evaluated when due (`held_out.py`), the weights are
+validated when due and kept as `best` when they play best (`best_adapter.py`), the sampler is
 reseeded, the next batch of tasks is taken, and the step hooks see it
 (`step_hooks.py`). `StepSequence.finish` closes it after its update:
 failing, untrained and collapsing steps are warned about, the hooks see the
@@ -26,6 +27,7 @@ from typing import Callable, Protocol
 from ..integrations import TunerHandle
 from ..logging import MetricsLogger, RolloutWriter, TrainingProgress
 from ..rollout import Episode
+from .best_adapter import BestAdapter
 from .failure_streak import FailureStreak
 from .held_out import HeldOut
 from .models import TrainingModels
@@ -110,9 +112,12 @@ class StepSequence:
         self.record = StepRecord(steps=start_step)
         eval_tasks = run.eval_tasks[: self.algorithm.eval_tasks] if self.algorithm.eval_tasks else run.eval_tasks
         self.held_out = HeldOut(run, eval_tasks, self.meter, logger, progress)
+        self.best = BestAdapter.open(run, run_dir, self.meter, logger, progress)
+        """The validations that choose the adapter kept as `best`; None without `validation:`."""
 
     async def begin(self, step: int, weights: RolloutWeights) -> StepStart:
-        """Open `step`: an empty prefix cache, snapshots and league, the evaluation when due, the reseed, its tasks, the hooks."""
+        """Open `step`: an empty prefix cache, snapshots and league, the evaluation and validation when due, the reseed,
+        its tasks, the hooks."""
         self.stop.check()
         await self.models.empty_prefix_caches()
         await weights.retake_snapshots(step)
@@ -122,11 +127,17 @@ class StepSequence:
         if self.held_out.evaluates and self.algorithm.evaluates_before(step):
             label = "untrained" if step == 0 else f"step {step}"
             await self.stop.cancelling(self.held_out.evaluate(step, label, weights.tuner_factory(training=False)))
+        await self.validate(step, weights.tuner_factory(training=False))
         self.models.reseed(self.algorithm.seed, step)
         start = StepStart(step, next(self.run.stream), weights.version, snapshot_ages)
         for hook in self.hooks:
             await call_hook(hook.before_rollout, start)
         return start
+
+    async def validate(self, steps: int, make_tuner: Callable[[], TunerHandle]) -> None:
+        """Validate the weights after `steps` steps (`make_tuner`'s) when they are a candidate not validated yet."""
+        if self.best is not None and self.best.due(steps, self.run.stream.num_steps):
+            await self.stop.cancelling(self.best.validate(steps, make_tuner))
 
     async def finish(self, step: int, metrics: dict[str, float], episodes: list[Episode]) -> bool:
         """Close a trained step: warnings, hooks, logging, the checkpoint when due; True when the run must stop

@@ -2,7 +2,7 @@
 
 It takes the reference tuner's arguments (workflow_func, judge_func,
 train_dataset, eval_dataset, model, auxiliary_models, algorithm) plus
-sparring's `models` (several trainable models at once), `run_dir`, `logging`, `league`,
+sparring's `models` (several trainable models at once), `run_dir`, `logging`, `league`, `validation`,
 `resume`, `overwrite` and `step_hooks`, builds the same `TuneConfig` that `sparring train config.yaml`
 reads, and runs the loop.
 """
@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig
 from .job import Job
 from .league_config import LeagueConfig
+from .validation_config import ValidationConfig
 from .loop import RunResult
 from .step_hooks import StepHook
 
@@ -32,6 +33,7 @@ def tune(
     run_dir: str | Path | None = None,
     logging: LoggingConfig | None = None,
     league: LeagueConfig | None = None,
+    validation: ValidationConfig | None = None,
     resume: str | Path | None = None,
     overwrite: bool = False,
     step_hooks: Sequence[StepHook] = (),
@@ -49,6 +51,7 @@ def tune(
         run_dir=str(run_dir) if run_dir is not None else None,
         logging=logging or LoggingConfig(),
         league=league,
+        validation=validation,
     )
     job.set_workflow(workflow_func, judge=judge_func).set_data(train=train_dataset, eval=eval_dataset)
     return job.tune(resume=resume, overwrite=overwrite, hooks=step_hooks)
