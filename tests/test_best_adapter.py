@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from sparring import AlgorithmConfig, ConfigError, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig, ValidationConfig, WorkflowOutput, tune
+from sparring import AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, LoggingConfig, TuneConfig, TunerModelConfig, ValidationConfig, WorkflowOutput, tune
 from sparring.trainer import load_config_file
 from sparring.trainer.loop import run_evaluation
 
@@ -93,6 +93,18 @@ def test_a_metric_the_games_do_not_report_is_named_with_the_ones_they_do(tiny_mo
             run_dir=tmp_path / "run",
             **_config(tiny_model_dir),
         )
+
+
+def test_a_validation_file_that_cannot_be_read_is_named_before_the_models_load(tiny_model_dir, tmp_path):
+    with pytest.raises(DatasetError, match=r"^validation.dataset.path: .*missing.jsonl"):
+        tune(
+            workflow_func=name_a_colour,
+            train_dataset=DatasetConfig(tasks=[{}], total_steps=1),
+            validation=ValidationConfig(dataset=DatasetConfig(path=str(tmp_path / "missing.jsonl"))),
+            run_dir=tmp_path / "run",
+            **_config(tiny_model_dir),
+        )
+    assert not (tmp_path / "run").exists()
 
 
 def test_validation_settings_are_checked(tmp_path):
