@@ -66,8 +66,6 @@ class BestAdapter:
     """The console bar of each validation."""
     validations: list[Validation] = field(default_factory=list)
     """Every validation of the run, resumed ones included, in step order."""
-    chosen: Validation | None = None
-    """The best validation so far; its weights are the sampler weights `best`."""
     paths: dict[str, str] = field(default_factory=dict)
     """Model key -> path of its `best` sampler weights."""
 
@@ -81,9 +79,14 @@ class BestAdapter:
         if (run_dir / VALIDATION_FILE).exists():
             saved = json.loads((run_dir / VALIDATION_FILE).read_text(encoding="utf-8"))
             found.validations = [Validation(**entry) for entry in saved["validations"]]
-            found.chosen = Validation(**saved["chosen"]) if saved["chosen"] else None
             found.paths = saved["paths"]
         return found
+
+    @property
+    def chosen(self) -> Validation | None:
+        """The best validation so far (the earliest of equals), whose weights are the sampler weights `best`."""
+        sign = 1 if self.config.mode == "max" else -1
+        return max(self.validations, key=lambda validation: sign * validation.mean, default=None)
 
     def due(self, steps: int, total_steps: int) -> bool:
         """Whether the weights after `steps` steps are a candidate not validated yet."""
@@ -94,19 +97,14 @@ class BestAdapter:
         they beat every earlier candidate."""
         run, metric = self.run, self.config.metric
         run.models.reseed(run.config.algorithm.seed, 0)
-        step_so_far = self.meter.take()
-        column = await evaluate_policy(run.episode_fn, self.tasks, make_tuner, run.settings, run.judge, f"validation {steps}", "model", steps, self.progress)
-        prefill = self.meter.take()
-        self.meter.give_back(step_so_far)
+        column, prefill = await self.meter.apart(evaluate_policy(run.episode_fn, self.tasks, make_tuner, run.settings, run.judge, f"validation {steps}", "model", steps, self.progress))
         self.logger.log(steps, {**column.flat("validation/"), **prefill.metrics("validation/engine/")})
         if metric not in column.estimates:
             raise ConfigError(f"validation.metric: {metric!r} is not a metric of the validation games; they have {sorted(column.estimates)}")
         found = column.estimates[metric]
-        validation = Validation(steps, found.mean, found.low, found.high)
-        self.validations.append(validation)
-        if self.chosen is None or (validation.mean > self.chosen.mean if self.config.mode == "max" else validation.mean < self.chosen.mean):
+        self.validations.append(Validation(steps, found.mean, found.low, found.high))
+        if self.chosen is self.validations[-1]:
             self.paths = run.models.save_for_sampler(BEST)
-            self.chosen = validation
         self._write()
 
     def _write(self) -> None:

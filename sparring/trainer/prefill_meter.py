@@ -10,12 +10,16 @@ the engines' own, so with rollouts running ahead of training
 
 from __future__ import annotations
 
+from typing import Awaitable, TypeVar
+
 from ..engine.prefix_cache import PrefillCounts
 from .models import TrainingModels
 
+T = TypeVar("T")
+
 
 class PrefillMeter:
-    """The prefill counts of a run's local engines, read step by step."""
+    """The prefill counts of a run's local engines, read step by step (an evaluation inside a step apart)."""
 
     def __init__(self, models: TrainingModels):
         self.engines = models.local_engines()
@@ -28,9 +32,14 @@ class PrefillMeter:
         taken, self._read = total - self._read, total
         return taken
 
-    def give_back(self, counts: PrefillCounts) -> None:
-        """Count `counts` (taken before) again in the next `take`."""
-        self._read = self._read - counts
+    async def apart(self, work: Awaitable[T]) -> tuple[T, PrefillCounts]:
+        """Await `work` (an evaluation inside a step) and return what it prefilled, leaving the step's own counts for
+        the step's next `take`."""
+        step_so_far = self.take()
+        result = await work
+        counts = self.take()
+        self._read = self._read - step_so_far
+        return result, counts
 
     def _total(self) -> PrefillCounts:
         total = PrefillCounts()
