@@ -160,6 +160,20 @@ def test_minimax_never_loses_to_random_and_random_never_beats_minimax():
     assert sum(e.metrics["win_rate"] for e in hopeless) == 0 and sum(e.metrics["loss_rate"] for e in hopeless) >= 30
 
 
+def test_fallible_minimax_blocks_except_on_its_random_moves_and_loses_some_games_to_minimax():
+    board = Board.from_moves([1, 5, 2])  # O must take 3 or lose
+    prompt = ttt_workflow.PROMPT.format(board=board.render(), free=", ".join(map(str, board.free())))
+    rng = random.Random(0)
+    moves = [int(ttt.fallible_minimax([{"role": "user", "content": prompt}], rng)) for _ in range(4000)]
+    assert set(moves) <= set(board.free())
+    expected = ttt_baselines.FALLIBLE_MISTAKE_RATE * 5 / 6  # a random move finds the block 1 time in 6
+    assert sum(move != 3 for move in moves) / len(moves) == pytest.approx(expected, abs=0.03)
+    tasks = [{"seed": seed, "side": "xo"[seed % 2], "workflow_args": {"opponent": "minimax"}} for seed in range(60)]
+    games = play(ttt.tictactoe, tasks, ttt.fallible_minimax)
+    losses = sum(e.metrics["loss_rate"] for e in games)
+    assert sum(e.metrics["win_rate"] for e in games) == 0 and 5 <= losses <= 50
+
+
 # --- twenty questions and werewolf ----------------------------------------------------------------
 
 

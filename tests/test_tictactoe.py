@@ -282,7 +282,7 @@ def test_the_example_configs_load():
     config = load_game_config("tictactoe")
     assert import_object(config.workflow) is tictactoe and not config.auxiliary_models
     league = config.league
-    assert (league.sampling, league.draw_per, league.pfsp_power, league.snapshot_every_steps) == ("pfsp", "group", 0.5, 5)
+    assert (league.sampling, league.draw_per, league.pfsp_power, league.snapshot_every_steps) == ("pfsp", "group", 0.5, 0)
     assert config.algorithm.turn_reward_discount == 0.0 and config.train_dataset.workflow_args["value_credit"] == 1.0
     assert {name: import_object(path) for name, path in league.scripted.items()} == {"random_legal": random_legal, "minimax": minimax}
     train, held_out = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)

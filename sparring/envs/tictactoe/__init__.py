@@ -6,8 +6,8 @@ policy's seat), `tasks.py` (`make_tasks`), `config.yaml` (the default job, a
 league: `sparring train tictactoe`) and `data/`.
 """
 
-from .baselines import minimax, random_legal
+from .baselines import fallible_minimax, minimax, random_legal
 from .tasks import make_tasks
 from .workflow import TicTacToe, tictactoe
 
-__all__ = ["TicTacToe", "make_tasks", "minimax", "random_legal", "tictactoe"]
+__all__ = ["TicTacToe", "fallible_minimax", "make_tasks", "minimax", "random_legal", "tictactoe"]

@@ -1,6 +1,6 @@
 """Tic-tac-toe's baselines: scripted players for the trainable slot (`baselines:` in a config).
 
-Each is a `ScriptedPolicy` (`policy(messages, rng) -> reply`, see
+Each (and the league opponent `fallible_minimax`) is a `ScriptedPolicy` (`policy(messages, rng) -> reply`, see
 `ScriptedChatModel`): it reads the position from the board drawn in the last
 prompt (`Board.render`'s drawing) and answers with a cell number.
 """
@@ -39,3 +39,16 @@ def random_legal(messages: list[dict], rng: random.Random) -> str:
 def minimax(messages: list[dict], rng: random.Random) -> str:
     """Baseline: perfect play (a random one among the best moves); it never loses."""
     return str(minimax_move(_position(messages), rng))
+
+
+FALLIBLE_MISTAKE_RATE = 0.25
+"""How often `fallible_minimax` moves at random: about one move a game, so it punishes most blunders and leaves wins."""
+
+
+def fallible_minimax(messages: list[dict], rng: random.Random) -> str:
+    """League opponent: perfect play, except a uniformly random free cell on `FALLIBLE_MISTAKE_RATE` of its moves.
+
+    Against it a policy that never gives value away still wins some games and draws others, so a group of games
+    keeps different outcomes after the policy turns deterministic, and it meets more positions than minimax's lines."""
+    board = _position(messages)
+    return str(random_move(board, rng) if rng.random() < FALLIBLE_MISTAKE_RATE else minimax_move(board, rng))
