@@ -50,12 +50,8 @@ class Validation:
 class BestAdapter:
     """A run's validations so far and the adapter they chose."""
 
-    config: ValidationConfig
-    """The `validation:` section."""
-    tasks: list[dict]
-    """The validation tasks, prepared (`ResolvedRun.validation_tasks`)."""
     run: ResolvedRun
-    """The run: its workflow, judge, settings and models."""
+    """The run: its `validation:` section and tasks, workflow, judge, settings and models."""
     run_dir: Path
     """Where `validation.json` is kept."""
     meter: PrefillMeter
@@ -72,15 +68,20 @@ class BestAdapter:
     @classmethod
     def open(cls, run: ResolvedRun, run_dir: Path, meter: PrefillMeter, logger: MetricsLogger, progress: TrainingProgress) -> BestAdapter | None:
         """The run's choice, with what an earlier process of it recorded; None when the config has no `validation:`."""
-        config = run.config.validation
-        if config is None:
+        if run.config.validation is None:
             return None
-        found = cls(config, run.validation_tasks, run, run_dir, meter, logger, progress)
+        found = cls(run, run_dir, meter, logger, progress)
         if (run_dir / VALIDATION_FILE).exists():
             saved = json.loads((run_dir / VALIDATION_FILE).read_text(encoding="utf-8"))
             found.validations = [Validation(**entry) for entry in saved["validations"]]
             found.paths = saved["paths"]
         return found
+
+    @property
+    def config(self) -> ValidationConfig:
+        """The `validation:` section (present: `open` makes no BestAdapter without one)."""
+        assert self.run.config.validation is not None
+        return self.run.config.validation
 
     @property
     def chosen(self) -> Validation | None:
@@ -97,7 +98,7 @@ class BestAdapter:
         they beat every earlier candidate."""
         run, metric = self.run, self.config.metric
         run.models.reseed(run.config.algorithm.seed, 0)
-        column, prefill = await self.meter.apart(evaluate_policy(run.episode_fn, self.tasks, make_tuner, run.settings, run.judge, f"validation {steps}", "model", steps, self.progress))
+        column, prefill = await self.meter.apart(evaluate_policy(run.episode_fn, run.validation_tasks, make_tuner, run.settings, run.judge, f"validation {steps}", "model", steps, self.progress))
         self.logger.log(steps, {**column.flat("validation/"), **prefill.metrics("validation/engine/")})
         if metric not in column.estimates:
             raise ConfigError(f"validation.metric: {metric!r} is not a metric of the validation games; they have {sorted(column.estimates)}")
@@ -108,10 +109,11 @@ class BestAdapter:
         self._write()
 
     def _write(self) -> None:
+        chosen = self.chosen
         record = {
             "metric": self.config.metric,
             "mode": self.config.mode,
-            "chosen": asdict(self.chosen) if self.chosen else None,
+            "chosen": asdict(chosen) if chosen else None,
             "paths": self.paths,
             "validations": [asdict(validation) for validation in self.validations],
         }

@@ -26,8 +26,8 @@ from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, T
 from .config_file import dump_config, load_config_file
 from .imports import import_object, importable_path
 from .league_config import LeagueConfig
-from .validation_config import ValidationConfig
 from .schema import ConfigError
+from .validation_config import ValidationConfig
 
 DatasetSpec = DatasetConfig | dict[str, Any] | list[dict[str, Any]] | str | os.PathLike[str]
 """A dataset as `set_data` takes it: a config, its fields, the tasks themselves, or a path."""

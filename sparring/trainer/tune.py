@@ -15,9 +15,9 @@ from typing import Callable, Sequence
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig
 from .job import Job
 from .league_config import LeagueConfig
-from .validation_config import ValidationConfig
 from .loop import RunResult
 from .step_hooks import StepHook
+from .validation_config import ValidationConfig
 
 
 def tune(
