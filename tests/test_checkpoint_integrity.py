@@ -1,7 +1,7 @@
 """Checkpoints verify themselves: every damaged variant of a tiny-model run's checkpoint is refused on resume in one line
 naming the bad file (with its manifest, and the content checks alone without one), a NaN produced by an optimizer step
-never reaches a saved adapter, temporary folders of killed saves are cleaned when a run starts, and retention never
-keeps a checkpoint whose weights are gone."""
+never reaches a saved adapter, temporary folders of killed saves are cleaned when a run starts, retention never
+keeps a checkpoint whose weights are gone, and `keep_checkpoints` keeps only the newest (which still resume)."""
 
 import itertools
 import json
@@ -161,3 +161,14 @@ def test_a_run_cleans_temporary_files_of_killed_saves_and_keeps_only_resumable_c
     leftovers[1].mkdir(parents=True)
     run_training(load_config_file(run / "config.yaml"), workflow=token_sum, resume=str(run))
     assert not any(path.exists() for path in leftovers)
+
+
+def test_keep_checkpoints_deletes_older_checkpoints_and_their_training_states_and_the_run_still_resumes(tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    train(tiny_model_dir, run, total_steps=4, keep_checkpoints=2)
+    assert [path.name for path in sorted((run / "checkpoints").glob("step_*"))] == ["step_000003", "step_000004"]
+    states = model_state(latest_checkpoint(run)).parent
+    assert sorted(path.name for path in states.iterdir()) == ["run-step-000003", "run-step-000004"]
+    run_training(load_config_file(run / "config.yaml", ["train_dataset.total_steps=5"]), workflow=token_sum, resume=str(run))
+    assert [path.name for path in sorted((run / "checkpoints").glob("step_*"))] == ["step_000004", "step_000005"]
+    assert verify_checkpoint(latest_checkpoint(run))["step"] == 5

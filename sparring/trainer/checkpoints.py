@@ -18,7 +18,9 @@ was saved already (the end of a run whose last step was checkpointed) is not
 written again, so a kill then cannot damage it. When rollouts run ahead, the
 older weights a checkpoint names are deleted once no rollout needs them; the
 checkpoints that named them go with them (`prune_unresumable`), so every
-checkpoint kept resumes on its own.
+checkpoint kept resumes on its own. With `algorithm.keep_checkpoints` only
+the newest N complete checkpoints stay (`prune_oldest`): a run that saves
+every step does not fill the disk with optimizer states.
 
 For a model on a Tinker-protocol service (backend 'tinker') the training
 state is saved on the service: `trainer_state.json` records the path the
@@ -210,11 +212,34 @@ def prune_unresumable(run_dir: Path) -> list[Path]:
         state = json.loads((directory / "trainer_state.json").read_text())
         if all(path.exists() for path in _local_paths(state)):
             continue
-        for path in _local_paths({"models": state["models"]}):
-            shutil.rmtree(path, ignore_errors=True)
-        shutil.rmtree(directory, ignore_errors=True)
+        _delete_checkpoint(directory, state)
         pruned.append(directory)
     return pruned
+
+
+def prune_oldest(run_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` complete checkpoints (and their models' training states); returns them.
+
+    The one `latest.json` points at is always kept; a checkpoint still being written (no manifest yet) is not touched."""
+    latest = latest_checkpoint(run_dir)
+    complete = [directory for directory in sorted((run_dir / "checkpoints").glob("step_*")) if (directory / MANIFEST).exists()]
+    pruned = []
+    for directory in complete[: max(len(complete) - keep, 0)]:
+        try:
+            state = json.loads((directory / "trainer_state.json").read_text())
+        except FileNotFoundError:  # pruned meanwhile by the pipeline (`prune_unresumable`)
+            continue
+        if directory != latest:
+            _delete_checkpoint(directory, state)
+            pruned.append(directory)
+    return pruned
+
+
+def _delete_checkpoint(directory: Path, state: dict) -> None:
+    """The checkpoint's folder and the models' training states it names (snapshots and older weights are shared, kept)."""
+    for path in _local_paths({"models": state["models"]}):
+        shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _pointed_at(run_dir: Path) -> Path | None:

@@ -209,6 +209,9 @@ class AlgorithmConfig(ConfigRecord):
     `turn_reward_discount` ** k; 0 credits each call with its own turn reward only (plus the episode reward)."""
     save_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     """Write a checkpoint every N steps; 0 writes one only at the end."""
+    keep_checkpoints: int | None = Field(default=None, ge=1, le=MAX_STEPS)
+    """Keep only the newest N checkpoints: an older one and its models' training states are deleted once a newer one
+    is complete (transformers' `save_total_limit`), so saving every step does not fill the disk; None keeps all."""
     eval_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     """Evaluate on the held-out tasks every N steps (and after the last); 0 evaluates them before the first step and
     after the last only. A run without held-out tasks evaluates nothing."""

@@ -5,7 +5,8 @@ opponents as its rollout is about to start: `checkpoints.py`) the first time
 the run reaches it, and forgets it once a later step has finished. The
 checkpoint after `s` steps holds the point of step `s`, from which a resumed
 run goes on exactly; with rollouts running ahead of training the pipeline
-adds the older weights its pending rollouts sample (`FrozenVersions`).
+adds the older weights its pending rollouts sample (`FrozenVersions`). With
+`keep_checkpoints` only the newest checkpoints stay (`prune_oldest`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Protocol
 
-from .checkpoints import ResumePoint, save_checkpoint
+from .checkpoints import ResumePoint, prune_oldest, save_checkpoint
 from .dataset import TaskStream
 from .models import TrainingModels
 
@@ -30,10 +31,12 @@ class FrozenVersions(Protocol):
 class ResumePoints:
     """The resume point of every step reached and not yet outdated, and the checkpoints written from them."""
 
-    def __init__(self, run_dir: Path, stream: TaskStream, models: TrainingModels, first_step: int) -> None:
+    def __init__(self, run_dir: Path, stream: TaskStream, models: TrainingModels, first_step: int, keep: int | None = None) -> None:
         self.run_dir = run_dir
         self.stream = stream
         self.models = models
+        self.keep = keep
+        """Checkpoints kept (`algorithm.keep_checkpoints`): older ones are deleted after each save; None keeps all."""
         self.reached: dict[int, ResumePoint] = {}
         """Step -> where its rollout starts, for each step reached and not yet outdated by a later finished step."""
         self.frozen: FrozenVersions | None = None
@@ -56,4 +59,7 @@ class ResumePoints:
         point = self.reached[steps]
         if self.frozen is not None:
             point = dataclasses.replace(point, versions=self.frozen.pending_versions(steps))
-        return save_checkpoint(self.run_dir, steps, self.models, point)
+        saved = save_checkpoint(self.run_dir, steps, self.models, point)
+        if self.keep is not None:
+            prune_oldest(self.run_dir, self.keep)
+        return saved

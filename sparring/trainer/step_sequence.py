@@ -103,7 +103,7 @@ class StepSequence:
         self.progress = progress
         self.stop = stop
         self.hooks = hooks
-        self.points = ResumePoints(run_dir, run.stream, self.models, start_step)
+        self.points = ResumePoints(run_dir, run.stream, self.models, start_step, self.algorithm.keep_checkpoints)
         self.rollouts = RolloutWriter(run_dir) if run.config.logging.save_rollouts else None
         """Where each trained step's episodes are written (by `step.learn`); None when the config turns it off."""
         self.streak = FailureStreak(self.algorithm.stop_after_failed_steps)
