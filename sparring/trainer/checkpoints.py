@@ -224,14 +224,13 @@ def prune_oldest(run_dir: Path, keep: int) -> list[Path]:
     latest = latest_checkpoint(run_dir)
     complete = [directory for directory in sorted((run_dir / "checkpoints").glob("step_*")) if (directory / MANIFEST).exists()]
     pruned = []
-    for directory in complete[: max(len(complete) - keep, 0)]:
+    for directory in [directory for directory in complete[: max(len(complete) - keep, 0)] if directory != latest]:
         try:
             state = json.loads((directory / "trainer_state.json").read_text())
         except FileNotFoundError:  # pruned meanwhile by the pipeline (`prune_unresumable`)
             continue
-        if directory != latest:
-            _delete_checkpoint(directory, state)
-            pruned.append(directory)
+        _delete_checkpoint(directory, state)
+        pruned.append(directory)
     return pruned
 
 
