@@ -168,12 +168,12 @@ class EpisodeClock:
         """End every unfinished task of the episode: close its coroutine (so no cancellation can be caught) and cancel it."""
         for task in list(self._tasks):
             if task.done():
-                if not task.cancelled():
-                    task.exception()  # retrieved: an abandoned episode's errors end with it, as its timeout
+                _retrieve(task)
                 continue
             with contextlib.suppress(RuntimeError):  # a coroutine that awaits in its `finally` cannot be closed cleanly
                 task.get_coro().close()
             task.cancel()
+            task.add_done_callback(_retrieve)  # its closed coroutine ends it with "cannot reuse already awaited coroutine"
 
     @contextlib.contextmanager
     def current(self):
@@ -183,6 +183,12 @@ class EpisodeClock:
             yield self
         finally:
             _CURRENT.reset(token)
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    """Read a finished task's error: an abandoned episode's errors end with it, as its timeout, unlogged by asyncio."""
+    if not task.cancelled():
+        task.exception()
 
 
 def clock_of(task: asyncio.Task | None) -> EpisodeClock | None:
