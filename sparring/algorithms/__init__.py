@@ -1,4 +1,4 @@
-"""RL algorithms: advantage estimators over episode groups, assembly of episodes into datums, collapse measures, league opponent sampling, evaluation intervals."""
+"""RL algorithms: advantage estimators over episode groups, assembly of episodes into datums, collapse measures, entropy steering, league opponent sampling, evaluation intervals."""
 
 from .advantages import (
     ADVANTAGE_ESTIMATORS,
@@ -13,12 +13,14 @@ from .advantages import (
 )
 from .assembly import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks
 from .collapse import collapse_metrics
+from .entropy_steering import EntropySteering
 from .opponent_sampling import OUTCOMES, OpponentRecord, draw_opponents, draw_probabilities, eviction_choice, pfsp_weight
 from .intervals import METHODS_NOTE, Estimate, bootstrap_interval, estimate, separation, wilson_interval
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AdvantageResult",
+    "EntropySteering",
     "Estimate",
     "METHODS_NOTE",
     "OUTCOMES",

@@ -46,6 +46,7 @@ from .config_limits import (
 )
 from .imports import import_object, import_policy, is_import_path
 from .dataset_config import DatasetConfig
+from .entropy_target_config import EntropyTargetConfig
 from .league_config import LeagueConfig
 from .step_hooks import import_step_hook
 from .validation_config import ValidationConfig
@@ -188,6 +189,9 @@ class AlgorithmConfig(ConfigRecord):
     `engine.losses.register_loss`); a local engine runs it, a Tinker-protocol service takes built-in names only."""
     loss_fn_config: dict[str, float] = Field(default_factory=dict)
     """Loss settings, e.g. clip_low_threshold / clip_high_threshold for ppo and cispo."""
+    entropy_target: EntropyTargetConfig | None = None
+    """An entropy bonus whose coefficient is steered each step towards a target entropy (`entropy_target_config.py`),
+    instead of a fixed `loss_fn_config.entropy_coef`; None: no steering."""
     kl_coef: float = Field(default=0.0, ge=0.0, le=MAX_COEFFICIENT)
     """Weight of a KL penalty towards the base model; 0 disables it (and its extra forward pass)."""
     adam_beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
@@ -289,6 +293,17 @@ class AlgorithmConfig(ConfigRecord):
             from ..engine.losses import check_loss_config
 
             check_loss_config(info.data["loss_fn"], value)
+        return value
+
+    @field_validator("entropy_target")
+    @classmethod
+    def _one_entropy_coefficient(cls, value: EntropyTargetConfig | None, info: ValidationInfo) -> EntropyTargetConfig | None:
+        if value is not None and "entropy_coef" in info.data.get("loss_fn_config", {}):
+            raise ValueError("entropy_target steers the entropy bonus's coefficient; remove loss_fn_config.entropy_coef (the first coefficient is entropy_target.initial_coef)")
+        if value is not None and "loss_fn" in info.data and not _STRUCTURE_ONLY.get():
+            from ..engine.losses import check_loss_config
+
+            check_loss_config(info.data["loss_fn"], {"entropy_coef": value.initial_coef})
         return value
 
     def evaluates_before(self, step: int) -> bool:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..algorithms import EntropySteering
 from ..logging import ConsoleProgress, MetricsLogger, TrainingProgress, read_metrics, write_report, write_reward_plot, write_reward_png
 from ..rollout import Episode, run_episodes
 from .best_adapter import Validation
@@ -143,9 +144,8 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
     algorithm, models, stream = config.algorithm, run.models, run.stream
     previous_metrics = [record for record in read_metrics(run_dir) if record["step"] <= start_step] if start_step else []
     total_steps = stream.num_steps
-    trained_before = start_step > 0 and any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics)
     with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
-        sequence = StepSequence(run, run_dir, start_step, logger, progress, stop, hooks, trained_before)
+        sequence = StepSequence(run, run_dir, start_step, logger, progress, stop, hooks, previous_metrics)
         record, streak, signal, held_out = sequence.record, sequence.streak, sequence.signal, sequence.held_out
         try:
             if algorithm.max_staleness:
@@ -153,7 +153,7 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
             else:
                 for step in range(start_step, total_steps):
                     start = await sequence.begin(step, LiveWeights(models, step))
-                    metrics, episodes = await train_step(run.episode_fn, start.tasks, models, run.settings, run.judge, config, sequence.rollouts, step, total_steps, progress, stop)
+                    metrics, episodes = await train_step(run.episode_fn, start.tasks, models, run.settings, run.judge, config, sequence.rollouts, step, total_steps, progress, stop, sequence.entropy)
                     metrics.update(start.snapshot_ages)
                     if await sequence.finish(step, metrics, episodes):
                         break
@@ -192,9 +192,11 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
 
 
 async def train_step(
-    episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, total_steps: int, progress: ConsoleProgress | None = None, stop: StopSignals | None = None
+    episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, total_steps: int, progress: ConsoleProgress | None = None, stop: StopSignals | None = None,
+    entropy: EntropySteering | None = None,
 ) -> tuple[dict[str, float], list[Episode]]:
-    """One on-policy step (`step` of `total_steps`): run the episodes on the live weights, train on them, write their rollouts; returns the step's metrics and its episodes.
+    """One on-policy step (`step` of `total_steps`): run the episodes on the live weights, train on them (the entropy
+    bonus's coefficient steered by `entropy`, if given), write their rollouts; returns the step's metrics and its episodes.
 
     A stop signal cancels the episodes (raising Stopped); once they are done the update runs to its end."""
     started = time.perf_counter()
@@ -205,7 +207,7 @@ async def train_step(
     rollout = run_rollout(episode_fn, tasks, models.make_training_tuner, settings, judge, step, progress)
     episodes = await (stop.cancelling(rollout) if stop is not None else rollout)
     rollout_time = time.perf_counter() - started
-    metrics = await learn(episodes, models, settings, config, rollouts, step, total_steps)
+    metrics = await learn(episodes, models, settings, config, rollouts, step, total_steps, entropy)
     if league is not None:
         metrics.update(league.end_step())
     metrics["time/rollout"] = rollout_time

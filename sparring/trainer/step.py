@@ -17,13 +17,14 @@ import time
 from collections import Counter
 from typing import Callable
 
-from ..algorithms import apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, collapse_metrics, compute_advantages
+from ..algorithms import EntropySteering, apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, collapse_metrics, compute_advantages
 from ..integrations import TunerHandle
 from ..logging import ConsoleProgress, RolloutWriter, mean_metrics
 from ..rollout import Episode, RunnerSettings, run_episodes
 from ..types import ModelInput
 from .checkpoint_integrity import check_finite_weights
 from .config import TuneConfig
+from .entropy_target_config import COEF_METRIC
 from .models import TrainingModels
 
 
@@ -33,9 +34,13 @@ async def run_rollout(episode_fn, tasks: list[dict], make_tuner: Callable[[], Tu
     return await run_episodes(episode_fn, tasks, make_tuner, settings, judge, on_episode=None if counter is None else counter.add)
 
 
-async def learn(episodes: list[Episode], models: TrainingModels, settings: RunnerSettings, config: TuneConfig, rollouts: RolloutWriter | None, step: int, total_steps: int) -> dict[str, float]:
+async def learn(
+    episodes: list[Episode], models: TrainingModels, settings: RunnerSettings, config: TuneConfig, rollouts: RolloutWriter | None, step: int, total_steps: int,
+    entropy: EntropySteering | None = None,
+) -> dict[str, float]:
     """Advantages, datums and one optimizer step per trainable model from `episodes` (step `step` of `total_steps`,
-    which the learning-rate schedule reads); returns the step's metrics."""
+    which the learning-rate schedule reads; `entropy` steers the entropy bonus's coefficient from the episodes'
+    entropy, if given); returns the step's metrics."""
     algorithm = config.algorithm
     advantages = compute_advantages(
         episodes,
@@ -56,7 +61,10 @@ async def learn(episodes: list[Episode], models: TrainingModels, settings: Runne
     train_started = time.perf_counter()
     adam_params = algorithm.adam_params(step, total_steps)
     metrics["optim/learning_rate"] = adam_params.learning_rate
-    metrics.update(await models.update(datums, algorithm.loss_fn, algorithm.loss_fn_config or None, adam_params))
+    loss_fn_config = dict(algorithm.loss_fn_config)
+    if entropy is not None:
+        metrics[COEF_METRIC] = loss_fn_config["entropy_coef"] = entropy.step(metrics.get("collapse/entropy"))
+    metrics.update(await models.update(datums, algorithm.loss_fn, loss_fn_config or None, adam_params))
     await check_finite_weights(models.clients, step + 1)  # before anything saves them
     metrics["time/train"] = time.perf_counter() - train_started
     if rollouts is not None:

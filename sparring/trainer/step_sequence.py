@@ -92,9 +92,9 @@ class StepSequence:
         progress: TrainingProgress,
         stop: StopSignals,
         hooks: list[StepHook],
-        trained_before: bool,
+        previous_metrics: list[dict],
     ) -> None:
-        """`trained_before`: a resumed run whose earlier steps trained tokens (a run that trains none fails at its end)."""
+        """`previous_metrics`: the logged metrics of a resumed run's earlier steps (empty for a new run)."""
         self.run = run
         self.run_dir = run_dir
         self.models = run.models
@@ -107,7 +107,9 @@ class StepSequence:
         self.rollouts = RolloutWriter(run_dir) if run.config.logging.save_rollouts else None
         """Where each trained step's episodes are written (by `step.learn`); None when the config turns it off."""
         self.streak = FailureStreak(self.algorithm.stop_after_failed_steps)
-        self.signal = TrainingSignal(trained_before=trained_before)
+        self.signal = TrainingSignal(trained_before=any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics))
+        self.entropy = self.algorithm.entropy_target.steering(previous_metrics) if self.algorithm.entropy_target else None
+        """The entropy bonus's steered coefficient (`step.learn` moves it); None without `algorithm.entropy_target`."""
         self.meter = PrefillMeter(self.models)
         self.record = StepRecord(steps=start_step)
         eval_tasks = run.eval_tasks[: self.algorithm.eval_tasks] if self.algorithm.eval_tasks else run.eval_tasks
