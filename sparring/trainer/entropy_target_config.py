@@ -6,10 +6,14 @@ logged as `optim/entropy_coef`, and a resumed run continues from the last one lo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import Field, model_validator
 
-from ..algorithms import EntropySteering
 from .schema import ConfigRecord
+
+if TYPE_CHECKING:
+    from ..algorithms import EntropySteering
 
 COEF_METRIC = "optim/entropy_coef"
 """The metric that logs each update's coefficient; a resumed run reads the last one back."""
@@ -39,6 +43,7 @@ class EntropyTargetConfig(ConfigRecord):
 
     def steering(self, previous_metrics: list[dict]) -> EntropySteering:
         """The steering of a run whose earlier steps logged `previous_metrics` (none for a new run)."""
+        from ..algorithms import EntropySteering  # here: reading a config must not import torch (sparring.algorithms does)
         logged = [record[COEF_METRIC] for record in previous_metrics if COEF_METRIC in record]
         coef = logged[-1] if logged else self.initial_coef
         return EntropySteering(self.target, self.rate, self.min_coef, self.max_coef, coef)
