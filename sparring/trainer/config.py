@@ -298,9 +298,11 @@ class AlgorithmConfig(ConfigRecord):
     @field_validator("entropy_target")
     @classmethod
     def _one_entropy_coefficient(cls, value: EntropyTargetConfig | None, info: ValidationInfo) -> EntropyTargetConfig | None:
-        if value is not None and "entropy_coef" in info.data.get("loss_fn_config", {}):
+        if value is None:
+            return value
+        if "entropy_coef" in info.data.get("loss_fn_config", {}):
             raise ValueError("entropy_target steers the entropy bonus's coefficient; remove loss_fn_config.entropy_coef (the first coefficient is entropy_target.initial_coef)")
-        if value is not None and "loss_fn" in info.data and not _STRUCTURE_ONLY.get():
+        if "loss_fn" in info.data and not _STRUCTURE_ONLY.get():
             from ..engine.losses import check_loss_config
 
             check_loss_config(info.data["loss_fn"], {"entropy_coef": value.initial_coef})

@@ -44,6 +44,7 @@ class EntropyTargetConfig(ConfigRecord):
     def steering(self, previous_metrics: list[dict]) -> EntropySteering:
         """The steering of a run whose earlier steps logged `previous_metrics` (none for a new run)."""
         from ..algorithms import EntropySteering  # here: reading a config must not import torch (sparring.algorithms does)
+
         logged = [record[COEF_METRIC] for record in previous_metrics if COEF_METRIC in record]
         coef = logged[-1] if logged else self.initial_coef
         return EntropySteering(self.target, self.rate, self.min_coef, self.max_coef, coef)
