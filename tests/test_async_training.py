@@ -22,7 +22,7 @@ QUIET = LoggingConfig(console=False, tensorboard=False)
 async def versus_rival(task, model, auxiliary_models):
     said = await model([{"role": "user", "content": task["topic"]}])
     replied = await auxiliary_models["rival"]([{"role": "user", "content": said.content or "hi"}])
-    return WorkflowOutput(reward=float((said.tokens[0] + len(replied.tokens)) % 3))
+    return WorkflowOutput(reward=(sum(said.tokens) + len(replied.tokens)) % 97 / 96)  # rarely equal in a group: every step trains
 
 
 class TwoSpeakers(Workflow):

@@ -19,7 +19,7 @@ from sparring.envs.common import play_game
 import sparring.envs.tictactoe
 from sparring.envs.tictactoe import TicTacToe, make_tasks, minimax, random_legal, tictactoe
 from sparring.envs.tictactoe.workflow import opening_position
-from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, minimax_move, parse_move, random_move, value_given_away
+from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, minimax_move, parse_move, random_move, score_given_away_to_chance, value_given_away
 from sparring.logging import read_metrics, read_rollouts
 from sparring.models.renderer import get_renderer
 from sparring.rollout import FrozenChatModel
@@ -221,6 +221,21 @@ def test_value_given_away_is_zero_for_perfect_moves_only():
     board = Board.from_moves([1, 5, 9])  # O to move: a corner loses to the fork, an edge holds the draw
     assert {cell: value_given_away(board, cell) for cell in board.free()} == {2: 0, 3: 1, 4: 0, 6: 0, 7: 1, 8: 0}
     assert value_given_away(Board.from_moves([1, 4, 2, 5]), 7) == 2  # X could take 3 and win; 7 lets O win at 6
+
+
+def test_chance_credit_charges_what_a_move_gives_away_against_random_play():
+    board = Board.from_moves([1, 2, 3, 4, 6, 8, 7])  # O to move: 5 wins (2-5-8), 9 hands X the win at 5
+    assert {cell: score_given_away_to_chance(board, cell) for cell in board.free()} == {5: 0.0, 9: 2.0}
+    # On the empty board every move is perfect play (a draw), but a corner wins most often against a random mover.
+    assert all(value_given_away(Board(), cell) == 0 for cell in range(1, 10))
+    assert score_given_away_to_chance(Board(), 1) == 0.0 < score_given_away_to_chance(Board(), 5) < score_given_away_to_chance(Board(), 2) < 0.02
+    moves = ["1", "4", "2", "3", "5", "6", "9"]
+    out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self", "chance_credit": 0.5}}, Scripted(moves))
+    expected, board = {"x": [], "o": []}, Board()
+    for move in map(int, moves):
+        expected[board.to_move.lower()].append(-0.5 * score_given_away_to_chance(board, move))
+        board = board.play(move)
+    assert out.turn_rewards == expected and expected["o"][0] < 0  # o's 4 beside x's corner gives score away
 
 
 def test_a_league_opponent_is_played_by_name_and_the_outcome_reported():

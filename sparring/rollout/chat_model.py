@@ -195,6 +195,8 @@ class _LocalChatModel(ChatModel):
         model_key = self._trained_key()
         conversation_key = model_key or self._frozen_key()
         params = self._params(sampling)
+        if params.seed is None and recorder is not None and (seed := recorder.call_seed(self.agent)) is not None:
+            params = params.model_copy(update={"seed": seed})
         if params.constraint is not None and choice.forces_call:
             raise ValueError(f"a reply constrained by {params.constraint.describe()} cannot also be a forced tool call (tool_choice {tool_choice!r})")
         free_text = choice.mode == "none" or params.constraint is not None  # a constrained reply is its text, never a tool call

@@ -8,7 +8,8 @@ of calls a scripted baseline answered in the trainable slot, readable
 transcripts of every call (trainable or frozen), and each agent's open
 conversations — the messages it has seen and the exact tokens they were
 rendered and sampled as — so that a later call that continues a conversation
-extends those tokens instead of rendering them again.
+extends those tokens instead of rendering them again. It also numbers each
+agent's calls to seed them (`call_seed`, `sampling_seeds.py`).
 
 Calls may also arrive from another thread (an agent talking HTTP to the
 episode's OpenAI-compatible endpoint is served on the server's thread), so
@@ -26,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .sampling_seeds import derived_seed
 from .types import ModelCall
 
 
@@ -62,8 +64,12 @@ class EpisodeRecorder:
     """Per (agent, model): the conversations a new call may continue (model: a trained model's key, or a frozen one's `frozen/...`)."""
     scripted_calls: Counter[str] = field(default_factory=Counter)
     """Per agent: calls a scripted policy answered in the trainable slot (a baseline); rewarded like trainable calls, never trained."""
+    sampling_seed: int | None = None
+    """Where the seeds of the episode's unseeded calls come from (`call_seed`), so its tokens do not depend on when
+    its calls reach the sampler beside other episodes'; None: the sampler's own stream, in arrival order."""
     closed: bool = False
     """True once the episode has ended: no more calls are recorded."""
+    _calls_seeded: Counter[str] = field(default_factory=Counter, init=False, repr=False, compare=False)
     _on_close: list[Callable[[], None]] = field(default_factory=list, init=False, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
@@ -95,6 +101,15 @@ class EpisodeRecorder:
                     if best is None or len(seen) > len(best.messages):
                         best = conversation
         return None if best is None else (best, messages[len(best.messages) :])
+
+    def call_seed(self, agent: str) -> int | None:
+        """The seed of `agent`'s next call: from the episode's seed, the agent and the call's number (None without a seed)."""
+        if self.sampling_seed is None:
+            return None
+        with self._lock:
+            number = self._calls_seeded[agent]
+            self._calls_seeded[agent] += 1
+        return derived_seed(self.sampling_seed, agent, number)
 
     def record_scripted_call(self, agent: str, role: str | None, entry: dict) -> None:
         """Count a call a scripted policy answered for `agent` in the trainable slot, and transcribe it."""

@@ -4,6 +4,8 @@
 a concurrency bound, each with its own recorder and a timeout on its own
 time (see `player` and `episode_clock`); because every episode's model calls
 reach the engine at about the same time, they are sampled in shared batches.
+Given a seed, each episode seeds its calls from it and its own index
+(`sampling_seeds.py`), so how the batches form never changes what it samples.
 An episode's fault is data, never a dead run: one that raises, times out, or
 returns an outcome that does not fit (`outcomes.ERROR_KINDS`: a non-finite
 reward, a string metric, a wrong return type, ...) becomes an error episode
@@ -31,6 +33,7 @@ from typing import Callable
 from .outcomes import EpisodeFault, checked_outcome
 from .player import EpisodePlayer, play_in_process
 from .recorder import EpisodeRecorder, recording
+from .sampling_seeds import derived_seed
 from .timelines import merge_calls
 from .types import Episode
 from .workflow import EpisodeFn, ModelRouter
@@ -66,25 +69,30 @@ async def run_episodes(
     settings: RunnerSettings,
     judge: Callable | None = None,
     on_episode: Callable[[Episode], None] | None = None,
+    seed: int | None = None,
 ) -> list[Episode]:
     """Run every task `group_size` times; episodes come back grouped by task, in task order.
 
-    `on_episode` is called with each episode as it finishes (progress displays).
+    `on_episode` is called with each episode as it finishes (progress displays). With a `seed`, the k-th episode
+    (in that order) seeds its unseeded calls from (seed, k), so what it samples does not depend on timing.
     """
     slots = asyncio.Semaphore(settings.max_concurrency)
 
-    async def bounded(task: dict, group: int) -> Episode:
+    async def bounded(task: dict, group: int, sampling_seed: int | None) -> Episode:
         async with slots:
-            episode = await run_episode(episode_fn, task, group, make_tuner(), settings, judge)
+            episode = await run_episode(episode_fn, task, group, make_tuner(), settings, judge, sampling_seed)
         if on_episode is not None:
             on_episode(episode)
         return episode
 
-    return list(await asyncio.gather(*(bounded(task, group) for group, task in enumerate(tasks) for _ in range(settings.group_size))))
+    runs = [(task, group) for group, task in enumerate(tasks) for _ in range(settings.group_size)]
+    return list(await asyncio.gather(*(bounded(task, group, None if seed is None else derived_seed(seed, index)) for index, (task, group) in enumerate(runs))))
 
 
-async def run_episode(episode_fn: EpisodeFn, task: dict, group: int, tuner: ModelRouter, settings: RunnerSettings, judge: Callable | None) -> Episode:
-    recorder = EpisodeRecorder()
+async def run_episode(
+    episode_fn: EpisodeFn, task: dict, group: int, tuner: ModelRouter, settings: RunnerSettings, judge: Callable | None, sampling_seed: int | None = None
+) -> Episode:
+    recorder = EpisodeRecorder(sampling_seed=sampling_seed)
     error = error_kind = outcome = None
     with recording(recorder):
         try:

@@ -11,9 +11,11 @@ policy's slot (`EpisodeRecorder.record_scripted_call`), so the runner gives
 its agents the episode's reward and metrics, but they have no tokens and
 nothing is ever trained on them.
 
-All agents of one scripted model (`as_agent` copies) share one seeded
-`random.Random`, so an evaluation is reproducible when the calls come in the
-same order. With `baseline=False` the same model plays a frozen part instead
+In an episode that has a sampling seed (`run_episodes(seed=...)`, as every
+run and evaluation gives) each call draws from a `random.Random` seeded like
+a sampled call (the episode's seed, the agent, the call's number), so a
+baseline's games do not depend on how episodes interleave; elsewhere all
+agents of one scripted model (`as_agent` copies) share its `rng`. With `baseline=False` the same model plays a frozen part instead
 (a scripted answerer or opponent among the auxiliary models): its calls are
 only transcribed, like a frozen model's.
 """
@@ -41,7 +43,7 @@ class ScriptedChatModel(ChatModel):
     name: str = "scripted"
     """The baseline's name, for transcripts and tables."""
     rng: random.Random = field(default_factory=lambda: random.Random(0))
-    """Randomness handed to the policy; shared by every agent copy of this model."""
+    """Randomness handed to the policy outside a seeded episode; shared by every agent copy of this model."""
     agent: str = "policy"
     """Name the calls are counted and transcribed under."""
     role: str | None = None
@@ -56,7 +58,10 @@ class ScriptedChatModel(ChatModel):
 
     async def __call__(self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, **sampling: Any) -> ChatResponse:
         check_messages(messages)
-        reply = self.policy([dict(message) for message in messages], self.rng)  # copies: a policy cannot alter the workflow's history
+        recorder = current_recorder()
+        seed = recorder.call_seed(self.agent) if recorder is not None else None
+        rng = self.rng if seed is None else random.Random(seed)
+        reply = self.policy([dict(message) for message in messages], rng)  # copies: a policy cannot alter the workflow's history
         reply = await reply if inspect.isawaitable(reply) else reply
         if isinstance(reply, str):
             message = {"role": "assistant", "content": reply}
@@ -64,7 +69,6 @@ class ScriptedChatModel(ChatModel):
             message = dict(reply)
         else:
             raise TypeError(f"scripted policy {self.name!r} returned {reply!r}; it must return the reply text or an assistant message dict")
-        recorder = current_recorder()
         if recorder is not None:
             entry = {"messages": list(messages), "response": message, "trainable": False, "scripted": self.name, "prompt_tokens": 0, "completion_tokens": 0}
             if self.baseline:

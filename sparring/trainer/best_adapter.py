@@ -97,8 +97,10 @@ class BestAdapter:
         """Play the validation tasks with `make_tuner`'s weights (those after `steps` steps); keep them as `best` when
         they beat every earlier candidate."""
         run, metric = self.run, self.config.metric
-        run.models.reseed(run.config.algorithm.seed, 0)
-        column, prefill = await self.meter.apart(evaluate_policy(run.episode_fn, run.validation_tasks, make_tuner, run.settings, run.judge, f"validation {steps}", "model", steps, self.progress))
+        seed = run.config.algorithm.seed
+        run.models.reseed(seed, 0)
+        validation = evaluate_policy(run.episode_fn, run.validation_tasks, make_tuner, run.settings, run.judge, f"validation {steps}", "model", steps, seed, self.progress)
+        column, prefill = await self.meter.apart(validation)
         self.logger.log(steps, {**column.flat("validation/"), **prefill.metrics("validation/engine/")})
         if metric not in column.estimates:
             raise ConfigError(f"validation.metric: {metric!r} is not a metric of the validation games; they have {sorted(column.estimates)}")

@@ -144,17 +144,20 @@ async def evaluate_policy(
     label: str,
     kind: Literal["model", "baseline"],
     step: int | None,
+    seed: int,
     progress: ConsoleProgress | None = None,
 ) -> PolicyEvaluation:
-    """One episode per task, no training, with the models `make_tuner` hands out; counted on `progress` as they finish."""
+    """One episode per task, no training, with the models `make_tuner` hands out, sampled from `seed` (every policy
+    evaluated from one seed meets the same draws on the same task); counted on `progress` as they finish."""
     counter = progress.episodes(f"eval {label}", len(tasks), final_line=True) if progress is not None else None
-    episodes = await run_episodes(episode_fn, tasks, make_tuner, dataclasses.replace(settings, group_size=1), judge, on_episode=None if counter is None else counter.add)
+    settings = dataclasses.replace(settings, group_size=1)
+    episodes = await run_episodes(episode_fn, tasks, make_tuner, settings, judge, on_episode=None if counter is None else counter.add, seed=seed)
     return PolicyEvaluation(label, kind, step, estimates_of(episodes), len(episodes))
 
 
-def baseline_tuner(models: TrainingModels, name: str, policy: Callable, seed: int) -> Callable[[], TunerHandle]:
+def baseline_tuner(models: TrainingModels, name: str, policy: Callable) -> Callable[[], TunerHandle]:
     """Tuner handles whose trainable models are all the scripted `policy` (the frozen auxiliary models unchanged)."""
-    scripted = ScriptedChatModel.seeded(policy, name=name, seed=seed)
+    scripted = ScriptedChatModel(policy, name=name)
     policies = {key: scripted for key in models.policies}
     return lambda: TunerHandle(policies=policies, auxiliary_models=models.auxiliary)
 
@@ -163,4 +166,4 @@ async def evaluate_baselines(
     episode_fn: EpisodeFn, tasks: list[dict], models: TrainingModels, settings: RunnerSettings, judge, baselines: dict[str, Callable], seed: int, progress: ConsoleProgress | None = None
 ) -> list[PolicyEvaluation]:
     """Each baseline on the same tasks as the model, one after the other."""
-    return [await evaluate_policy(episode_fn, tasks, baseline_tuner(models, name, policy, seed), settings, judge, name, "baseline", None, progress) for name, policy in baselines.items()]
+    return [await evaluate_policy(episode_fn, tasks, baseline_tuner(models, name, policy), settings, judge, name, "baseline", None, seed, progress) for name, policy in baselines.items()]

@@ -48,7 +48,7 @@ class HeldOut:
     async def evaluate(self, at_step: int, label: str, make_tuner: Callable[[], TunerHandle]) -> None:
         """Play the held-out tasks with `make_tuner`'s weights and log them; the baselines beside the first evaluation."""
         run, algorithm = self.run, self.run.config.algorithm
-        column, prefill = await self.meter.apart(evaluate_policy(run.episode_fn, self.tasks, make_tuner, run.settings, run.judge, label, "model", at_step, self.progress))
+        column, prefill = await self.meter.apart(evaluate_policy(run.episode_fn, self.tasks, make_tuner, run.settings, run.judge, label, "model", at_step, algorithm.seed, self.progress))
         self.columns.append(column)
         self.evaluations.append({"step": at_step, **column.flat("eval/"), **prefill.metrics("eval/engine/")})
         self.logger.log(at_step, self.evaluations[-1])

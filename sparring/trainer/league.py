@@ -2,7 +2,7 @@
 
 `League` holds the pool that `league:` configures (`league_config.py`): frozen snapshots of the learner
 (`LeagueSnapshot`, a LoRA copy on the learner's engine, also saved so a resumed run meets the same ones), scripted
-opponents (a `ScriptedChatModel` per episode, seeded from the draw) and frozen auxiliary models. Around one
+opponents (a `ScriptedChatModel` per episode, seeded per episode) and frozen auxiliary models. Around one
 training step:
 
 - `refresh(step)` adds a snapshot when one is due and evicts past `max_snapshots`;
@@ -62,7 +62,7 @@ class _Draw:
     name: str
     """The opponent's name in the pool."""
     seed: int
-    """Seeds a scripted opponent's randomness for this episode."""
+    """Seeds a scripted opponent's randomness for this episode where the episode has no sampling seed of its own."""
 
 
 @dataclass

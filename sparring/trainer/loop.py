@@ -204,7 +204,7 @@ async def train_step(
     if league is not None:
         league.begin_step(step, tasks, settings.group_size)
         episode_fn = league.episode_fn(episode_fn)
-    rollout = run_rollout(episode_fn, tasks, models.make_training_tuner, settings, judge, step, progress)
+    rollout = run_rollout(episode_fn, tasks, models.make_training_tuner, settings, judge, step, config.algorithm.seed, progress)
     episodes = await (stop.cancelling(rollout) if stop is not None else rollout)
     rollout_time = time.perf_counter() - started
     metrics = await learn(episodes, models, settings, config, rollouts, step, total_steps, entropy)
@@ -219,7 +219,7 @@ async def run_debug_episodes(config: TuneConfig, workflow=None, judge=None, num_
     """Run `num_tasks` episodes (one per task) with no training: what `sparring run` shows."""
     run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/debug"))
     tasks = (run.eval_tasks if split == "eval" else run.train_tasks)[:num_tasks]
-    return await run_episodes(run.episode_fn, tasks, run.models.make_tuner, run.settings, run.judge)
+    return await run_episodes(run.episode_fn, tasks, run.models.make_tuner, run.settings, run.judge, seed=config.algorithm.seed)
 
 
 async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: int | None = None) -> Comparison:
@@ -234,6 +234,6 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
     chosen = run.eval_tasks[:limit] if limit else run.eval_tasks
     label = "trained" if any(m.adapter_path for m in config.trainable_models().values()) else "untrained"
     with ConsoleProgress(enabled=config.logging.console) as progress:
-        model = await evaluate_policy(run.episode_fn, chosen, run.models.make_tuner, run.settings, run.judge, label, "model", None, progress)
+        model = await evaluate_policy(run.episode_fn, chosen, run.models.make_tuner, run.settings, run.judge, label, "model", None, config.algorithm.seed, progress)
         baselines = await evaluate_baselines(run.episode_fn, chosen, run.models, run.settings, run.judge, run.baselines, config.algorithm.seed, progress)
     return Comparison([model, *baselines], subject=label)

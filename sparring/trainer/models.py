@@ -41,6 +41,11 @@ from .config import TunerModelConfig
 from .league import League
 
 
+
+def step_seed(seed: int, step: int) -> int:
+    """The sampling seed of step `step` in a run seeded `seed` (its rollouts', and its requests' without a seed)."""
+    return seed * 1_000_003 + step
+
 @dataclass
 class Snapshot:
     """A frozen copy of a trainable adapter, served as an auxiliary model."""
@@ -119,8 +124,9 @@ class TrainingModels:
         await asyncio.gather(*(asyncio.wrap_future(engine.empty_prefix_cache()) for engine in self.local_engines()))
 
     def reseed(self, seed: int, step: int) -> None:
+        """Restart the engines' streams for requests that carry no seed (a workflow's raw sampler calls)."""
         for client in self.clients.values():
-            client.reseed(seed * 1_000_003 + step)
+            client.reseed(step_seed(seed, step))
 
     async def update(self, datums: dict[str, list[Datum]], loss_fn: str, loss_fn_config: dict | None, adam_params: AdamParams) -> dict[str, float]:
         """One optimizer step for every model that has data."""

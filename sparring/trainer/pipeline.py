@@ -193,7 +193,8 @@ class RolloutPipeline:
             weights = FrozenWeights(self.models, version, await self._future(self._ready, version))
             start = await self.sequence.begin(step, weights)
             started = time.perf_counter()
-            episodes = await run_rollout(self.resolved.episode_fn, start.tasks, weights.tuner_factory(training=True), self.resolved.settings, self.resolved.judge, step, self.sequence.progress)
+            run = self.resolved
+            episodes = await run_rollout(run.episode_fn, start.tasks, weights.tuner_factory(training=True), run.settings, run.judge, step, self.algorithm.seed, self.sequence.progress)
             self._future(self._finished, step).set_result(Rollout(episodes, version, time.perf_counter() - started, start.snapshot_ages))
         self.sequence.points.reach(self.total_steps)
 

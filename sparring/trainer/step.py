@@ -27,13 +27,15 @@ from ..types import ModelInput
 from .checkpoint_integrity import check_finite_weights
 from .config import TuneConfig
 from .entropy_target_config import COEF_METRIC
-from .models import TrainingModels
+from .models import TrainingModels, step_seed
 
 
-async def run_rollout(episode_fn, tasks: list[dict], make_tuner: Callable[[], TunerHandle], settings: RunnerSettings, judge, step: int, progress: ConsoleProgress | None = None) -> list[Episode]:
-    """Step `step`'s episodes: every task `group_size` times, counted on `progress` as they finish."""
+async def run_rollout(
+    episode_fn, tasks: list[dict], make_tuner: Callable[[], TunerHandle], settings: RunnerSettings, judge, step: int, seed: int, progress: ConsoleProgress | None = None
+) -> list[Episode]:
+    """Step `step`'s episodes of a run seeded `seed`: every task `group_size` times, counted on `progress` as they finish."""
     counter = progress.episodes(f"step {step + 1} rollouts", len(tasks) * settings.group_size) if progress is not None else None
-    return await run_episodes(episode_fn, tasks, make_tuner, settings, judge, on_episode=None if counter is None else counter.add)
+    return await run_episodes(episode_fn, tasks, make_tuner, settings, judge, on_episode=None if counter is None else counter.add, seed=step_seed(seed, step))
 
 
 async def learn(

@@ -127,6 +127,33 @@ def value_given_away(board: Board, cell: int) -> int:
     return best + _value(board.play(cell).cells)
 
 
+def score_given_away_to_chance(board: Board, cell: int) -> float:
+    """How much expected score (+1 win, 0 draw, -1 loss) playing `cell` gives away against a uniformly random
+    opponent, the mover playing on to maximise it: 0 for the best move against random play, up to 2. Where
+    `value_given_away` asks only whether a move is safe against perfect play, this also asks how often it wins."""
+    scores = {free: _score_after_move(board.play(free).cells) for free in board.free()}
+    return max(scores.values()) - scores[cell]
+
+
+@functools.lru_cache(maxsize=None)
+def _score_against_chance(cells: tuple[str, ...]) -> float:
+    """Expected score of the player to move (the game not over) when it maximises it and the other side moves at random."""
+    board = Board(cells)
+    return max(_score_after_move(board.play(cell).cells) for cell in board.free())
+
+
+@functools.lru_cache(maxsize=None)
+def _score_after_move(cells: tuple[str, ...]) -> float:
+    """Expected score of the player who just moved, the random side to move next."""
+    board = Board(cells)
+    if board.winner() is not None:
+        return 1.0
+    if not board.free():
+        return 0.0
+    replies = [board.play(cell) for cell in board.free()]
+    return sum(-1.0 if reply.winner() is not None else 0.0 if not reply.free() else _score_against_chance(reply.cells) for reply in replies) / len(replies)
+
+
 @functools.lru_cache(maxsize=None)
 def _value(cells: tuple[str, ...]) -> int:
     """+1 if the player to move wins with perfect play, 0 for a draw, -1 for a loss."""

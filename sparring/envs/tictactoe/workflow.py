@@ -32,7 +32,9 @@ credit: a turn reward of that size for every move of a trained seat that
 takes a win or blocks the opponent's. `workflow_args.value_credit` (0, off)
 charges each move what it gives away under perfect play (the solved game's
 value: a drawn game thrown costs 1 x value_credit, a won game lost 2 x): a
-teacher's per-move reward, which only a solved game can give. Metrics: `win_rate` / `draw_rate` / `loss_rate` of the
+teacher's per-move reward, which only a solved game can give. `workflow_args.chance_credit` (0, off) charges
+each move the expected score it gives away against a uniformly random opponent (the mover playing on to
+maximise it): among the moves perfect play allows, it prefers the ones that win more often. Metrics: `win_rate` / `draw_rate` / `loss_rate` of the
 trained side, the same win rate as `role/player/win_rate`,
 `agent/<seat>/win_rate` and `vs_<opponent>/win_rate`, `invalid_action_rate`
 (illegal or unparsable replies per policy move), `forfeit_rate`, `turns`, `blunder_rate` (the share of the
@@ -54,7 +56,7 @@ import random
 from sparring import ChatModel, WorkflowOutput
 
 from ..common import Bot, GameRecord, TwoPlayerGame, play_game
-from .rules import Board, completing_cells, minimax_move, parse_move, random_move, value_given_away
+from .rules import Board, completing_cells, minimax_move, parse_move, random_move, score_given_away_to_chance, value_given_away
 
 SEATS = ("x", "o")
 ROLE = "player"
@@ -161,10 +163,13 @@ def positions(record: GameRecord, start: Board) -> list[tuple[Board, int | None]
     return seen
 
 
-def move_credit(record: GameRecord, replayed: list[tuple[Board, int | None]], trained: list[str], credit: float, value_credit: float) -> dict[str, list[float]]:
+def move_credit(
+    record: GameRecord, replayed: list[tuple[Board, int | None]], trained: list[str], credit: float, value_credit: float, chance_credit: float = 0.0
+) -> dict[str, list[float]]:
     """Per trained seat, one turn reward per move: `credit` for a move that completes its line (takes a win) or the
     opponent's (blocks one), minus `value_credit` for every unit of game value the move gives away under perfect
-    play (`value_given_away`); 0 for a forfeited turn (its loss is the game's reward)."""
+    play (`value_given_away`) and `chance_credit` for every unit of expected score it gives away against random
+    play (`score_given_away_to_chance`); 0 for a forfeited turn (its loss is the game's reward)."""
     rewards: dict[str, list[float]] = {seat: [] for seat in trained}
     for turn, (board, move) in zip(record.turns, replayed):
         if turn.seat in rewards:
@@ -173,6 +178,7 @@ def move_credit(record: GameRecord, replayed: list[tuple[Board, int | None]], tr
                 other = "O" if board.to_move == "X" else "X"
                 reward += credit if move in completing_cells(board, board.to_move) | completing_cells(board, other) else 0.0
                 reward -= value_credit * value_given_away(board, move)
+                reward -= chance_credit * score_given_away_to_chance(board, move)
             rewards[turn.seat].append(reward)
     return rewards
 
@@ -213,12 +219,12 @@ async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, Ch
         players = {side: model.as_agent(side, role=ROLE), other: opponent_player(opponent, other, auxiliary_models, random.Random(seed))}
     start = opening_position(args, seed)
     record = await play_game(TicTacToe(start, constrained=not args.get("free_text", False)), players, memory=args.get("memory", "full"))
-    credit, value_credit = float(args.get("move_credit", 0.0)), float(args.get("value_credit", 0.0))
+    credit, value_credit, chance_credit = (float(args.get(key, 0.0)) for key in ("move_credit", "value_credit", "chance_credit"))
     replayed = positions(record, start)
     return WorkflowOutput(
         reward={seat: seat_reward(record, seat, rewards) for seat in trained},
         metrics=game_metrics(record, replayed, trained, opponent),
         response=[(turn.seat, turn.move) for turn in record.turns],
-        turn_rewards=move_credit(record, replayed, trained, credit, value_credit) if credit or value_credit else None,
+        turn_rewards=move_credit(record, replayed, trained, credit, value_credit, chance_credit) if credit or value_credit or chance_credit else None,
         outcome=outcome_of(record, trained[0]) if len(trained) == 1 else None,
     )
