@@ -12,10 +12,10 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'sparring[ray]'); the Ray runner is not tested")
 
-from sparring import AlgorithmConfig, DatasetConfig, JudgeOutput, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, WorkflowOutput, tune  # noqa: E402
+from sparring import AlgorithmConfig, DatasetConfig, JudgeOutput, LoggingConfig, TunerHandle, TunerModelConfig, WorkflowOutput, tune  # noqa: E402
 from sparring.runners.ray import WorkflowNotSendableError, ray_runner  # noqa: E402
 from sparring.logging import read_metrics, read_rollouts  # noqa: E402
-from sparring.rollout import FrozenChatModel, PolicyChatModel, RunnerSettings, Workflow, as_episode_fn, current_recorder, run_episodes  # noqa: E402
+from sparring.rollout import RunnerSettings, Workflow, as_episode_fn, current_recorder, run_episodes  # noqa: E402
 
 QUIET = LoggingConfig(console=False, tensorboard=False)
 
@@ -33,11 +33,8 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def models(tiny_model_dir, tmp_path_factory):
-    service = ServiceClient(base_dir=tmp_path_factory.mktemp("ckpt"))
-    client = service.create_lora_training_client(str(tiny_model_dir), rank=4, seed=0)
-    policy = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults={"max_tokens": 6})
-    frozen = FrozenChatModel(service.create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 6}, agent="helper")
+def models(policy_and_helper):
+    policy, frozen = policy_and_helper
     return lambda: TunerHandle(policies={"policy": policy}, auxiliary_models={"helper": frozen})
 
 

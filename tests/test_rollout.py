@@ -6,11 +6,10 @@ import openai
 import pytest
 from scripted_sampler import ScriptedSampler
 
-from sparring import ServiceClient, TunerHandle
+from sparring import TunerHandle
 from sparring.algorithms import assembly_metrics, build_datums
 from sparring.rollout import (
     FrozenChatModel,
-    PolicyChatModel,
     RunnerSettings,
     Workflow,
     WorkflowOutput,
@@ -18,15 +17,6 @@ from sparring.rollout import (
     as_episode_fn,
     run_episodes,
 )
-
-
-@pytest.fixture(scope="module")
-def models(tiny_model_dir, tmp_path_factory):
-    service = ServiceClient(base_dir=tmp_path_factory.mktemp("ckpt"))
-    client = service.create_lora_training_client(str(tiny_model_dir), rank=4, seed=0)
-    policy = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults={"max_tokens": 6})
-    frozen = FrozenChatModel(service.create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 6}, agent="helper")
-    return policy, frozen
 
 
 def tuner_for(policy, frozen):
@@ -42,12 +32,12 @@ async def four_turns(task, model, auxiliary_models):
     return WorkflowOutput(reward=1.0, metrics={"turns": 4.0})
 
 
-def run(workflow, models, tasks=({"task_id": "0"},), group_size=1, **settings):
-    return asyncio.run(run_episodes(as_episode_fn(workflow), list(tasks), tuner_for(*models), RunnerSettings(group_size=group_size, **settings)))
+def run(workflow, policy_and_helper, tasks=({"task_id": "0"},), group_size=1, **settings):
+    return asyncio.run(run_episodes(as_episode_fn(workflow), list(tasks), tuner_for(*policy_and_helper), RunnerSettings(group_size=group_size, **settings)))
 
 
-def test_a_four_turn_agent_is_one_timeline_with_four_completions(models):
-    (episode,) = run(four_turns, models)
+def test_a_four_turn_agent_is_one_timeline_with_four_completions(policy_and_helper):
+    (episode,) = run(four_turns, policy_and_helper)
     assert episode.error is None and episode.num_calls == 4
     (timeline,) = episode.timelines
     assert timeline.agent == "policy" and timeline.num_calls == 4
@@ -69,7 +59,7 @@ def test_a_four_turn_agent_is_one_timeline_with_four_completions(models):
     assert all((index >= 0) == bool(mask) for index, mask in zip(timeline.call_index, timeline.loss_mask))
 
 
-def test_turn_rewards_reach_the_episode_and_bad_ones_become_error_episodes(models):
+def test_turn_rewards_reach_the_episode_and_bad_ones_become_error_episodes(policy_and_helper):
     def with_turn_rewards(turn_rewards):
         async def workflow(task, model, auxiliary_models):
             await four_turns(task, model, auxiliary_models)
@@ -77,16 +67,16 @@ def test_turn_rewards_reach_the_episode_and_bad_ones_become_error_episodes(model
 
         return workflow
 
-    (good,) = run(with_turn_rewards([0.1, 0.2, 0.3, 0.4]), models)
+    (good,) = run(with_turn_rewards([0.1, 0.2, 0.3, 0.4]), policy_and_helper)
     assert good.error is None and good.turn_rewards == {"policy": [0.1, 0.2, 0.3, 0.4]}
     for bad, reason in [([0.1, 0.2], "has 2 values but the agent made 4"), ({"nobody": [1.0]}, "'nobody', which made no trainable call"),
                         ([0.1, 0.2, float("nan"), 0.4], "not a finite number")]:
-        (episode,) = run(with_turn_rewards(bad), models)
+        (episode,) = run(with_turn_rewards(bad), policy_and_helper)
         assert reason in episode.error and episode.turn_rewards == {} and episode.rewards == {"policy": -0.1}
 
 
-def test_concurrent_episodes_never_mix(models):
-    episodes = run(four_turns, models, tasks=[{"task_id": "a"}, {"task_id": "b"}], group_size=3)
+def test_concurrent_episodes_never_mix(policy_and_helper):
+    episodes = run(four_turns, policy_and_helper, tasks=[{"task_id": "a"}, {"task_id": "b"}], group_size=3)
     assert [e.group for e in episodes] == [0, 0, 0, 1, 1, 1]
     assert all(len(e.timelines) == 1 and e.timelines[0].num_calls == 4 for e in episodes)
 
@@ -102,8 +92,8 @@ class Duo(Workflow):
         return WorkflowOutput(reward={"alice": 0.5})
 
 
-def test_class_style_routes_trainable_and_frozen_agents(models):
-    (episode,) = run(Duo, models)
+def test_class_style_routes_trainable_and_frozen_agents(policy_and_helper):
+    (episode,) = run(Duo, policy_and_helper)
     assert episode.error is None
     assert [t.agent for t in episode.timelines] == ["alice"]
     assert episode.roles == {"alice": "speaker", "bob": "listener"}
@@ -118,12 +108,12 @@ class NoDebugModel(Workflow):
         return WorkflowOutput(reward=1.0)
 
 
-def test_an_untrained_agent_without_debug_model_is_an_error(models):
-    (episode,) = run(NoDebugModel, models)
+def test_an_untrained_agent_without_debug_model_is_an_error(policy_and_helper):
+    (episode,) = run(NoDebugModel, policy_and_helper)
     assert "not a trainable target" in episode.error
 
 
-def test_crashes_and_timeouts_become_penalised_episodes(models):
+def test_crashes_and_timeouts_become_penalised_episodes(policy_and_helper):
     async def crashes(task, model, auxiliary_models):
         await model([{"role": "user", "content": "hi"}])
         raise RuntimeError("board exploded")
@@ -132,14 +122,14 @@ def test_crashes_and_timeouts_become_penalised_episodes(models):
         await model([{"role": "user", "content": "hi"}])
         await asyncio.sleep(30)
 
-    (crashed,) = run(crashes, models, error_reward=-0.25)
+    (crashed,) = run(crashes, policy_and_helper, error_reward=-0.25)
     assert crashed.error == "RuntimeError: board exploded" and crashed.rewards == {"policy": -0.25}
     assert crashed.failed and crashed.failure[0] == "exception" and len(crashed.timelines) == 1
-    (hung,) = run(hangs, models, episode_timeout_s=3.0)
+    (hung,) = run(hangs, policy_and_helper, episode_timeout_s=3.0)
     assert hung.error.startswith("timed out") and hung.rewards == {"policy": -0.1}
 
 
-def test_a_workflow_that_swallows_the_timeout_still_times_out(models):
+def test_a_workflow_that_swallows_the_timeout_still_times_out(policy_and_helper):
     async def stubborn(task, model, auxiliary_models):
         await model([{"role": "user", "content": "hi"}])
         try:
@@ -148,7 +138,7 @@ def test_a_workflow_that_swallows_the_timeout_still_times_out(models):
             pass  # what some agent frameworks do
         return WorkflowOutput(reward=1.0)
 
-    (episode,) = run(stubborn, models, episode_timeout_s=3.0)
+    (episode,) = run(stubborn, policy_and_helper, episode_timeout_s=3.0)
     assert episode.error.startswith("timed out") and episode.rewards == {"policy": -0.1}
 
 
@@ -170,7 +160,7 @@ def test_bad_workflows_are_rejected_with_the_expected_signature():
             as_episode_fn(bad)
 
 
-def test_openai_client_records_like_a_chat_model(models):
+def test_openai_client_records_like_a_chat_model(policy_and_helper):
     class ViaOpenAI(Workflow):
         async def execute(self, task, tuner):
             client = tuner.as_openai_client("carol")
@@ -179,7 +169,7 @@ def test_openai_client_records_like_a_chat_model(models):
             assert completion.choices[0].message.role == "assistant"
             return WorkflowOutput(reward=1.0, metrics={"logprob": completion.choices[0].logprobs.content[0].logprob})
 
-    (episode,) = run(ViaOpenAI, models)
+    (episode,) = run(ViaOpenAI, policy_and_helper)
     assert episode.error is None and [t.agent for t in episode.timelines] == ["carol"]
     (timeline,) = episode.timelines
     assert 0 < sum(timeline.loss_mask) <= 4
@@ -190,8 +180,8 @@ TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": 
 FORCE_LOOKUP = {"type": "function", "function": {"name": "lookup"}}
 
 
-def test_a_forced_tool_call_is_prompt_prefill_plus_trained_arguments_and_its_result_merges(models):
-    policy, frozen = models
+def test_a_forced_tool_call_is_prompt_prefill_plus_trained_arguments_and_its_result_merges(policy_and_helper):
+    policy, frozen = policy_and_helper
     renderer = policy.renderer
     prefill = renderer.tool_call_prefill("lookup")
     replies = []
@@ -207,7 +197,7 @@ def test_a_forced_tool_call_is_prompt_prefill_plus_trained_arguments_and_its_res
         assert frozen_reply.tool_calls[0]["function"]["name"] == "lookup"
         return WorkflowOutput(reward=1.0)
 
-    (episode,) = run(forced_then_result, models)
+    (episode,) = run(forced_then_result, policy_and_helper)
     assert episode.error is None and episode.num_calls == 2
     (timeline,) = episode.timelines
     assert timeline.num_calls == 2
@@ -222,8 +212,8 @@ def test_a_forced_tool_call_is_prompt_prefill_plus_trained_arguments_and_its_res
     assert [t["trainable"] for t in episode.transcripts["helper"]] == [False]
 
 
-def test_tool_choice_modes_shape_the_prompt_and_the_parse(models):
-    renderer = models[0].renderer
+def test_tool_choice_modes_shape_the_prompt_and_the_parse(policy_and_helper):
+    renderer = policy_and_helper[0].renderer
     call_add = '<tool_call>\n{"name": "add", "arguments": {"x": 1}}\n</tool_call>'
     sampler = ScriptedSampler(renderer, [call_add] * 4)
     model = FrozenChatModel(sampler)
@@ -245,11 +235,11 @@ def test_tool_choice_modes_shape_the_prompt_and_the_parse(models):
         ({"type": "function", "name": "lookup"}, TOOLS, "tool_choice must be one of"),
     ):
         with pytest.raises(ValueError, match=error):
-            asyncio.run(models[1](messages, tools=tools, tool_choice=tool_choice))
-    assert asyncio.run(models[1](messages, tool_choice="none")).tool_calls == []  # nothing to choose from: fine
+            asyncio.run(policy_and_helper[1](messages, tools=tools, tool_choice=tool_choice))
+    assert asyncio.run(policy_and_helper[1](messages, tool_choice="none")).tool_calls == []  # nothing to choose from: fine
 
 
-def test_the_runner_reports_each_episode_as_it_finishes(models):
+def test_the_runner_reports_each_episode_as_it_finishes(policy_and_helper):
     finished = []
 
     async def episode_fn(task, tuner):
@@ -257,15 +247,15 @@ def test_the_runner_reports_each_episode_as_it_finishes(models):
         return WorkflowOutput(reward=1.0)
 
     tasks = [{"delay": 2}, {"delay": 0}]
-    episodes = asyncio.run(run_episodes(episode_fn, tasks, tuner_for(*models), RunnerSettings(group_size=1), on_episode=lambda episode: finished.append(episode.task["delay"])))
+    episodes = asyncio.run(run_episodes(episode_fn, tasks, tuner_for(*policy_and_helper), RunnerSettings(group_size=1), on_episode=lambda episode: finished.append(episode.task["delay"])))
     assert [episode.task["delay"] for episode in episodes] == [2, 0] and finished == [0, 2]
 
 
-def test_a_frozen_model_continues_its_own_sampled_tokens_across_calls(models):
+def test_a_frozen_model_continues_its_own_sampled_tokens_across_calls(policy_and_helper):
     """A frozen player's next prompt starts with the exact tokens of its last prompt and reply (as a trained one's
     does), not a re-rendering of the reply's text: a prefix cache and a batch's shared prefix then match up to the
     new message. The tiny model's random replies rarely survive decoding and encoding again, so a re-rendering fails."""
-    _, frozen = models
+    _, frozen = policy_and_helper
     prompts = []
 
     class Watched:
@@ -290,7 +280,7 @@ def test_a_frozen_model_continues_its_own_sampled_tokens_across_calls(models):
             history += [reply.message, {"role": "user", "content": f"and then {turn}?"}]
         return WorkflowOutput(reward=1.0)
 
-    episodes = asyncio.run(run_episodes(as_episode_fn(chat), [{"task_id": "0"}], lambda: TunerHandle(policies={"policy": models[0]}, auxiliary_models={"helper": watched}), RunnerSettings(group_size=1)))
+    episodes = asyncio.run(run_episodes(as_episode_fn(chat), [{"task_id": "0"}], lambda: TunerHandle(policies={"policy": policy_and_helper[0]}, auxiliary_models={"helper": watched}), RunnerSettings(group_size=1)))
     assert episodes[0].error is None and len(prompts) == 3
     for (prompt, reply), (next_prompt, _) in zip(prompts, prompts[1:]):
         assert next_prompt[: len(prompt) + len(reply)] == prompt + reply

@@ -5,22 +5,11 @@ import random
 import subprocess
 import sys
 
-import pytest
-
-from sparring import ServiceClient, TunerHandle
-from sparring.rollout import EpisodeRecorder, FrozenChatModel, PolicyChatModel, RunnerSettings, ScriptedChatModel, WorkflowOutput, as_episode_fn, run_episodes
+from sparring import TunerHandle
+from sparring.rollout import EpisodeRecorder, RunnerSettings, ScriptedChatModel, WorkflowOutput, as_episode_fn, run_episodes
 from sparring.rollout.sampling_seeds import derived_seed
 
 TASKS = [{"task_id": str(index)} for index in range(6)]
-
-
-@pytest.fixture(scope="module")
-def models(tiny_model_dir, tmp_path_factory):
-    service = ServiceClient(base_dir=tmp_path_factory.mktemp("ckpt"))
-    client = service.create_lora_training_client(str(tiny_model_dir), rank=4, seed=0)
-    policy = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults={"max_tokens": 6})
-    frozen = FrozenChatModel(service.create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 6}, agent="helper")
-    return policy, frozen
 
 
 def jittered(delays: random.Random):
@@ -46,8 +35,8 @@ def replies(policy, frozen, delays_seed: int, seed: int | None) -> list[list[tup
     return [[(agent, entry["response"]["content"]) for agent, entries in sorted(episode.transcripts.items()) for entry in entries] for episode in episodes]
 
 
-def test_a_seeded_run_samples_the_same_tokens_however_its_calls_interleave(models):
-    policy, frozen = models
+def test_a_seeded_run_samples_the_same_tokens_however_its_calls_interleave(policy_and_helper):
+    policy, frozen = policy_and_helper
     assert replies(policy, frozen, delays_seed=1, seed=5) == replies(policy, frozen, delays_seed=2, seed=5)
     # What the seed fixes: without it the engine seeds requests in arrival order, which the pauses change.
     assert replies(policy, frozen, delays_seed=1, seed=None) != replies(policy, frozen, delays_seed=2, seed=None)
@@ -57,8 +46,8 @@ def test_a_seeded_run_samples_the_same_tokens_however_its_calls_interleave(model
     assert seeded != replies(policy, frozen, delays_seed=1, seed=6)
 
 
-def test_a_scripted_policy_draws_per_episode_and_call_in_a_seeded_run(models):
-    _, frozen = models
+def test_a_scripted_policy_draws_per_episode_and_call_in_a_seeded_run(policy_and_helper):
+    _, frozen = policy_and_helper
     draws = ScriptedChatModel(lambda messages, rng: f"{rng.random():.12f}", name="uniform")
     assert replies(draws, frozen, delays_seed=1, seed=5) == replies(draws, frozen, delays_seed=2, seed=5)
 

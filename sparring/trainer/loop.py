@@ -225,9 +225,9 @@ async def run_debug_episodes(config: TuneConfig, workflow=None, judge=None, num_
 async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: int | None = None) -> Comparison:
     """Evaluate the configured models (e.g. `model.adapter_path` set to a trained adapter) and each baseline on the eval tasks.
 
-    The model's column is 'trained' when a trainable model starts from an adapter, else 'untrained'. The sampling
-    stream restarts from `algorithm.seed`, so evaluations in one process (several adapters compared, a benchmark's
-    A/B) play the same games as each would alone.
+    The model's column is 'trained' when a trainable model starts from an adapter, else 'untrained'. Every episode
+    samples from `algorithm.seed` and its index (and the engine's stream for raw sampler calls restarts from it), so
+    evaluations in one process (several adapters compared, a benchmark's A/B) play the same games as each would alone.
     """
     run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/eval"), evaluation=True)
     run.models.reseed(config.algorithm.seed, 0)
