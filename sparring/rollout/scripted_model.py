@@ -15,9 +15,10 @@ In an episode that has a sampling seed (`run_episodes(seed=...)`, as every
 run and evaluation gives) each call draws from a `random.Random` seeded like
 a sampled call (the episode's seed, the agent, the call's number), so a
 baseline's games do not depend on how episodes interleave; elsewhere all
-agents of one scripted model (`as_agent` copies) share its `rng`. With `baseline=False` the same model plays a frozen part instead
-(a scripted answerer or opponent among the auxiliary models): its calls are
-only transcribed, like a frozen model's.
+agents of one scripted model (`as_agent` copies) share its `rng`. With
+`baseline=False` the same model plays a frozen part instead (a scripted
+answerer or opponent among the auxiliary models): its calls are only
+transcribed, like a frozen model's.
 """
 
 from __future__ import annotations
