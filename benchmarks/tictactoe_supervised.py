@@ -9,6 +9,7 @@ move as the target, weighted 1 / (number of perfect moves), trained by cross-ent
 wall-clock budget. The adapter is saved at the given minutes; evaluate each like an RL run's:
 
     python benchmarks/tictactoe_supervised.py --minutes 10 20 30 45 --out runs/ttt-supervised
+    python benchmarks/tictactoe_supervised.py ... --board-view lines --no-example   # the workflow's other prompt
     sparring eval tictactoe --tasks 200 --adapter runs/ttt-supervised/minute-45 \
         --set eval_dataset.workflow_args.opponent=minimax
 
@@ -45,12 +46,13 @@ def positions_against_perfect_play(mark: str) -> list[Board]:
     return found
 
 
-def perfect_move_data(renderer) -> list[types.Datum]:
-    """One datum per (position, perfect move): the workflow's prompt there, the move as the target token(s)."""
+def perfect_move_data(renderer, view: str = "grid", example: bool = True) -> list[types.Datum]:
+    """One datum per (position, perfect move): the workflow's prompt there (its `board_view` and `example`), the move
+    as the target token(s)."""
     data = []
     for mark in ("X", "O"):
         for board in positions_against_perfect_play(mark):
-            game, seat = TicTacToe(board), mark.lower()
+            game, seat = TicTacToe(board, view=view, example=example), mark.lower()
             prompt = renderer.render([*game.opening(seat), {"role": "user", "content": game.prompt(seat)}])
             best = best_moves(board)
             for cell in best:
@@ -64,7 +66,7 @@ def perfect_move_data(renderer) -> list[types.Datum]:
 async def train(args: argparse.Namespace) -> None:
     service = ServiceClient()
     client = await service.create_lora_training_client_async(base_model=args.model, rank=args.rank, seed=args.seed)
-    data = perfect_move_data(client.get_renderer())
+    data = perfect_move_data(client.get_renderer(), args.board_view, not args.no_example)
     print(f"{len(data)} datums ({sum(len(d.model_input.to_ints()) for d in data)} tokens), batch {args.batch}, learning rate {args.learning_rate}")
     rng, start, step, epoch = random.Random(args.seed), time.perf_counter(), 0, 0
     recent_losses = []  # loss per datum of the last 10 steps: one batch's is too noisy to read a trend from
@@ -102,6 +104,8 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=3e-4, help="the shipped config's")
     parser.add_argument("--batch", type=int, default=64, help="datums per optimizer step")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--board-view", choices=["grid", "lines"], default="grid", help="the workflow's board_view")
+    parser.add_argument("--no-example", action="store_true", help="the workflow's example: false")
     asyncio.run(train(parser.parse_args()))
 
 

@@ -112,6 +112,23 @@ def test_turn_memory_shows_only_the_current_position():
     assert [len(messages) for messages in x.seen] == [4, 4, 4]
 
 
+def test_the_lines_view_adds_columns_and_diagonals_and_the_example_can_be_left_out():
+    assert Board.from_moves([1, 5, 3]).render_lines() == "Columns and diagonals:\nX|4|7;2|O|8;X|6|9;X|O|9;X|O|7"
+    policy = Scripted(["5", "none"])  # the second reply forfeits: the game ends after the policy's second turn
+    out = run_workflow({"seed": 0, "side": "x", "workflow_args": {"opponent": "random", "memory": "turn", "board_view": "lines"}}, policy)
+    example, first, second = (policy.seen[0][1]["content"], policy.seen[0][3]["content"], policy.seen[1][3]["content"])
+    empty = "1|2|3\n4|5|6\n7|8|9\nColumns and diagonals:\n1|4|7;2|5|8;3|6|9;1|5|9;3|5|7\nPick one of these free cells: 1, 2, 3, 4, 5, 6, 7, 8, 9."
+    assert example == first == empty
+    after_two = Board.from_moves([move for _, move in out.response[:2]])
+    assert second == TicTacToe(view="lines").show(after_two) and second.count("X") == 4  # X in the centre: its row, column, both diagonals
+    bare = Scripted(["5", "none"])
+    run_workflow({"seed": 0, "side": "x", "workflow_args": {"opponent": "random", "memory": "turn", "example": False}}, bare)
+    assert [m["role"] for m in bare.seen[0]] == ["system", "user"] and bare.seen[0][1]["content"] == TicTacToe().show(Board())
+    assert "Columns" not in bare.seen[0][1]["content"]
+    with pytest.raises(ValueError, match="board_view.*'lines'.*'cube'"):
+        run_workflow({"seed": 0, "workflow_args": {"board_view": "cube"}}, Scripted([]))
+
+
 def test_bots_play_each_other_through_the_coordinator():
     rng = random.Random(1)
     for _ in range(20):
@@ -184,6 +201,10 @@ def test_value_credit_charges_the_move_that_throws_the_draw():
     out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self", "value_credit": 0.5}}, Scripted(moves))
     assert out.turn_rewards == {"x": [0.0, 0.0, 0.0, 0.0], "o": [-0.5, 0.0, 0.0]}
     assert out.metrics["blunder_rate"] == pytest.approx(1 / 7)  # one of the 7 moves of both trained seats
+    assert out.metrics["missed_block_rate"] == pytest.approx(1 / 7) and out.metrics["missed_win_rate"] == 0.0  # o: 6 leaves 8 and 9
+    # x: 1, o: 4, x: 2, o: 5 (leaves 3 open), x: 7 (passes up 3), o: 6 (takes 4-5-6).
+    out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self"}}, Scripted(["1", "4", "2", "5", "7", "6"]))
+    assert out.metrics["missed_block_rate"] == out.metrics["missed_win_rate"] == pytest.approx(1 / 6)
     out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self", "move_credit": 0.5, "value_credit": 0.5}}, Scripted(moves))
     assert out.turn_rewards == {"x": [0.0, 0.0, 0.0, 0.5], "o": [-0.5, 0.5, 0.0]}
 
@@ -348,5 +369,9 @@ def test_the_supervised_ceiling_trains_on_the_perfect_moves_and_saves_adapters(t
     for datum in data:  # the weighted target is the move, a cell number, at the prompt's end
         weighted = [token for token, weight in zip(datum.loss_fn_inputs["target_tokens"].tolist(), datum.loss_fn_inputs["weights"].tolist()) if weight]
         assert renderer.decode(weighted) in {str(cell) for cell in range(1, 10)}
-    asyncio.run(script.train(argparse.Namespace(model=str(tiny_model_dir), rank=4, seed=0, learning_rate=1e-3, batch=512, minutes=[0], out=str(tmp_path))))
+    lines = script.perfect_move_data(renderer, "lines", example=False)
+    assert len(lines) == len(data) and "Columns and diagonals" in renderer.decode(lines[0].model_input.to_ints())
+    assert len(lines[0].model_input.to_ints()) < len(data[0].model_input.to_ints())  # no example: a shorter prompt
+    args = dict(model=str(tiny_model_dir), rank=4, seed=0, learning_rate=1e-3, batch=512, minutes=[0], out=str(tmp_path))
+    asyncio.run(script.train(argparse.Namespace(**args, board_view="lines", no_example=True)))
     assert (tmp_path / "minute-0" / "adapter_config.json").exists()

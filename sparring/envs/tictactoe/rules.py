@@ -73,6 +73,12 @@ class Board:
         shown = [cell or str(index + 1) for index, cell in enumerate(self.cells)]
         return "\n".join("|".join(shown[row * 3 : row * 3 + 3]) for row in range(3))
 
+    def render_lines(self) -> str:
+        """The columns and diagonals, each as its three cells shown as in `render` ('X|4|7;2|O|8;...'): two marks
+        of one side on a column or a diagonal then sit in adjacent tokens, as they do on a row of the grid."""
+        shown = [cell or str(index + 1) for index, cell in enumerate(self.cells)]
+        return "Columns and diagonals:\n" + ";".join("|".join(shown[i] for i in line) for line in LINES[3:])
+
     @classmethod
     def from_moves(cls, cells: list[int]) -> Board:
         """The board after playing `cells` in order from the empty board."""

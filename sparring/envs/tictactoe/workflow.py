@@ -24,7 +24,11 @@ chat model's reply is constrained to the free cells (`choices=`), unless
 names a free cell is its move, and a reply that names none ends the game: the
 mover gets `illegal_reward`, the other side wins. `workflow_args.memory` ("full", default, or "turn") says whether a
 player sees its earlier turns (one merged training sequence per player) or
-only the current position.
+only the current position. `workflow_args.board_view` ("grid", default, or "lines") adds, under the grid, the
+columns and diagonals written like its rows ("X|4|7;2|O|8;..."): two marks on a column or a diagonal then sit in
+adjacent tokens for the model to read, as on a row, instead of a row apart. `workflow_args.example` (true) keeps
+the worked example exchange before the game; without it the prompts are shorter (a constrained reply is a free
+cell either way).
 
 Rewards per seat: `win_reward` 1, `draw_reward` 0, `loss_reward` -1,
 `illegal_reward` -1. `workflow_args.move_credit` (0, off) adds per-move
@@ -38,7 +42,9 @@ maximise it): among the moves perfect play allows, it prefers the ones that win 
 trained side, the same win rate as `role/player/win_rate`,
 `agent/<seat>/win_rate` and `vs_<opponent>/win_rate`, `invalid_action_rate`
 (illegal or unparsable replies per policy move), `forfeit_rate`, `turns`, `blunder_rate` (the share of the
-trained side's moves that give game value away under perfect play: what the policy plays, whoever it meets).
+trained side's moves that give game value away under perfect play: what the policy plays, whoever it meets), and
+two kinds of blunder by the same count: `missed_win_rate` (a line of its own to complete, and it played elsewhere)
+and `missed_block_rate` (no win of its own, the opponent's line left open).
 
 `workflow_args.opening_plies` (0, off; at most 4) is a curriculum over positions: before the players move, a
 scripted opening (`workflow_args.opening`: "minimax", perfect play for both sides, the default, or "random") plays
@@ -63,11 +69,7 @@ ROLE = "player"
 SCRIPTED = {"random": random_move, "minimax": minimax_move}
 SYSTEM = "You play tic-tac-toe as {mark}. Reply with one number only."
 PROMPT = "{board}\nPick one of these free cells: {free}."
-# One worked exchange before the game: SmolLM2-135M then starts ~9 replies in 10 with a number (~1 in 10 without).
-EXAMPLE = [
-    {"role": "user", "content": PROMPT.format(board=Board().render(), free=", ".join(map(str, range(1, 10))))},
-    {"role": "assistant", "content": "5"},
-]
+VIEWS = ("grid", "lines")
 DEFAULT_REWARDS = {"win_reward": 1.0, "draw_reward": 0.0, "loss_reward": -1.0, "illegal_reward": -1.0}
 
 
@@ -76,9 +78,13 @@ class TicTacToe(TwoPlayerGame):
 
     seats = SEATS
 
-    def __init__(self, board: Board | None = None, constrained: bool = True):
+    def __init__(self, board: Board | None = None, constrained: bool = True, view: str = "grid", example: bool = True):
+        if view not in VIEWS:
+            raise ValueError(f"board_view must be one of {VIEWS}, got {view!r}")
         self.board = board or Board()
         self.constrained = constrained
+        self.view = view
+        self.example = example
 
     def to_move(self) -> str:
         return self.board.to_move.lower()
@@ -91,10 +97,18 @@ class TicTacToe(TwoPlayerGame):
         return self.board.is_over()
 
     def opening(self, seat: str) -> list[dict]:
-        return [{"role": "system", "content": SYSTEM.format(mark=seat.upper())}, *EXAMPLE]
+        # One worked exchange before the game: SmolLM2-135M then starts ~9 replies in 10 with a number (~1 in 10
+        # without), which a free-text reply needs and a constrained one does not.
+        example = [{"role": "user", "content": self.show(Board())}, {"role": "assistant", "content": "5"}] if self.example else []
+        return [{"role": "system", "content": SYSTEM.format(mark=seat.upper())}, *example]
 
     def prompt(self, seat: str) -> str:
-        return PROMPT.format(board=self.board.render(), free=", ".join(str(cell) for cell in self.board.free()))
+        return self.show(self.board)
+
+    def show(self, board: Board) -> str:
+        """The board as the view draws it, then the free cells to pick from."""
+        drawn = board.render() + ("\n" + board.render_lines() if self.view == "lines" else "")
+        return PROMPT.format(board=drawn, free=", ".join(str(cell) for cell in board.free()))
 
     def choices(self, seat: str) -> list[str] | None:
         return [str(cell) for cell in self.board.free()] if self.constrained else None
@@ -142,10 +156,29 @@ def game_metrics(record: GameRecord, replayed: list[tuple[Board, int | None]], t
         "invalid_action_rate": float(record.forfeit in trained) / moves if moves else 0.0,
         "forfeit_rate": float(record.forfeit in trained),
         "turns": float(len(record.turns)),
-        "blunder_rate": sum(value_given_away(board, move) > 0 for board, move in played) / len(played) if played else 0.0,
+        "blunder_rate": share(played, lambda board, move: value_given_away(board, move) > 0),
+        "missed_win_rate": share(played, missed_win),
+        "missed_block_rate": share(played, missed_block),
     }
     metrics.update({f"agent/{seat}/win_rate": won for seat, won in zip(trained, wins)})
     return metrics
+
+
+def share(played: list[tuple[Board, int]], test) -> float:
+    """The share of the (position, move) pairs for which `test` holds (0 for none played)."""
+    return sum(bool(test(board, move)) for board, move in played) / len(played) if played else 0.0
+
+
+def missed_win(board: Board, move: int) -> bool:
+    """The mover could complete a line and played elsewhere."""
+    wins = completing_cells(board, board.to_move)
+    return bool(wins) and move not in wins
+
+
+def missed_block(board: Board, move: int) -> bool:
+    """With no win of its own, the mover left every cell that completes the opponent's line open."""
+    threats = completing_cells(board, "O" if board.to_move == "X" else "X")
+    return not completing_cells(board, board.to_move) and bool(threats) and move not in threats
 
 
 def outcome_of(record: GameRecord, seat: str) -> str:
@@ -218,7 +251,8 @@ async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, Ch
         trained = [side]
         players = {side: model.as_agent(side, role=ROLE), other: opponent_player(opponent, other, auxiliary_models, random.Random(seed))}
     start = opening_position(args, seed)
-    record = await play_game(TicTacToe(start, constrained=not args.get("free_text", False)), players, memory=args.get("memory", "full"))
+    game = TicTacToe(start, not args.get("free_text", False), str(args.get("board_view", "grid")), bool(args.get("example", True)))
+    record = await play_game(game, players, memory=args.get("memory", "full"))
     credit, value_credit, chance_credit = (float(args.get(key, 0.0)) for key in ("move_credit", "value_credit", "chance_credit"))
     replayed = positions(record, start)
     return WorkflowOutput(
