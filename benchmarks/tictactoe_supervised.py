@@ -29,6 +29,7 @@ from pathlib import Path
 
 from sparring import ServiceClient, types
 from sparring.envs.tictactoe import TicTacToe
+from sparring.envs.tictactoe.workflow import VIEWS
 from sparring.envs.tictactoe.rules import Board, best_moves
 
 
@@ -104,7 +105,7 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=3e-4, help="the shipped config's")
     parser.add_argument("--batch", type=int, default=64, help="datums per optimizer step")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--board-view", choices=["grid", "lines"], default="grid", help="the workflow's board_view")
+    parser.add_argument("--board-view", choices=VIEWS, default="grid", help="the workflow's board_view")
     parser.add_argument("--no-example", action="store_true", help="the workflow's example: false")
     asyncio.run(train(parser.parse_args()))
 

@@ -44,6 +44,11 @@ class Board:
         """'X' moves first; then the marks alternate."""
         return "X" if self.cells.count("X") == self.cells.count("O") else "O"
 
+    @property
+    def waiting(self) -> str:
+        """The mark not to move: the side whose lines the mover has to block."""
+        return "O" if self.to_move == "X" else "X"
+
     def free(self) -> list[int]:
         """Free cell numbers (1-9), ascending."""
         return [index + 1 for index, cell in enumerate(self.cells) if not cell]
@@ -70,14 +75,18 @@ class Board:
 
     def render(self) -> str:
         """Three rows like 'X|2|O': marks where played, the cell's number where free."""
-        shown = [cell or str(index + 1) for index, cell in enumerate(self.cells)]
-        return "\n".join("|".join(shown[row * 3 : row * 3 + 3]) for row in range(3))
+        shown = self._shown()
+        return "\n".join("|".join(shown[i] for i in row) for row in LINES[:3])
 
     def render_lines(self) -> str:
         """The columns and diagonals, each as its three cells shown as in `render` ('X|4|7;2|O|8;...'): two marks
         of one side on a column or a diagonal then sit in adjacent tokens, as they do on a row of the grid."""
-        shown = [cell or str(index + 1) for index, cell in enumerate(self.cells)]
+        shown = self._shown()
         return "Columns and diagonals:\n" + ";".join("|".join(shown[i] for i in line) for line in LINES[3:])
+
+    def _shown(self) -> list[str]:
+        """Each cell as drawn: its mark, or its number while free."""
+        return [cell or str(index + 1) for index, cell in enumerate(self.cells)]
 
     @classmethod
     def from_moves(cls, cells: list[int]) -> Board:

@@ -177,7 +177,7 @@ def missed_win(board: Board, move: int) -> bool:
 
 def missed_block(board: Board, move: int) -> bool:
     """With no win of its own, the mover left every cell that completes the opponent's line open."""
-    threats = completing_cells(board, "O" if board.to_move == "X" else "X")
+    threats = completing_cells(board, board.waiting)
     return not completing_cells(board, board.to_move) and bool(threats) and move not in threats
 
 
@@ -208,8 +208,7 @@ def move_credit(
         if turn.seat in rewards:
             reward = 0.0
             if move is not None:
-                other = "O" if board.to_move == "X" else "X"
-                reward += credit if move in completing_cells(board, board.to_move) | completing_cells(board, other) else 0.0
+                reward += credit if move in completing_cells(board, board.to_move) | completing_cells(board, board.waiting) else 0.0
                 reward -= value_credit * value_given_away(board, move)
                 reward -= chance_credit * score_given_away_to_chance(board, move)
             rewards[turn.seat].append(reward)
