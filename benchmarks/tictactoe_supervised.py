@@ -13,6 +13,12 @@ wall-clock budget. The adapter is saved at the given minutes; evaluate each like
     sparring eval tictactoe --tasks 200 --adapter runs/ttt-supervised/minute-45 \
         --set eval_dataset.workflow_args.opponent=minimax
 
+`--positions threats` trains on the tactics instead: every position legal play reaches in which the mover can
+complete a line or has to block one (and not every free cell is a perfect move), 2,724 of them. `--held-out N`
+keeps N positions out of training and prints, as it trains, their loss per position and the chance of a perfect
+move there with the reply constrained to the free cells (sampled at temperature 1, and greedy), beside a player
+that picks uniformly among the free cells: whether the model learns the rule or only the positions it was shown.
+
 Measured (docs/results.md): 45 minutes on one core leave the model at 0.16-0.20 non-loss against minimax, below
 the 80-step RL league (0.32): fitting the answers by cross-entropy is slow here (loss 0.60-0.73 per datum against
 a floor of 0.23), so these adapters bound nothing; they show what the answers alone teach in that time.
@@ -22,54 +28,148 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from sparring import ServiceClient, types
 from sparring.envs.tictactoe import TicTacToe
 from sparring.envs.tictactoe.workflow import VIEWS
-from sparring.envs.tictactoe.rules import Board, best_moves
+from sparring.envs.tictactoe.rules import Board, best_moves, completing_cells
 
 
-def positions_against_perfect_play(mark: str) -> list[Board]:
-    """Every position with `mark` to move that a player who never gives value away reaches against minimax."""
+def reached(moves, keep) -> list[Board]:
+    """Every position (game not over) that playing `moves(board)` from the empty board reaches and `keep` accepts,
+    in a fixed order."""
     seen, stack, found = set(), [Board()], []
     while stack:
         board = stack.pop()
         if board.cells in seen or board.is_over():
             continue
         seen.add(board.cells)
-        if board.to_move == mark:
+        if keep(board):
             found.append(board)
-        stack += [board.play(cell) for cell in best_moves(board)]  # the moves that give no value away, either side's
+        stack += [board.play(cell) for cell in moves(board)]
     return found
 
 
-def perfect_move_data(renderer, view: str = "grid", example: bool = True) -> list[types.Datum]:
-    """One datum per (position, perfect move): the workflow's prompt there (its `board_view` and `example`), the move
-    as the target token(s)."""
+def positions_against_perfect_play(mark: str) -> list[Board]:
+    """Every position with `mark` to move that a player who never gives value away reaches against minimax."""
+    return reached(best_moves, lambda board: board.to_move == mark)  # the moves that give no value away, either side's
+
+
+def threat_positions() -> list[Board]:
+    """Every position legal play reaches where the mover can complete a line or has to block one, and some free
+    cell is not a perfect move: the tactics."""
+
+    def tactical(board: Board) -> bool:
+        threatened = completing_cells(board, board.to_move) or completing_cells(board, board.waiting)
+        return bool(threatened) and len(best_moves(board)) < len(board.free())
+
+    return reached(Board.free, tactical)
+
+
+POSITIONS = {
+    "perfect-play": lambda: positions_against_perfect_play("X") + positions_against_perfect_play("O"),
+    "threats": threat_positions,
+}
+
+
+def prompt_tokens(renderer, board: Board, view: str, example: bool) -> list[int]:
+    """The workflow's prompt for the mover of `board` (its `board_view` and `example`), rendered for the model."""
+    game, seat = TicTacToe(board, view=view, example=example), board.to_move.lower()
+    return renderer.render([*game.opening(seat), {"role": "user", "content": game.prompt(seat)}])
+
+
+def move_datum(renderer, prompt: list[int], cell: int, weight: float) -> types.Datum:
+    """The prompt followed by the move `cell`, its token(s) weighted `weight` as the target."""
+    tokens = prompt + renderer.encode_text(str(cell))
+    weights = [0.0] * (len(prompt) - 1) + [weight] * (len(tokens) - len(prompt))
+    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights})
+
+
+def perfect_move_data(renderer, boards: list[Board], view: str = "grid", example: bool = True) -> list[types.Datum]:
+    """One datum per (position, perfect move), weighted 1 / (perfect moves there) so that a position's datums sum
+    to its loss."""
     data = []
-    for mark in ("X", "O"):
-        for board in positions_against_perfect_play(mark):
-            game, seat = TicTacToe(board, view=view, example=example), mark.lower()
-            prompt = renderer.render([*game.opening(seat), {"role": "user", "content": game.prompt(seat)}])
-            best = best_moves(board)
-            for cell in best:
-                reply = renderer.encode_text(str(cell))
-                tokens = prompt + reply
-                weights = [0.0] * (len(prompt) - 1) + [1.0 / len(best)] * len(reply)
-                data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights}))
+    for board in boards:
+        prompt, best = prompt_tokens(renderer, board, view, example), best_moves(board)
+        data += [move_datum(renderer, prompt, cell, 1.0 / len(best)) for cell in best]
     return data
+
+
+def reference_losses(boards: list[Board]) -> tuple[float, float]:
+    """Loss per position of a player uniform over the free cells, and of one uniform over the perfect moves (the
+    floor)."""
+    uniform = sum(math.log(len(board.free())) for board in boards) / len(boards)
+    floor = sum(math.log(len(best_moves(board))) for board in boards) / len(boards)
+    return uniform, floor
+
+
+@dataclass
+class HeldOutScores:
+    """How the adapter plays positions it was not trained on."""
+
+    loss: float
+    """Cross-entropy of the perfect moves per position (what training lowers on its own positions)."""
+    perfect_sampled: float
+    """Mean probability of a perfect move with the reply constrained to the free cells at temperature 1 (what the
+    workflow samples)."""
+    perfect_greedy: float
+    """Share of positions whose most probable free cell is a perfect move (temperature 0)."""
+
+
+async def held_out_scores(client, renderer, boards: list[Board], view: str, example: bool) -> HeldOutScores:
+    """The adapter's scores on `boards`, from every free cell's logprob (no update)."""
+    data, moves = [], []
+    for board in boards:
+        prompt = prompt_tokens(renderer, board, view, example)
+        data += [move_datum(renderer, prompt, cell, 1.0) for cell in board.free()]
+        moves += [(board, cell) for cell in board.free()]
+    chances = {}
+    for first in range(0, len(data), 64):
+        result = await client.forward_async(data[first : first + 64], loss_fn="cross_entropy").result_async()
+        for move, datum, output in zip(moves[first : first + 64], data[first : first + 64], result.loss_fn_outputs):
+            chances[move] = math.exp(float((output["logprobs"].to_torch() * datum.loss_fn_inputs["weights"].to_torch()).sum()))
+    loss, sampled, greedy = 0.0, 0.0, 0
+    for board in boards:
+        best = best_moves(board)
+        loss -= sum(math.log(chances[board, cell]) for cell in best) / len(best)
+        sampled += sum(chances[board, cell] for cell in best) / sum(chances[board, cell] for cell in board.free())
+        greedy += max(board.free(), key=lambda cell: chances[board, cell]) in best
+    return HeldOutScores(loss / len(boards), sampled / len(boards), greedy / len(boards))
 
 
 async def train(args: argparse.Namespace) -> None:
     service = ServiceClient()
     client = await service.create_lora_training_client_async(base_model=args.model, rank=args.rank, seed=args.seed)
-    data = perfect_move_data(client.get_renderer(), args.board_view, not args.no_example)
-    print(f"{len(data)} datums ({sum(len(d.model_input.to_ints()) for d in data)} tokens), batch {args.batch}, learning rate {args.learning_rate}")
+    renderer, boards = client.get_renderer(), POSITIONS[args.positions]()
+    held_out = random.Random(args.seed).sample(boards, args.held_out)
+    kept_out = set(held_out)
+    boards = [board for board in boards if board not in kept_out]
+    data = perfect_move_data(renderer, boards, args.board_view, not args.no_example)
+    print(f"{len(boards)} positions, {len(data)} datums ({sum(len(d.model_input.to_ints()) for d in data)} tokens), batch {args.batch}, learning rate {args.learning_rate}")
     rng, start, step, epoch = random.Random(args.seed), time.perf_counter(), 0, 0
+
+    async def report_held_out() -> None:
+        nonlocal start
+        began = time.perf_counter()
+        scores = await held_out_scores(client, renderer, held_out, args.board_view, not args.no_example)
+        print(
+            f"step {step} {(began - start) / 60:.1f} min held-out loss/position {scores.loss:.3f}, perfect move {scores.perfect_sampled:.3f} sampled, "
+            f"{scores.perfect_greedy:.3f} greedy",
+            flush=True,
+        )
+        start += time.perf_counter() - began  # the training clock does not count the held-out forwards
+
+    if held_out:
+        uniform, floor = reference_losses(held_out)
+        chance = sum(len(best_moves(board)) / len(board.free()) for board in held_out) / len(held_out)
+        print(f"{len(held_out)} held-out positions: uniform over the free cells: loss {uniform:.3f}, perfect move {chance:.3f}; floor {floor:.3f}")
+        await report_held_out()
     recent_losses = []  # loss per datum of the last 10 steps: one batch's is too noisy to read a trend from
     deadlines = sorted(args.minutes)
     out = Path(args.out)
@@ -85,6 +185,8 @@ async def train(args: argparse.Namespace) -> None:
             recent_losses = [*recent_losses[-9:], result.loss / min(args.batch, len(order) - first)]
             if step % 10 == 0:
                 print(f"epoch {epoch} step {step} {minutes:.1f} min loss/datum {sum(recent_losses) / len(recent_losses):.3f} (mean of the last 10 steps)", flush=True)
+            if held_out and step % args.held_out_every == 0:
+                await report_held_out()
             while deadlines and minutes >= deadlines[0]:
                 saved = (await client.save_weights_for_sampler_async(name=f"minute-{deadlines[0]:g}").result_async()).path
                 target = out / f"minute-{deadlines[0]:g}"
@@ -107,6 +209,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--board-view", choices=VIEWS, default="grid", help="the workflow's board_view")
     parser.add_argument("--no-example", action="store_true", help="the workflow's example: false")
+    parser.add_argument("--positions", choices=POSITIONS, default="perfect-play", help="the positions met against perfect play, or every position with a win or block to find")
+    parser.add_argument("--held-out", type=int, default=0, help="positions kept out of training, their loss printed as it trains")
+    parser.add_argument("--held-out-every", type=int, default=50, help="optimizer steps between held-out losses")
     asyncio.run(train(parser.parse_args()))
 
 

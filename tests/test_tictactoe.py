@@ -6,7 +6,10 @@ import argparse
 import asyncio
 import importlib.util
 import itertools
+import math
 import random
+import re
+import sys
 from pathlib import Path
 from dataclasses import dataclass, field
 
@@ -19,7 +22,7 @@ from sparring.envs.common import play_game
 import sparring.envs.tictactoe
 from sparring.envs.tictactoe import TicTacToe, make_tasks, minimax, random_legal, tictactoe
 from sparring.envs.tictactoe.workflow import opening_position
-from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, minimax_move, parse_move, random_move, score_given_away_to_chance, value_given_away
+from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, completing_cells, minimax_move, parse_move, random_move, score_given_away_to_chance, value_given_away
 from sparring.logging import read_metrics, read_rollouts
 from sparring.models.renderer import get_renderer
 from sparring.rollout import FrozenChatModel
@@ -202,6 +205,7 @@ def test_value_credit_charges_the_move_that_throws_the_draw():
     assert out.turn_rewards == {"x": [0.0, 0.0, 0.0, 0.0], "o": [-0.5, 0.0, 0.0]}
     assert out.metrics["blunder_rate"] == pytest.approx(1 / 7)  # one of the 7 moves of both trained seats
     assert out.metrics["missed_block_rate"] == pytest.approx(1 / 7) and out.metrics["missed_win_rate"] == 0.0  # o: 6 leaves 8 and 9
+    assert out.metrics["threat_rate"] == pytest.approx(3 / 7)  # o: 3 and o: 6 had a block to find, x: 9 a win
     # x: 1, o: 4, x: 2, o: 5 (leaves 3 open), x: 7 (passes up 3), o: 6 (takes 4-5-6).
     out = run_workflow({"seed": 0, "workflow_args": {"opponent": "self"}}, Scripted(["1", "4", "2", "5", "7", "6"]))
     assert out.metrics["missed_block_rate"] == out.metrics["missed_win_rate"] == pytest.approx(1 / 6)
@@ -292,6 +296,10 @@ def test_two_training_steps_on_the_tiny_model(tiny_model_dir, tmp_path, opponent
     assert result.evaluations and "eval/vs_minimax/win_rate" in result.evaluations[-1]
     agents = {row["agent"] for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl") if "agent" in row}
     assert agents <= {"x", "o"} and agents
+    windows = load_benchmark("tictactoe_tactics").tactics_in_rollouts(tmp_path / "run", window=1)
+    policy_moves = [sum("completions" in row for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")) for step in (0, 1)]
+    assert [(w.first_step, w.moves) for w in windows] == [(0, policy_moves[0]), (1, policy_moves[1])]  # every move's board read back
+    assert all(w.perfect <= w.tactical <= w.moves and w.uniform <= w.tactical for w in windows)
 
 
 def test_random_against_random_matches_the_known_odds():
@@ -354,24 +362,66 @@ def test_smollm2_answers_the_board_with_a_cell_number(smollm_loaded, tmp_path):
     assert legal / len(replies) >= 0.3, replies
 
 
-def test_the_supervised_ceiling_trains_on_the_perfect_moves_and_saves_adapters(tiny_model_dir, tmp_path):
-    spec = importlib.util.spec_from_file_location("tictactoe_supervised", Path(__file__).parents[1] / "benchmarks" / "tictactoe_supervised.py")
+def load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "benchmarks" / f"{name}.py")
     script = importlib.util.module_from_spec(spec)
+    sys.modules[name] = script  # its dataclasses look their module up there
     spec.loader.exec_module(script)
+    return script
+
+
+def test_the_supervised_ceiling_trains_on_the_perfect_moves_and_saves_adapters(tiny_model_dir, tmp_path):
+    script = load_benchmark("tictactoe_supervised")
     found_x = script.positions_against_perfect_play("X")
     for mark, count in (("X", 417), ("O", 451)):
         found = script.positions_against_perfect_play(mark)
         assert len(found) == count and all(board.to_move == mark and not board.is_over() for board in found)
     assert Board.from_moves([1, 5]) in found_x and Board.from_moves([1, 2]) not in found_x  # minimax never answers a corner at the edge
     renderer = get_renderer(AutoTokenizer.from_pretrained(tiny_model_dir))
-    data = script.perfect_move_data(renderer)
+    perfect_play = script.POSITIONS["perfect-play"]()
+    data = script.perfect_move_data(renderer, perfect_play)
     assert len(data) == 1597 and sum(sum(d.loss_fn_inputs["weights"].tolist()) for d in data) == pytest.approx(417 + 451)
     for datum in data:  # the weighted target is the move, a cell number, at the prompt's end
         weighted = [token for token, weight in zip(datum.loss_fn_inputs["target_tokens"].tolist(), datum.loss_fn_inputs["weights"].tolist()) if weight]
         assert renderer.decode(weighted) in {str(cell) for cell in range(1, 10)}
-    lines = script.perfect_move_data(renderer, "lines", example=False)
+    lines = script.perfect_move_data(renderer, perfect_play, "lines", example=False)
     assert len(lines) == len(data) and "Columns and diagonals" in renderer.decode(lines[0].model_input.to_ints())
     assert len(lines[0].model_input.to_ints()) < len(data[0].model_input.to_ints())  # no example: a shorter prompt
+    threats = script.threat_positions()
+    assert len(threats) == len(set(threats)) == 2724
+    for board in threats:  # a line to complete or block, and a wrong move to make
+        assert completing_cells(board, board.to_move) | completing_cells(board, board.waiting)
+        assert not board.is_over() and set(best_moves(board)) < set(board.free())
+    assert Board.from_moves([1, 5, 2]) in threats and Board.from_moves([1, 5]) not in threats
+    uniform, floor = script.reference_losses([Board.from_moves([1, 5, 2]), Board.from_moves([5, 1, 9])])
+    assert uniform == pytest.approx(math.log(6)) and floor == pytest.approx(math.log(2) / 2)  # o blocks at 3; after 5, 1, 9: 3 or 7
     args = dict(model=str(tiny_model_dir), rank=4, seed=0, learning_rate=1e-3, batch=512, minutes=[0], out=str(tmp_path))
-    asyncio.run(script.train(argparse.Namespace(**args, board_view="lines", no_example=True)))
+    asyncio.run(script.train(argparse.Namespace(**args, board_view="lines", no_example=True, positions="perfect-play", held_out=0, held_out_every=50)))
     assert (tmp_path / "minute-0" / "adapter_config.json").exists()
+
+
+def test_the_tactic_bound_rises_with_tactical_accuracy_to_perfect_play():
+    script = load_benchmark("tictactoe_tactics")
+    assert script.tactical(Board.from_moves([1, 5, 2])) and not script.tactical(Board.from_moves([1, 5]))
+    wins = [script.tactic_bound(accuracy, "random") for accuracy in (0.0, 0.5, 0.7, 0.8, 1.0)]
+    non_losses = [script.tactic_bound(accuracy, "minimax") for accuracy in (0.0, 0.5, 1.0)]
+    assert wins == sorted(wins) and non_losses == sorted(non_losses)
+    assert non_losses[-1] == pytest.approx(1.0) and wins[-1] > 0.9  # perfect tactics and play: never lose, win more than minimax
+    assert wins[2] < 0.80 < wins[3]  # the 0.80 against the random mover needs tactics right > 70 % of the time
+
+
+def test_the_supervised_benchmark_keeps_held_out_positions_out_of_training(tiny_model_dir, tmp_path, capsys):
+    script = load_benchmark("tictactoe_supervised")
+    args = dict(model=str(tiny_model_dir), rank=4, seed=0, learning_rate=1e-3, batch=64, minutes=[0], out=str(tmp_path))
+    asyncio.run(script.train(argparse.Namespace(**args, board_view="grid", no_example=True, positions="threats", held_out=20, held_out_every=1)))
+    printed = capsys.readouterr().out
+    assert "2704 positions" in printed and "20 held-out positions: uniform over the free cells" in printed
+    pattern = r"held-out loss/position ([\d.]+), perfect move ([\d.]+) sampled, ([\d.]+) greedy"
+    scores = [tuple(map(float, found.groups())) for found in re.finditer(pattern, printed)]
+    assert len(scores) == 2 and scores[0] != scores[1] and all(0 < sampled < 1 and 0 <= greedy <= 1 for _, sampled, greedy in scores)
+    client = ServiceClient().create_lora_training_client(base_model=str(tiny_model_dir), rank=4, seed=0)
+    boards = script.threat_positions()[:5]
+    scores = asyncio.run(script.held_out_scores(client, client.get_renderer(), boards, "grid", True))
+    perfect_moves_loss = client.forward(script.perfect_move_data(client.get_renderer(), boards), "cross_entropy").result().loss / len(boards)
+    assert scores.loss == pytest.approx(perfect_moves_loss, rel=1e-4)  # the same cross-entropy, from every free cell's logprob
+    assert scores.perfect_greedy in {share / 5 for share in range(6)}

@@ -44,7 +44,9 @@ trained side, the same win rate as `role/player/win_rate`,
 (illegal or unparsable replies per policy move), `forfeit_rate`, `turns`, `blunder_rate` (the share of the
 trained side's moves that give game value away under perfect play: what the policy plays, whoever it meets), and
 two kinds of blunder by the same count: `missed_win_rate` (a line of its own to complete, and it played elsewhere)
-and `missed_block_rate` (no win of its own, the opponent's line left open).
+and `missed_block_rate` (no win of its own, the opponent's line left open), and `threat_rate`, the share of its
+moves made where a line was there to complete or block: 1 - (missed_win_rate + missed_block_rate) / threat_rate
+is how often it found the tactic.
 
 `workflow_args.opening_plies` (0, off; at most 4) is a curriculum over positions: before the players move, a
 scripted opening (`workflow_args.opening`: "minimax", perfect play for both sides, the default, or "random") plays
@@ -159,6 +161,7 @@ def game_metrics(record: GameRecord, replayed: list[tuple[Board, int | None]], t
         "blunder_rate": share(played, lambda board, move: value_given_away(board, move) > 0),
         "missed_win_rate": share(played, missed_win),
         "missed_block_rate": share(played, missed_block),
+        "threat_rate": share(played, threatened),
     }
     metrics.update({f"agent/{seat}/win_rate": won for seat, won in zip(trained, wins)})
     return metrics
@@ -173,6 +176,11 @@ def missed_win(board: Board, move: int) -> bool:
     """The mover could complete a line and played elsewhere."""
     wins = completing_cells(board, board.to_move)
     return bool(wins) and move not in wins
+
+
+def threatened(board: Board, move: int) -> bool:
+    """The mover had a line to complete or the opponent's to block (whatever it played)."""
+    return bool(completing_cells(board, board.to_move) or completing_cells(board, board.waiting))
 
 
 def missed_block(board: Board, move: int) -> bool:
