@@ -38,7 +38,7 @@ from pathlib import Path
 from sparring import ServiceClient, types
 from sparring.envs.tictactoe import TicTacToe
 from sparring.envs.tictactoe.workflow import VIEWS
-from sparring.envs.tictactoe.rules import Board, best_moves, completing_cells
+from sparring.envs.tictactoe.rules import Board, best_moves, is_tactical
 
 
 def reached(moves, keep) -> list[Board]:
@@ -64,12 +64,7 @@ def positions_against_perfect_play(mark: str) -> list[Board]:
 def threat_positions() -> list[Board]:
     """Every position legal play reaches where the mover can complete a line or has to block one, and some free
     cell is not a perfect move: the tactics."""
-
-    def tactical(board: Board) -> bool:
-        threatened = completing_cells(board, board.to_move) or completing_cells(board, board.waiting)
-        return bool(threatened) and len(best_moves(board)) < len(board.free())
-
-    return reached(Board.free, tactical)
+    return reached(Board.free, is_tactical)
 
 
 POSITIONS = {

@@ -24,16 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparring.algorithms.intervals import wilson_interval
-from sparring.envs.tictactoe.rules import Board, best_moves, completing_cells
+from sparring.envs.tictactoe.rules import Board, best_moves, is_tactical
 from sparring.logging import read_rollouts
 
 _GRID = re.compile(r"([XO1-9])\|([XO1-9])\|([XO1-9])\n([XO1-9])\|([XO1-9])\|([XO1-9])\n([XO1-9])\|([XO1-9])\|([XO1-9])\n")
-
-
-def tactical(board: Board) -> bool:
-    """A line to complete or block, and a move that is not perfect among the free cells."""
-    threatened = completing_cells(board, board.to_move) or completing_cells(board, board.waiting)
-    return bool(threatened) and len(best_moves(board)) < len(board.free())
 
 
 def tactic_bound(accuracy: float, opponent: str) -> float:
@@ -51,7 +45,7 @@ def tactic_bound(accuracy: float, opponent: str) -> float:
         if board.to_move != seat:
             replies = board.free() if opponent == "random" else best_moves(board)
             return sum(after[cell] for cell in replies) / len(replies)
-        if not tactical(board):
+        if not is_tactical(board):
             return max(after.values())
         best = best_moves(board)
         others = [cell for cell in board.free() if cell not in best]
@@ -79,8 +73,7 @@ class TacticWindow:
 def tactics_in_rollouts(run_dir: Path, window: int) -> list[TacticWindow]:
     """Per window of `window` steps, the tactical positions the trained side met in `run_dir`'s rollouts."""
     windows: dict[int, TacticWindow] = {}
-    for path in sorted((run_dir / "rollouts").glob("step_*.jsonl"), key=lambda path: int(path.stem.split("_")[1])):
-        step = int(path.stem.split("_")[1])
+    for step, path in sorted((int(path.stem.split("_")[1]), path) for path in (run_dir / "rollouts").glob("step_*.jsonl")):
         counts = windows.setdefault(step // window, TacticWindow(first_step=step // window * window))
         for row in read_rollouts(path):
             if "completions" not in row:
@@ -88,7 +81,7 @@ def tactics_in_rollouts(run_dir: Path, window: int) -> list[TacticWindow]:
             board = Board(tuple(cell if cell in "XO" else "" for cell in _GRID.findall(row["text"])[-1]))
             move = int(row["completions"][-1].replace("<|im_end|>", "").strip())
             counts.moves += 1
-            if tactical(board):
+            if is_tactical(board):
                 best = best_moves(board)
                 counts.tactical += 1
                 counts.perfect += move in best

@@ -22,7 +22,7 @@ from sparring.envs.common import play_game
 import sparring.envs.tictactoe
 from sparring.envs.tictactoe import TicTacToe, make_tasks, minimax, random_legal, tictactoe
 from sparring.envs.tictactoe.workflow import opening_position
-from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, completing_cells, minimax_move, parse_move, random_move, score_given_away_to_chance, value_given_away
+from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, completing_cells, is_tactical, minimax_move, parse_move, random_move, score_given_away_to_chance, value_given_away
 from sparring.logging import read_metrics, read_rollouts
 from sparring.models.renderer import get_renderer
 from sparring.rollout import FrozenChatModel
@@ -402,7 +402,7 @@ def test_the_supervised_ceiling_trains_on_the_perfect_moves_and_saves_adapters(t
 
 def test_the_tactic_bound_rises_with_tactical_accuracy_to_perfect_play():
     script = load_benchmark("tictactoe_tactics")
-    assert script.tactical(Board.from_moves([1, 5, 2])) and not script.tactical(Board.from_moves([1, 5]))
+    assert is_tactical(Board.from_moves([1, 5, 2])) and not is_tactical(Board.from_moves([1, 5]))
     wins = [script.tactic_bound(accuracy, "random") for accuracy in (0.0, 0.5, 0.7, 0.8, 1.0)]
     non_losses = [script.tactic_bound(accuracy, "minimax") for accuracy in (0.0, 0.5, 1.0)]
     assert wins == sorted(wins) and non_losses == sorted(non_losses)

@@ -118,6 +118,16 @@ def completing_cells(board: Board, mark: str) -> set[int]:
     }
 
 
+def tactic_cells(board: Board) -> set[int]:
+    """The free cells that complete a line of either side: the mover's wins and its blocks."""
+    return completing_cells(board, board.to_move) | completing_cells(board, board.waiting)
+
+
+def is_tactical(board: Board) -> bool:
+    """A line to complete or block, and a free cell that is not a perfect move: a tactic there can be missed."""
+    return bool(tactic_cells(board)) and len(best_moves(board)) < len(board.free())
+
+
 def random_move(board: Board, rng: random.Random) -> int:
     return rng.choice(board.free())
 

@@ -64,7 +64,7 @@ import random
 from sparring import ChatModel, WorkflowOutput
 
 from ..common import Bot, GameRecord, TwoPlayerGame, play_game
-from .rules import Board, completing_cells, minimax_move, parse_move, random_move, score_given_away_to_chance, value_given_away
+from .rules import Board, completing_cells, minimax_move, parse_move, random_move, score_given_away_to_chance, tactic_cells, value_given_away
 
 SEATS = ("x", "o")
 ROLE = "player"
@@ -180,7 +180,7 @@ def missed_win(board: Board, move: int) -> bool:
 
 def threatened(board: Board, move: int) -> bool:
     """The mover had a line to complete or the opponent's to block (whatever it played)."""
-    return bool(completing_cells(board, board.to_move) or completing_cells(board, board.waiting))
+    return bool(tactic_cells(board))
 
 
 def missed_block(board: Board, move: int) -> bool:
@@ -216,7 +216,7 @@ def move_credit(
         if turn.seat in rewards:
             reward = 0.0
             if move is not None:
-                reward += credit if move in completing_cells(board, board.to_move) | completing_cells(board, board.waiting) else 0.0
+                reward += credit if move in tactic_cells(board) else 0.0
                 reward -= value_credit * value_given_away(board, move)
                 reward -= chance_credit * score_given_away_to_chance(board, move)
             rewards[turn.seat].append(reward)
