@@ -18,6 +18,11 @@ complete a line or has to block one (and not every free cell is a perfect move),
 keeps N positions out of training and prints, as it trains, their loss per position and the chance of a perfect
 move there with the reply constrained to the free cells (sampled at temperature 1, and greedy), beside a player
 that picks uniformly among the free cells: whether the model learns the rule or only the positions it was shown.
+`--score ADAPTER ...` trains nothing and prints those scores for saved adapters (an RL run's `best`, or
+'untrained'); with `--positions threats --held-out 200` the positions are the tic-tac-toe puzzles' eval split
+(`make_puzzles("eval", ...)`), which no puzzle file for training contains.
+
+    python benchmarks/tictactoe_supervised.py --positions threats --held-out 200 --score untrained runs/tictactoe/checkpoints/lora-0/sampler_weights/best
 
 Measured (docs/results.md): 45 minutes on one core leave the model at 0.16-0.20 non-loss against minimax, below
 the 80-step RL league (0.32): fitting the answers by cross-entropy is slow here (loss 0.60-0.73 per datum against
@@ -38,22 +43,8 @@ from pathlib import Path
 from sparring import ServiceClient, types
 from sparring.envs.tictactoe import TicTacToe
 from sparring.envs.tictactoe.workflow import VIEWS
-from sparring.envs.tictactoe.rules import Board, best_moves, is_tactical
-
-
-def reached(moves, keep) -> list[Board]:
-    """Every position (game not over) that playing `moves(board)` from the empty board reaches and `keep` accepts,
-    in a fixed order."""
-    seen, stack, found = set(), [Board()], []
-    while stack:
-        board = stack.pop()
-        if board.cells in seen or board.is_over():
-            continue
-        seen.add(board.cells)
-        if keep(board):
-            found.append(board)
-        stack += [board.play(cell) for cell in moves(board)]
-    return found
+from sparring.envs.tictactoe.rules import Board, best_moves, reached, tactical_positions
+from sparring.envs.tictactoe.tasks import hold_out
 
 
 def positions_against_perfect_play(mark: str) -> list[Board]:
@@ -61,15 +52,9 @@ def positions_against_perfect_play(mark: str) -> list[Board]:
     return reached(best_moves, lambda board: board.to_move == mark)  # the moves that give no value away, either side's
 
 
-def threat_positions() -> list[Board]:
-    """Every position legal play reaches where the mover can complete a line or has to block one, and some free
-    cell is not a perfect move: the tactics."""
-    return reached(Board.free, is_tactical)
-
-
 POSITIONS = {
     "perfect-play": lambda: positions_against_perfect_play("X") + positions_against_perfect_play("O"),
-    "threats": threat_positions,
+    "threats": tactical_positions,
 }
 
 
@@ -138,13 +123,23 @@ async def held_out_scores(client, renderer, boards: list[Board], view: str, exam
     return HeldOutScores(loss / len(boards), sampled / len(boards), greedy / len(boards))
 
 
+async def score(args: argparse.Namespace) -> None:
+    """Print the held-out scores of each adapter in `args.score` ('untrained' for the base model), no training."""
+    _, held_out = hold_out(POSITIONS[args.positions](), args.held_out, args.seed)
+    service = ServiceClient()
+    for adapter in args.score:
+        client = await service.create_lora_training_client_async(base_model=args.model, rank=args.rank, seed=args.seed)
+        if adapter != "untrained":
+            await client.load_weights(adapter).result_async()
+        scores = await held_out_scores(client, client.get_renderer(), held_out, args.board_view, not args.no_example)
+        print(f"{adapter}: held-out loss/position {scores.loss:.3f}, perfect move {scores.perfect_sampled:.3f} sampled, {scores.perfect_greedy:.3f} greedy ({len(held_out)} positions)", flush=True)
+
+
 async def train(args: argparse.Namespace) -> None:
     service = ServiceClient()
     client = await service.create_lora_training_client_async(base_model=args.model, rank=args.rank, seed=args.seed)
     renderer, boards = client.get_renderer(), POSITIONS[args.positions]()
-    held_out = random.Random(args.seed).sample(boards, args.held_out)
-    kept_out = set(held_out)
-    boards = [board for board in boards if board not in kept_out]
+    boards, held_out = hold_out(boards, args.held_out, args.seed)
     data = perfect_move_data(renderer, boards, args.board_view, not args.no_example)
     print(f"{len(boards)} positions, {len(data)} datums ({sum(len(d.model_input.to_ints()) for d in data)} tokens), batch {args.batch}, learning rate {args.learning_rate}")
     rng, start, step, epoch = random.Random(args.seed), time.perf_counter(), 0, 0
@@ -207,7 +202,9 @@ def main() -> None:
     parser.add_argument("--positions", choices=POSITIONS, default="perfect-play", help="the positions met against perfect play, or every position with a win or block to find")
     parser.add_argument("--held-out", type=int, default=0, help="positions kept out of training, their loss printed as it trains")
     parser.add_argument("--held-out-every", type=int, default=50, help="optimizer steps between held-out losses")
-    asyncio.run(train(parser.parse_args()))
+    parser.add_argument("--score", nargs="+", metavar="ADAPTER", help="train nothing: print the held-out scores of these adapters ('untrained': the base model)")
+    args = parser.parse_args()
+    asyncio.run(score(args) if args.score else train(args))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from sparring.integrations import TunerHandle
 from sparring.logging import read_metrics, render_report
 from sparring.rollout import PolicyChatModel, RunnerSettings, ScriptedChatModel, as_episode_fn, run_episodes
 from sparring.trainer import ConfigError, TuneConfig
-from sparring.trainer.league import League
+from sparring.trainer.league import LEAGUE_TASK_KEY, League
 from sparring.trainer.league_config import LeagueConfig
 
 RECORDS = {
@@ -206,6 +206,22 @@ def test_a_league_game_without_an_outcome_is_an_error_episode():
     episodes = asyncio.run(run_episodes(league.episode_fn(as_episode_fn(no_outcome)), tasks, lambda: TunerHandle(policies={"policy": ScriptedChatModel.seeded(random_legal)}), RunnerSettings(group_size=2)))
     assert [episode.error_kind for episode in episodes] == ["bad_outcome", "bad_outcome"]
     assert league.end_step()["league/bot/draw_probability"] == 1.0
+
+
+def test_a_task_marked_out_of_the_league_gets_no_opponent_and_counts_in_no_record():
+    league = League(LeagueConfig(snapshot_every_steps=0, scripted={"bot": "sparring.envs.tictactoe:random_legal"}), client=None, sampling_defaults={})
+    tasks = [{"task_id": "game"}, {"task_id": "drill", LEAGUE_TASK_KEY: False}]
+    league.begin_step(0, tasks, group_size=2)
+
+    async def workflow(task, model, auxiliary_models):
+        if task["task_id"] == "drill":
+            assert "opponent" not in task.get("workflow_args", {}) and "bot" not in auxiliary_models
+            return WorkflowOutput(reward=1.0)  # no outcome: not a league game
+        return await name_the_opponent(task, model, auxiliary_models)
+
+    episodes = asyncio.run(run_episodes(league.episode_fn(as_episode_fn(workflow)), tasks, lambda: TunerHandle(policies={"policy": ScriptedChatModel.seeded(random_legal)}), RunnerSettings(group_size=2)))
+    assert not any(episode.failed for episode in episodes) and len(episodes) == 4
+    assert league.end_step()["league/bot/games"] == 2.0 and league.records["bot"].draws == 2
 
 
 def test_three_league_steps_on_the_tiny_model(tiny_model_dir, tmp_path):

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import importlib.util
 import itertools
+import json
 import math
 import random
 import re
@@ -20,9 +21,10 @@ from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, Lo
 from sparring.envs import load_game_config
 from sparring.envs.common import play_game
 import sparring.envs.tictactoe
-from sparring.envs.tictactoe import TicTacToe, make_tasks, minimax, random_legal, tictactoe
+from sparring.envs.tictactoe import TicTacToe, make_puzzles, make_tasks, minimax, random_legal, tictactoe
+from sparring.envs.tictactoe.tasks import hold_out
 from sparring.envs.tictactoe.workflow import opening_position
-from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, completing_cells, is_tactical, minimax_move, parse_move, random_move, score_given_away_to_chance, value_given_away
+from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, completing_cells, is_tactical, minimax_move, parse_move, random_move, score_given_away_to_chance, tactical_positions, value_given_away
 from sparring.logging import read_metrics, read_rollouts
 from sparring.models.renderer import get_renderer
 from sparring.rollout import FrozenChatModel
@@ -269,6 +271,35 @@ def test_a_league_opponent_is_played_by_name_and_the_outcome_reported():
     assert drawn.seen and out.outcome == "loss" and out.reward == {"o": -1.0}
 
 
+def test_a_puzzle_is_one_move_from_its_position_rewarded_when_perfect():
+    position = Board.from_moves([1, 4, 2, 5]).compact()  # X to move: 3 wins, 6 only blocks
+    for reply, reward in (("3", 1.0), ("6", 0.0)):
+        player = Scripted([reply])
+        out = run_workflow({"puzzle": position, "workflow_args": {"opponent": "minimax"}}, player)
+        assert out.reward == {"x": reward} and out.metrics == {"puzzle_solved_rate": reward, "invalid_action_rate": 0.0}
+        assert len(player.seen) == 1 and "1|2|3" in player.seen[0][1]["content"]  # the worked example, then the position
+        assert player.seen[0][-1]["content"] == TicTacToe(Board.from_compact(position)).prompt("x") and out.outcome is None
+    out = run_workflow({"puzzle": position, "workflow_args": {"free_text": True, "illegal_reward": -0.5}}, Scripted(["pass"]))
+    assert out.reward == {"x": -0.5} and out.metrics["invalid_action_rate"] == 1.0
+    with pytest.raises(ValueError, match="9 characters"):
+        run_workflow({"puzzle": "XX"}, Scripted(["1"]))
+    with pytest.raises(ValueError, match="finished game"):
+        run_workflow({"puzzle": Board.from_moves([1, 4, 2, 5, 3]).compact()}, Scripted(["6"]))
+
+
+def test_puzzles_hold_out_the_positions_the_supervised_benchmark_scores():
+    train, held_out = make_puzzles("train", 2524, seed=3), make_puzzles("eval", 200, seed=5)
+    assert {task["puzzle"] for task in held_out} == {board.compact() for board in hold_out(tactical_positions(), 200, seed=0)[1]}
+    assert len({task["puzzle"] for task in train}) == 2524 and not {task["puzzle"] for task in train} & {task["puzzle"] for task in held_out}
+    assert all(task["league"] is False and is_tactical(Board.from_compact(task["puzzle"])) for task in train + held_out)
+    folder = Path(sparring.envs.tictactoe.__file__).parent / "data"
+    shipped = {name: [json.loads(line) for line in (folder / f"{name}.jsonl").read_text().splitlines()] for name in ("train", "puzzles", "puzzles_eval", "games_and_puzzles")}
+    assert shipped["puzzles"] == train and shipped["puzzles_eval"] == held_out  # the shipped files are these calls
+    assert shipped["games_and_puzzles"] == shipped["train"] + train[:512]
+    with pytest.raises(ValueError, match="has 200 puzzles"):
+        make_puzzles("eval", 201, seed=5)
+
+
 def test_make_tasks_alternates_sides_and_differs_by_seed():
     tasks = make_tasks("train", 4, seed=1)
     assert [t["side"] for t in tasks] == ["x", "o", "x", "o"]
@@ -387,7 +418,7 @@ def test_the_supervised_ceiling_trains_on_the_perfect_moves_and_saves_adapters(t
     lines = script.perfect_move_data(renderer, perfect_play, "lines", example=False)
     assert len(lines) == len(data) and "Columns and diagonals" in renderer.decode(lines[0].model_input.to_ints())
     assert len(lines[0].model_input.to_ints()) < len(data[0].model_input.to_ints())  # no example: a shorter prompt
-    threats = script.threat_positions()
+    threats = tactical_positions()
     assert len(threats) == len(set(threats)) == 2724
     for board in threats:  # a line to complete or block, and a wrong move to make
         assert completing_cells(board, board.to_move) | completing_cells(board, board.waiting)
@@ -419,8 +450,12 @@ def test_the_supervised_benchmark_keeps_held_out_positions_out_of_training(tiny_
     pattern = r"held-out loss/position ([\d.]+), perfect move ([\d.]+) sampled, ([\d.]+) greedy"
     scores = [tuple(map(float, found.groups())) for found in re.finditer(pattern, printed)]
     assert len(scores) == 2 and scores[0] != scores[1] and all(0 < sampled < 1 and 0 <= greedy <= 1 for _, sampled, greedy in scores)
+    asyncio.run(script.score(argparse.Namespace(**args, board_view="grid", no_example=True, positions="threats", held_out=20, score=["untrained", str(tmp_path / "minute-0")])))
+    printed = capsys.readouterr().out  # the saved adapter scores as it did when its training stopped; untrained as at step 0
+    rescored = [tuple(map(float, found.groups())) for found in re.finditer(pattern, printed)]
+    assert len(rescored) == 2 and all(got == pytest.approx(trained, abs=2e-3) for got, trained in zip(rescored, scores))
     client = ServiceClient().create_lora_training_client(base_model=str(tiny_model_dir), rank=4, seed=0)
-    boards = script.threat_positions()[:5]
+    boards = tactical_positions()[:5]
     scores = asyncio.run(script.held_out_scores(client, client.get_renderer(), boards, "grid", True))
     perfect_moves_loss = client.forward(script.perfect_move_data(client.get_renderer(), boards), "cross_entropy").result().loss / len(boards)
     assert scores.loss == pytest.approx(perfect_moves_loss, rel=1e-4)  # the same cross-entropy, from every free cell's logprob

@@ -16,7 +16,7 @@ _HOMES = {
     "EpisodesFailingError": "failure_streak",
     "import_object": "imports",
     "Job": "job",
-    **dict.fromkeys(("League", "OPPONENT_ARG"), "league"),
+    **dict.fromkeys(("LEAGUE_TASK_KEY", "League", "OPPONENT_ARG"), "league"),
     "LeagueConfig": "league_config",
     **dict.fromkeys(("RunResult", "run_training", "run_training_async"), "loop"),
     "ValidationConfig": "validation_config",
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .failure_streak import EpisodesFailingError
     from .imports import import_object
     from .job import Job
-    from .league import OPPONENT_ARG, League
+    from .league import LEAGUE_TASK_KEY, OPPONENT_ARG, League
     from .league_config import LeagueConfig
     from .loop import RunResult, run_training, run_training_async
     from .schema import ConfigError

@@ -15,7 +15,8 @@ training step:
 The workflow's side of it (the public API): the drawn opponent's name is `task["workflow_args"]["opponent"]`
 (`OPPONENT_ARG`), its chat model `auxiliary_models[that name]` (play it with `.as_agent(seat, role=...)`), and the
 workflow returns `WorkflowOutput(outcome="win" | "draw" | "loss")` from the learner's side. An episode that
-reports no outcome is an error episode (kind 'bad_outcome'), never a silent gap in the records.
+reports no outcome is an error episode (kind 'bad_outcome'), never a silent gap in the records. A task marked
+`"league": false` (`LEAGUE_TASK_KEY`) is played as it is: no opponent, no outcome asked, nothing recorded.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from .league_config import SNAPSHOT_PREFIX, LeagueConfig
 
 OPPONENT_ARG = "opponent"
 """The workflow argument that names an episode's drawn opponent (its chat model is the auxiliary model of that name)."""
+LEAGUE_TASK_KEY = "league"
+"""A task with `"league": false` is no game against the pool (a puzzle, a drill mixed into the training data): the
+league draws it no opponent and counts it in no record."""
 SNAPSHOTS_BASELINE = f"{SNAPSHOT_PREFIX}*"
 """The baseline group of every game against a snapshot (`baseline_per_opponent`): the policy's recent past is one
 opponent there, or most of those games would sit alone in their group."""
@@ -122,7 +126,7 @@ class League:
         rng = random.Random(self.config.seed * 1_000_003 + step)
         self._probabilities = self.probabilities()
         self._planned, self._results = {}, []
-        for task in tasks:
+        for task in filter(in_league, tasks):
             count = group_size if self.config.draw_per == "episode" else 1
             names = draw_opponents(self._probabilities, count, rng)
             names = names if count == group_size else names * group_size
@@ -140,6 +144,8 @@ class League:
         """`workflow` with this step's drawn opponent handed to each episode and its outcome counted."""
 
         async def play(task: dict, tuner: ModelRouter):
+            if not in_league(task):
+                return await workflow(task, tuner)
             planned = self._planned.get(id(task))
             if not planned:
                 raise RuntimeError(f"the league drew no opponent for task {task.get('task_id')!r}; call begin_step with the step's tasks first")
@@ -187,3 +193,8 @@ class League:
         for snapshot in state.get("snapshots", []):
             self._add_snapshot(snapshot["name"], snapshot["step"], self.client.create_sampling_client(snapshot["path"]), snapshot["path"])
         self.records = {name: OpponentRecord(*counts) for name, counts in state.get("records", {}).items()}
+
+
+def in_league(task: dict) -> bool:
+    """Whether the league draws `task` an opponent (every task unless it says `"league": false`)."""
+    return task.get(LEAGUE_TASK_KEY, True) is not False

@@ -88,6 +88,17 @@ class Board:
         """Each cell as drawn: its mark, or its number while free."""
         return [cell or str(index + 1) for index, cell in enumerate(self.cells)]
 
+    def compact(self) -> str:
+        """The nine cells as one string, row by row, '.' for a free cell ('X.O.X....'): a position in a task file."""
+        return "".join(cell or "." for cell in self.cells)
+
+    @classmethod
+    def from_compact(cls, text: str) -> Board:
+        """The board `compact` wrote; ValueError naming the text otherwise."""
+        if len(text) != 9 or set(text) - {".", *MARKS}:
+            raise ValueError(f"a position is 9 characters of 'X', 'O' or '.' (row by row), got {text!r}")
+        return cls(tuple("" if cell == "." else cell for cell in text))
+
     @classmethod
     def from_moves(cls, cells: list[int]) -> Board:
         """The board after playing `cells` in order from the empty board."""
@@ -126,6 +137,26 @@ def tactic_cells(board: Board) -> set[int]:
 def is_tactical(board: Board) -> bool:
     """A line to complete or block, and a free cell that is not a perfect move: a tactic there can be missed."""
     return bool(tactic_cells(board)) and len(best_moves(board)) < len(board.free())
+
+
+def reached(moves, keep) -> list[Board]:
+    """Every position (game not over) that playing `moves(board)` from the empty board reaches and `keep` accepts,
+    in a fixed order."""
+    seen, stack, found = set(), [Board()], []
+    while stack:
+        board = stack.pop()
+        if board.cells in seen or board.is_over():
+            continue
+        seen.add(board.cells)
+        if keep(board):
+            found.append(board)
+        stack += [board.play(cell) for cell in moves(board)]
+    return found
+
+
+def tactical_positions() -> list[Board]:
+    """Every position legal play reaches that `is_tactical` (2,724 of them), in a fixed order: the puzzles."""
+    return reached(Board.free, is_tactical)
 
 
 def random_move(board: Board, rng: random.Random) -> int:

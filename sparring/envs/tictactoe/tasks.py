@@ -1,11 +1,23 @@
-"""Tic-tac-toe's tasks: game seeds drawn from a seed, sides alternating (the `make_tasks` contract of `envs.common.tasks`)."""
+"""Tic-tac-toe's tasks: games (seeds drawn from a seed, sides alternating) and puzzles (one tactical position each).
+
+Both follow the `make_tasks` contract of `envs.common.tasks`. A game task is a seed and the policy's side. A
+puzzle task is a position to make one move in (`puzzle`, `Board.compact`'s text), marked `"league": false` so a
+league draws it no opponent; its `eval` split is a fixed list of 200 tactical positions that the `train` split
+never contains (the ones `benchmarks/tictactoe_supervised.py --positions threats --held-out 200` scores).
+"""
 
 from __future__ import annotations
 
 import random
+from typing import TypeVar
 
 from ..common import check_split
-from .workflow import SEATS
+from .rules import tactical_positions
+from .workflow import PUZZLE_KEY, SEATS
+
+HELD_OUT_PUZZLES = 200
+"""Tactical positions kept for evaluation (drawn by `hold_out` with seed 0 from `tactical_positions()`)."""
+Item = TypeVar("Item")
 
 
 def make_tasks(split: str, count: int, seed: int) -> list[dict]:
@@ -17,3 +29,30 @@ def make_tasks(split: str, count: int, seed: int) -> list[dict]:
     check_split(split)
     rng = random.Random(seed)
     return [{"task_id": f"{seed}-{i}", "seed": rng.randrange(2**31), "side": SEATS[i % 2]} for i in range(count)]
+
+
+def hold_out(items: list[Item], count: int, seed: int) -> tuple[list[Item], list[Item]]:
+    """(the rest in their order, `count` items drawn from `seed`): a held-out split that any script can redraw."""
+    held_out = random.Random(seed).sample(items, count)
+    kept_out = set(held_out)
+    return [item for item in items if item not in kept_out], held_out
+
+
+def make_puzzles(split: str, count: int, seed: int) -> list[dict]:
+    """`count` puzzles of `split` in an order drawn from `seed`: 'train' draws from the 2,524 tactical positions
+    outside the held-out 200, 'eval' from those 200.
+
+    The shipped files: data/puzzles.jsonl is make_puzzles("train", 2524, seed=3), data/puzzles_eval.jsonl
+    make_puzzles("eval", 200, seed=5); data/games_and_puzzles.jsonl is data/train.jsonl's 256 games and the first
+    512 puzzles of data/puzzles.jsonl.
+    """
+    check_split(split)
+    train, held_out = hold_out(tactical_positions(), HELD_OUT_PUZZLES, seed=0)
+    pool = train if split == "train" else held_out
+    if not 0 <= count <= len(pool):
+        raise ValueError(f"the {split} split has {len(pool)} puzzles, asked for {count}")
+    rng = random.Random(seed)
+    return [
+        {"task_id": f"puzzle-{seed}-{i}", "seed": rng.randrange(2**31), PUZZLE_KEY: board.compact(), "league": False}
+        for i, board in enumerate(rng.sample(pool, count))
+    ]

@@ -54,6 +54,11 @@ between 0 and that many plies, their number and moves drawn from the task's seed
 from the same position and the policy trains on mid-game positions it would rarely reach by itself (measured
 worse against minimax than without it: docs/results.md).
 
+A task with `puzzle` (a position, `Board.compact`'s text) is a one-move episode instead (`solve_puzzle`): the side
+to move there moves once, reward 1 for a perfect move and 0 for another, metric `puzzle_solved_rate`; eight samples
+of one position make a group with an exact baseline for that single decision, which a whole game credits only
+through its result. `tasks.make_puzzles` draws them from the tactical positions.
+
     sparring train tictactoe        # this folder's config.yaml: a league of opponents
 """
 
@@ -64,7 +69,7 @@ import random
 from sparring import ChatModel, WorkflowOutput
 
 from ..common import Bot, GameRecord, TwoPlayerGame, play_game
-from .rules import Board, completing_cells, minimax_move, parse_move, random_move, score_given_away_to_chance, tactic_cells, value_given_away
+from .rules import Board, best_moves, completing_cells, minimax_move, parse_move, random_move, score_given_away_to_chance, tactic_cells, value_given_away
 
 SEATS = ("x", "o")
 ROLE = "player"
@@ -72,6 +77,8 @@ SCRIPTED = {"random": random_move, "minimax": minimax_move}
 SYSTEM = "You play tic-tac-toe as {mark}. Reply with one number only."
 PROMPT = "{board}\nPick one of these free cells: {free}."
 VIEWS = ("grid", "lines")
+PUZZLE_KEY = "puzzle"
+"""A task with a position here (`Board.compact`'s text) is a puzzle: the mover there makes one move, no opponent."""
 DEFAULT_REWARDS = {"win_reward": 1.0, "draw_reward": 0.0, "loss_reward": -1.0, "illegal_reward": -1.0}
 
 
@@ -120,6 +127,17 @@ class TicTacToe(TwoPlayerGame):
 
     def play(self, move: int) -> None:
         self.board = self.board.play(move)
+
+
+class OneMove(TicTacToe):
+    """A puzzle: the game from a given position, over once the side to move there has moved."""
+
+    def __init__(self, board: Board, constrained: bool, view: str, example: bool):
+        super().__init__(board, constrained, view, example)
+        self.start = board
+
+    def is_over(self) -> bool:
+        return self.board != self.start or super().is_over()
 
 
 def opponent_player(name: str, seat: str, auxiliary_models: dict[str, ChatModel], rng: random.Random) -> ChatModel | Bot:
@@ -244,7 +262,29 @@ def policy_side(task: dict, args: dict, seed: int) -> str:
     return side
 
 
+async def solve_puzzle(task: dict, model: ChatModel) -> WorkflowOutput:
+    """One move from the task's position: reward 1 for a perfect move (`best_moves`), 0 for another, the
+    `illegal_reward` for a free-text reply that names no free cell."""
+    args, board = task.get("workflow_args", {}), Board.from_compact(str(task[PUZZLE_KEY]))
+    if board.is_over():
+        raise ValueError(f"puzzle {task[PUZZLE_KEY]!r} is a finished game: there is no move to make")
+    seat = board.to_move.lower()
+    game = OneMove(board, not args.get("free_text", False), str(args.get("board_view", "grid")), bool(args.get("example", True)))
+    idle = "o" if seat == "x" else "x"  # the game ends before the other seat's turn
+    record = await play_game(game, {seat: model.as_agent(seat, role=ROLE), idle: lambda game: None}, memory="turn")
+    move = record.turns[0].move
+    solved = move is not None and move in best_moves(board)
+    reward = float(args.get("illegal_reward", DEFAULT_REWARDS["illegal_reward"])) if move is None else float(solved)
+    return WorkflowOutput(
+        reward={seat: reward},
+        metrics={"puzzle_solved_rate": float(solved), "invalid_action_rate": float(move is None)},
+        response=[(seat, move)],
+    )
+
+
 async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput:
+    if PUZZLE_KEY in task:
+        return await solve_puzzle(task, model)
     args = task.get("workflow_args", {})
     opponent = str(args.get("opponent", "self"))
     seed = int(task.get("seed", 0))
