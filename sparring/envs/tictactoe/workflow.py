@@ -255,6 +255,11 @@ def opening_position(args: dict, seed: int) -> Board:
     return board
 
 
+def other_seat(seat: str) -> str:
+    """The seat that is not `seat`."""
+    return "o" if seat == "x" else "x"
+
+
 def policy_side(task: dict, args: dict, seed: int) -> str:
     side = str(task.get("side") or args.get("side") or ("x" if seed % 2 == 0 else "o")).lower()
     if side not in SEATS:
@@ -270,8 +275,8 @@ async def solve_puzzle(task: dict, model: ChatModel) -> WorkflowOutput:
         raise ValueError(f"puzzle {task[PUZZLE_KEY]!r} is a finished game: there is no move to make")
     seat = board.to_move.lower()
     game = OneMove(board, not args.get("free_text", False), str(args.get("board_view", "grid")), bool(args.get("example", True)))
-    idle = "o" if seat == "x" else "x"  # the game ends before the other seat's turn
-    record = await play_game(game, {seat: model.as_agent(seat, role=ROLE), idle: lambda game: None}, memory="turn")
+    # The game ends before the other seat's turn: its bot never plays.
+    record = await play_game(game, {seat: model.as_agent(seat, role=ROLE), other_seat(seat): lambda game: None}, memory="turn")
     move = record.turns[0].move
     solved = move is not None and move in best_moves(board)
     reward = float(args.get("illegal_reward", DEFAULT_REWARDS["illegal_reward"])) if move is None else float(solved)
@@ -294,7 +299,7 @@ async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, Ch
         players: dict = {seat: model.as_agent(seat, role=ROLE) for seat in SEATS}
     else:
         side = policy_side(task, args, seed)
-        other = "o" if side == "x" else "x"
+        other = other_seat(side)
         trained = [side]
         players = {side: model.as_agent(side, role=ROLE), other: opponent_player(opponent, other, auxiliary_models, random.Random(seed))}
     start = opening_position(args, seed)
