@@ -36,17 +36,22 @@ SHORT_USER_PROMPTS = [
 ]
 
 
+def best_seconds(run, repeats: int) -> float:
+    """The shortest of `repeats` timed calls of `run`, after one untimed call."""
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def matmul_ceiling_gflops(size: int = 2048, repeats: int = 5) -> float:
     """Best fp32 GFLOP/s of a size x size x size matmul over `repeats` runs."""
     left_N_N = torch.randn(size, size)
     right_N_N = torch.randn(size, size)
-    torch.matmul(left_N_N, right_N_N)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.matmul(left_N_N, right_N_N)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
+    return 2 * size**3 / best_seconds(lambda: torch.matmul(left_N_N, right_N_N), repeats) / 1e9
 
 
 def packed_matmul_ceiling_gflops(size: int = 2048, repeats: int = 5) -> float | None:
@@ -56,17 +61,45 @@ def packed_matmul_ceiling_gflops(size: int = 2048, repeats: int = 5) -> float | 
         return None
     left_N_N = torch.randn(size, size)
     packed_N_N = torch.ops.mkldnn._reorder_linear_weight(torch.randn(size, size))
-    best = float("inf")
-    for _ in range(repeats + 1):  # the first run warms up
-        start = time.perf_counter()
-        torch.ops.mkldnn._linear_pointwise(left_N_N, packed_N_N, None, "none", [], "")
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
+    return 2 * size**3 / best_seconds(lambda: torch.ops.mkldnn._linear_pointwise(left_N_N, packed_N_N, None, "none", [], ""), repeats) / 1e9
 
 
 def matmul_parameter_count(model: torch.nn.Module) -> int:
     """Base-model parameters, each used in one matmul per token (the LM head counted once even when tied to the embeddings); LoRA weights left out."""
     return sum(p.numel() for name, p in model.named_parameters() if "lora_" not in name)
+
+
+def matmul_weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The base model's 2-D weights (each tensor once, LoRA weights left out): what a decode step multiplies by."""
+    return [p.detach() for name, p in model.named_parameters() if p.dim() == 2 and "lora_" not in name]
+
+
+@torch.no_grad()
+def weight_read_seconds(model: torch.nn.Module, repeats: int = 10) -> float:
+    """The best time to read every weight of `model` once (a sum over each): no decode step can take less when the
+    weights do not fit in the cache, since a step multiplies by every one of them."""
+    weights = matmul_weights(model)
+    return best_seconds(lambda: [w.sum() for w in weights], repeats)
+
+
+@torch.no_grad()
+def decode_matmul_seconds(model: torch.nn.Module, rows: int, repeats: int = 10) -> float:
+    """The best time of one decode step's weight matmuls alone at `rows` rows, run as sparring's sampler runs them
+    (the fast decoder's fused, on CPU oneDNN-packed, projections of every layer, then the LM head)."""
+    from sparring.engine.decoder import make_decoder
+
+    decoder = make_decoder(model)
+    config = model.config
+    hidden_R_H = torch.randn(rows, config.hidden_size)
+    attention_R_A = torch.randn(rows, config.num_attention_heads * decoder.head_dim)
+    intermediate_R_I = torch.randn(rows, config.intermediate_size)
+
+    def matmuls():
+        for layer in decoder.layers:
+            layer.qkv_proj(hidden_R_H), layer.o_proj(attention_R_A), layer.gate_up_proj(hidden_R_H), layer.down_proj(intermediate_R_I)
+        decoder.lm_head(hidden_R_H)
+
+    return best_seconds(matmuls, repeats)
 
 
 def chat_prompts(renderer, count: int) -> list[list[int]]:

@@ -50,6 +50,13 @@ Run with the `bench` extra installed (`pip install -e '.[bench]'`, what
 
     .venv/bin/python benchmarks/grpo_vs_trl.py [--sizes 8 32] [--steps 3] [--rounds 1] [--work equal|free]
     .venv/bin/python benchmarks/grpo_vs_trl.py --steps 2 --sizes 8      # a quick look
+
+`--floors` then measures, in the same run, what sparring's step cannot go below
+on this host (`floors`): whether 3x TRL is within reach of any fp32
+implementation (each decode step reads every weight and multiplies by it, at
+best as fast as the host reads memory and runs a large matmul; training at the
+matmul ceiling) and of sparring's matmul kernels (the decode step's weight matmuls as
+its sampler runs them).
 """
 
 from __future__ import annotations
@@ -325,6 +332,40 @@ def report(size: int, summaries: dict[str, dict]) -> None:
     print(f"TRL / sparring: step {trl['step'] / ours['step']:.2f}x, sampling {trl['sampling'] / ours['sampling']:.2f}x, train {trl['train'] / ours['train']:.2f}x")
 
 
+def floors(summaries_by_size: dict[int, dict[str, dict]], args) -> None:
+    """What sparring's step cannot go below on this host at each size, beside a third of TRL's step: its decode
+    steps (each reads every weight once and multiplies by it: the longer of the two at their best rates; or the
+    weight matmuls as sparring's sampler runs them) plus its training half's FLOPs (forward and backward through
+    the frozen weights, 4 x weights x tokens, the group's prompt once) at the matmul ceiling."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from common import decode_matmul_seconds, matmul_ceiling_gflops, matmul_weights, weight_read_seconds
+
+    from sparring.models import load_base_model
+
+    model = load_base_model(MODEL).model
+    tied_or_head = {model.get_input_embeddings().weight.data_ptr(), model.get_output_embeddings().weight.data_ptr()}
+    head = model.get_output_embeddings().weight.numel()
+    backbone = sum(w.numel() for w in matmul_weights(model) if w.data_ptr() not in tied_or_head)
+    ceiling, read_s = matmul_ceiling_gflops(), weight_read_seconds(model)
+    decode_steps = args.max_tokens - 1  # the first token of a completion comes from the prefill
+    print(f"\nfloors on this host: every weight read once {read_s * 1e3:.1f} ms; fp32 matmul ceiling {ceiling:.0f} GFLOP/s")
+    for size, summaries in summaries_by_size.items():
+        ours, trl = summaries["sparring"], summaries["trl"]
+        completion = ours["completion_tokens"]
+        prompt_once = (ours["tokens"] - completion) / args.group_size
+        train_gflop = 4 * (backbone * (prompt_once + completion) + head * completion) / 1e9
+        train_s, matmul_s = train_gflop / ceiling, decode_matmul_seconds(model, size)
+        target = trl["step"] / 3
+        # A decode step reads every weight and multiplies by it: no less than either at its best rate.
+        bound_s = max(read_s, 2 * (backbone + head) * size / 1e9 / ceiling)
+        for name, decode_s in (("weights read or multiplied at the ceiling", bound_s), ("weight matmuls as sparring runs them", matmul_s)):
+            floor = decode_steps * decode_s + train_s
+            print(
+                f"{size} completions, {name}: {decode_steps} x {decode_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the ceiling "
+                f"{train_s:.2f} s = {floor:.2f} s a step; 3x TRL ({trl['step']:.1f} s) needs <= {target:.2f} s: {'within reach' if floor <= target else 'out of reach'}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[8, 32], help="completions per step")
@@ -334,6 +375,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="processes per framework and size (A B, B A, ...)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--work", choices=WORKS, default="equal", help="equal: same prompts, forced lengths, a reward with variance in every group")
+    parser.add_argument("--floors", action="store_true", help="then measure what a step cannot go below on this host, beside a third of TRL's")
     parser.add_argument("--verbose", action="store_true", help="show the workers' output")
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--completions", type=int, help=argparse.SUPPRESS)
@@ -352,6 +394,7 @@ def main() -> None:
     started = time.perf_counter()
     print(f"GRPO step ({args.work} work), {MODEL} + LoRA r{LORA_RANK}, fp32 CPU, {args.max_tokens} max new tokens, group size {args.group_size}, "
           f"{args.warmup} warm-up + {args.steps} timed steps per process, {args.rounds} process(es) per framework and size")  # fmt: skip
+    summaries_by_size: dict[int, dict[str, dict]] = {}
     for size in args.sizes:
         runs: dict[str, list[dict]] = {framework: [] for framework in FRAMEWORKS}
         for round_index in range(args.rounds):
@@ -360,6 +403,9 @@ def main() -> None:
                 runs[framework].append(measure(framework, size, args))
         summaries = {framework: {**summarize(framework_runs), "group_size": args.group_size} for framework, framework_runs in runs.items()}
         report(size, summaries)
+        summaries_by_size[size] = summaries
+    if args.floors:
+        floors(summaries_by_size, args)
     print(f"\n1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; {time.perf_counter() - started:.0f} s in all")
 
 

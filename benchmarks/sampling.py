@@ -14,7 +14,11 @@ with the paths alternating.
 tokens/s counts generated tokens only. The achieved model FLOP rate is
 2 x parameters x tokens/s (prefill and attention left out), shown as a
 fraction of the fp32 matmul ceiling measured in the same run (`torch.matmul`,
-and the higher rate of a matmul through a oneDNN-packed weight).
+and the higher rate of a matmul through a oneDNN-packed weight). Below the
+table, what a decode step cannot go below on this host: the time to read
+every weight once (decoding streams them all each step), and the step's
+weight matmuls alone as the sampler runs them, at each batch size, with the
+share of the ceiling that rate would be and of a sampled step it is.
 
     .venv/bin/python benchmarks/sampling.py [--batches 1,8,32] [--new-tokens 64] [--quick]
 """
@@ -33,7 +37,17 @@ from sparring import EngineConfig, ServiceClient, types
 from sparring.engine.adapters import DEFAULT_LORA_ALPHA, linear_layer_groups
 from sparring.models import load_base_model
 
-from common import chat_prompts, matmul_ceiling_gflops, matmul_parameter_count, packed_matmul_ceiling_gflops, print_table, resolve_model_name
+from common import (
+    chat_prompts,
+    decode_matmul_seconds,
+    matmul_ceiling_gflops,
+    matmul_parameter_count,
+    matmul_weights,
+    packed_matmul_ceiling_gflops,
+    print_table,
+    resolve_model_name,
+    weight_read_seconds,
+)
 
 LORA_RANK = 16
 # Long enough that every concurrent `sample` call joins the first batch.
@@ -138,6 +152,18 @@ def main() -> None:
             versus_hf_lora = rate / tokens_per_s["hf generate + lora", batch]
             rows.append([batch, name, rate, versus_hf, versus_hf_lora, gflops, gflops / ceiling, gflops / packed_ceiling])
     print_table(["batch", "path", "tokens/s", "vs hf", "vs hf+lora", "GFLOP/s", "of ceiling", "of oneDNN ceiling"], rows)
+
+    # What a decode step cannot go below: reading every weight once, and the weight matmuls as the sampler runs them.
+    weight_bytes = sum(w.numel() * w.element_size() for w in matmul_weights(plain.model))
+    read_s = weight_read_seconds(plain.model)
+    print(f"\nfloors of a decode step: every weight read once ({weight_bytes / 1e6:.0f} MB) {read_s * 1e3:.1f} ms ({weight_bytes / read_s / 1e9:.1f} GB/s); "
+          "the step's weight matmuls alone, as the sampler runs them:")  # fmt: skip
+    rows = []
+    for batch in batches:
+        matmul_s = decode_matmul_seconds(plain.model, batch)
+        gflops = 2 * parameters * batch / matmul_s / 1e9
+        rows.append([batch, matmul_s * 1e3, batch / matmul_s, gflops / ceiling, tokens_per_s["sparring + lora", batch] * matmul_s / batch])
+    print_table(["batch", "matmuls ms/step", "tokens/s if only they ran", "of ceiling", "sparring's step spent in them"], rows)
 
 
 if __name__ == "__main__":

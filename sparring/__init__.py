@@ -23,7 +23,8 @@ _HOMES = {
     **dict.fromkeys(
         (
             "AlgorithmConfig", "ConfigError", "DatasetConfig", "DatasetError", "Job", "LeagueConfig", "LoggingConfig", "RunResult",
-            "StepEnd", "StepHook", "StepStart", "TuneConfig", "TunerModelConfig", "ValidationConfig", "load_config_file", "tune",
+            "StepEnd", "StepHook", "StepStart", "TuneConfig", "TunerModelConfig", "ValidationConfig", "WarmStartConfig", "load_config_file",
+            "tune",
         ),
         "sparring.trainer",
     ),
@@ -63,6 +64,7 @@ __all__ = [
     "TunerHandle",
     "TunerModelConfig",
     "ValidationConfig",
+    "WarmStartConfig",
     "Workflow",
     "WorkflowOutput",
     "WorkflowTask",
@@ -84,7 +86,7 @@ if TYPE_CHECKING:
     from .rollout import ChatModel, ChatResponse, FrozenChatModel, JudgeOutput, OpenAIChatModel, ScriptedChatModel, ScriptedPolicy, Workflow, WorkflowOutput, WorkflowTask
     from .trainer import (
         AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LoggingConfig, RunResult, StepEnd, StepHook, StepStart, TuneConfig, TunerModelConfig,
-        ValidationConfig,
+        ValidationConfig, WarmStartConfig,
         load_config_file, tune,
     )
 

@@ -313,6 +313,11 @@ def test_tune_evaluates_baselines_once_beside_the_first_and_last_evaluation(tiny
     baseline_rows = [row for row in logged if "baseline/binary_search/workflow/success" in row]
     assert len(baseline_rows) == 1 and baseline_rows[0]["step"] == 0
     assert baseline_rows[0]["baseline/binary_search/workflow/success/ci_low"] == pytest.approx(wilson_interval(4, 4)[0])
+
+    trained = next(iter(result.sampler_paths.values()))
+    warm = config.model_copy(update={"model": config.model.model_copy(update={"adapter_path": trained}), "run_dir": str(tmp_path / "warm")})
+    warm_labels = [column.label for column in Job.from_config(warm).tune().comparison.columns]
+    assert warm_labels == ["step 0", "step 1", "trained", "binary_search", "random_valid"], "a run that starts from an adapter has no untrained column"
     evaluations = [row for row in logged if "eval/reward/mean" in row]
     assert [row["step"] for row in evaluations] == [0, 1, 2]
     assert all(row["eval/reward/mean/ci_low"] <= row["eval/reward/mean"] <= row["eval/reward/mean/ci_high"] for row in evaluations)

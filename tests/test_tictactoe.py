@@ -4,24 +4,23 @@ the tiny model, and the supervised-ceiling benchmark's data and one step of it."
 
 import argparse
 import asyncio
-import importlib.util
 import itertools
 import json
 import math
 import random
 import re
-import sys
 from pathlib import Path
 from dataclasses import dataclass, field
 
 import pytest
+from benchmark_scripts import load_benchmark
 from transformers import AutoTokenizer
 
 from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, LoggingConfig, ServiceClient, TunerModelConfig, tune
 from sparring.envs import load_game_config
 from sparring.envs.common import play_game
 import sparring.envs.tictactoe
-from sparring.envs.tictactoe import TicTacToe, make_puzzles, make_tasks, minimax, random_legal, tictactoe
+from sparring.envs.tictactoe import TicTacToe, make_move_examples, make_puzzles, make_tasks, minimax, random_legal, tictactoe
 from sparring.envs.tictactoe.tasks import hold_out
 from sparring.envs.tictactoe.workflow import opening_position
 from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, completing_cells, is_tactical, minimax_move, parse_move, random_move, score_given_away_to_chance, tactical_positions, value_given_away
@@ -300,6 +299,23 @@ def test_puzzles_hold_out_the_positions_the_supervised_benchmark_scores():
         make_puzzles("eval", 201, seed=5)
 
 
+def test_move_examples_are_the_puzzles_chats_answered_with_their_perfect_moves():
+    puzzles, examples = make_puzzles("train", 2524, seed=3), make_move_examples("train", 2524, seed=3)
+    shipped = (Path(sparring.envs.tictactoe.__file__).parent / "data" / "move_examples.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in shipped] == examples  # the shipped file is this call
+    remaining = iter(examples)
+    for puzzle in puzzles:  # each puzzle's examples in turn: one per perfect move, weights summing to 1
+        board = Board.from_compact(puzzle["puzzle"])
+        answered = [next(remaining) for _ in best_moves(board)]
+        assert sorted(int(e["messages"][-1]["content"]) for e in answered) == sorted(best_moves(board))
+        assert sum(e["weight"] for e in answered) == pytest.approx(1.0)
+        if len(answered) == 1 and puzzle in puzzles[:30]:  # the chat is what the puzzle episode shows; its reply solves it
+            *chat, reply = answered[0]["messages"]
+            player = Scripted([reply["content"]])
+            assert run_workflow(puzzle, player).reward == {board.to_move.lower(): 1.0} and player.seen[0] == chat
+    assert next(remaining, None) is None
+
+
 def test_make_tasks_alternates_sides_and_differs_by_seed():
     tasks = make_tasks("train", 4, seed=1)
     assert [t["side"] for t in tasks] == ["x", "o", "x", "o"]
@@ -391,14 +407,6 @@ def test_smollm2_answers_the_board_with_a_cell_number(smollm_loaded, tmp_path):
     names_a_cell = sum(any(ch in "123456789" for ch in reply) for reply in replies) / len(replies)
     assert names_a_cell >= 0.7, replies
     assert legal / len(replies) >= 0.3, replies
-
-
-def load_benchmark(name: str):
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "benchmarks" / f"{name}.py")
-    script = importlib.util.module_from_spec(spec)
-    sys.modules[name] = script  # its dataclasses look their module up there
-    spec.loader.exec_module(script)
-    return script
 
 
 def test_the_supervised_ceiling_trains_on_the_perfect_moves_and_saves_adapters(tiny_model_dir, tmp_path):

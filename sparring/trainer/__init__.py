@@ -20,6 +20,7 @@ _HOMES = {
     "LeagueConfig": "league_config",
     **dict.fromkeys(("RunResult", "run_training", "run_training_async"), "loop"),
     "ValidationConfig": "validation_config",
+    "WarmStartConfig": "warm_start_config",
     "ConfigError": "schema",
     **dict.fromkeys(("StepEnd", "StepHook", "StepStart"), "step_hooks"),
     "NothingTrainedError": "training_signal",
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from .training_signal import NothingTrainedError
     from .tune import tune
     from .validation_config import ValidationConfig
+    from .warm_start_config import WarmStartConfig
 
 
 def __getattr__(name: str):

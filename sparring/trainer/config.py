@@ -50,6 +50,7 @@ from .entropy_target_config import EntropyTargetConfig
 from .league_config import LeagueConfig
 from .step_hooks import import_step_hook
 from .validation_config import ValidationConfig
+from .warm_start_config import WarmStartConfig
 from .schema import ConfigRecord
 
 if TYPE_CHECKING:
@@ -380,6 +381,9 @@ class TuneConfig(ConfigRecord):
     opponent (see `league_config.py`, docs/league.md); None: the workflow picks its own opponents."""
     validation: ValidationConfig | None = None
     """Validation tasks on which the run chooses the adapter it keeps as `best` (`validation_config.py`); None: no choice."""
+    warm_start: WarmStartConfig | None = None
+    """Supervised steps on worked examples (chats ending in the reply to learn) before the first RL step
+    (`warm_start_config.py`); None: RL from the first step."""
     step_hooks: list[str] = Field(default_factory=list)
     """Import paths of `StepHook` classes (built with no arguments) whose methods run before every step's rollout
     and after its update (`step_hooks.py`); hooks built in Python are passed to `tune(step_hooks=...)` instead."""
@@ -423,6 +427,8 @@ class TuneConfig(ConfigRecord):
                 raise ValueError(f"{path}.base_url: a remote endpoint cannot be trained; list it in auxiliary_models")
         if self.league is not None:
             self._check_league(self.league)
+        if self.warm_start is not None:
+            self.warm_start.model_key(list(self.trainable_models()))
         if self.validation is not None and self.algorithm.max_staleness:
             raise ValueError("validation: rollouts that run ahead of training (algorithm.max_staleness > 0) are not supported with it; set it to 0")
         remote = [name for name, config in self.trainable_models().items() if config.backend == "tinker"]

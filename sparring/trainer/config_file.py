@@ -141,8 +141,9 @@ def _describe_yaml_error(path: Path, err: yaml.YAMLError) -> str:
 
 def _rebase_dataset_paths(data: dict[str, Any], root: Path) -> None:
     """Make the relative `path` of each dataset section in a config dict relative to `root` (absolute ones stay)."""
-    validation = data.get("validation")
-    for dataset in [data.get("train_dataset"), data.get("eval_dataset"), validation.get("dataset") if isinstance(validation, dict) else None]:
+    validation, warm_start = data.get("validation"), data.get("warm_start")
+    nested = [section.get("dataset") for section in (validation, warm_start) if isinstance(section, dict)]
+    for dataset in [data.get("train_dataset"), data.get("eval_dataset"), *nested]:
         if isinstance(dataset, dict) and isinstance(dataset.get("path"), str):
             dataset["path"] = str(root / dataset["path"])
 

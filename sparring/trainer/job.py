@@ -28,6 +28,7 @@ from .imports import import_object, importable_path
 from .league_config import LeagueConfig
 from .schema import ConfigError
 from .validation_config import ValidationConfig
+from .warm_start_config import WarmStartConfig
 
 DatasetSpec = DatasetConfig | dict[str, Any] | list[dict[str, Any]] | str | os.PathLike[str]
 """A dataset as `set_data` takes it: a config, its fields, the tasks themselves, or a path."""
@@ -72,6 +73,7 @@ class Job:
         logging: LoggingConfig | dict[str, Any] | None = None,
         league: LeagueConfig | dict[str, Any] | None = None,
         validation: ValidationConfig | dict[str, Any] | None = None,
+        warm_start: WarmStartConfig | dict[str, Any] | None = None,
     ) -> None:
         """Build the config; a string `model` is a model path and a string `algorithm` an algorithm type."""
         fields: dict[str, Any] = {
@@ -83,6 +85,7 @@ class Job:
             "logging": logging,
             "league": league,
             "validation": validation,
+            "warm_start": warm_start,
         }
         self.config = TuneConfig(**{name: value for name, value in fields.items() if value is not None})
         self._workflow: Callable[..., Any] | type | None = None

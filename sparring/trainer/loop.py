@@ -10,6 +10,7 @@ advantages per group and role, assemble datums per trainable model,
 halves of a step are `step.py`; what every step does around them, on either
 schedule, is `step_sequence.py`, and user code joins it there as step hooks,
 `step_hooks.py`).
+With `warm_start:` a new run first takes supervised steps on worked examples (`warm_start.py`).
 Episodes sample from the live adapters, so each step sees the weights of the
 step before; with `algorithm.max_staleness` > 0 the rollouts of later steps
 run on frozen older weights while a step trains instead (`pipeline.py`). Snapshot opponents are retaken at the start of the steps they
@@ -64,6 +65,7 @@ from .step_hooks import StepHook
 from .step_sequence import LiveWeights, StepSequence
 from .stop_signals import StopSignals, Stopped
 from .training_signal import OPT_OUT, NothingTrainedError
+from .warm_start import warm_start
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +137,15 @@ async def run_training_async(
             start_step, saved_versions = restore_checkpoint(checkpoint, run.models, run.stream)
             log.info("resumed %s at step %d", run_dir, start_step)
         every_hook = [*run.step_hooks, *hooks]
-        return await _train(config, run, run_dir, resume, start_step, saved_versions, RunResult(run_dir=run_dir, steps=start_step), stop, every_hook)
+        teach_first = config.warm_start is not None and checkpoint is None  # a checkpoint holds the warm start's result
+        return await _train(config, run, run_dir, resume, start_step, saved_versions, RunResult(run_dir=run_dir, steps=start_step), stop, every_hook, teach_first)
     finally:
         stop.restore()
 
 
-async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int, saved_versions: dict, result: RunResult, stop: StopSignals, hooks: list[StepHook]) -> RunResult:
+async def _train(
+    config: TuneConfig, run, run_dir: Path, resume, start_step: int, saved_versions: dict, result: RunResult, stop: StopSignals, hooks: list[StepHook], teach_first: bool
+) -> RunResult:
     algorithm, models, stream = config.algorithm, run.models, run.stream
     previous_metrics = [record for record in read_metrics(run_dir) if record["step"] <= start_step] if start_step else []
     total_steps = stream.num_steps
@@ -148,6 +153,8 @@ async def _train(config: TuneConfig, run, run_dir: Path, resume, start_step: int
         sequence = StepSequence(run, run_dir, start_step, logger, progress, stop, hooks, previous_metrics)
         record, streak, signal, held_out = sequence.record, sequence.streak, sequence.signal, sequence.held_out
         try:
+            if teach_first:
+                logger.log(0, await warm_start(config.warm_start, models, progress, stop))
             if algorithm.max_staleness:
                 await RolloutPipeline(sequence, saved_versions).run()
             else:

@@ -98,6 +98,9 @@ class StepSequence:
         self.run = run
         self.run_dir = run_dir
         self.models = run.models
+        self.warm_started = run.config.warm_start is not None or any(model.adapter_path for model in run.config.trainable_models().values())
+        """A trainable model starts from a saved adapter or a warm start: its step-0 evaluation is labelled 'step 0',
+        not 'untrained'."""
         self.algorithm = run.config.algorithm
         self.logger = logger
         self.progress = progress
@@ -127,7 +130,7 @@ class StepSequence:
             self.models.league.refresh(step)
         snapshot_ages = self.models.snapshot_ages(weights.version)
         if self.held_out.evaluates and self.algorithm.evaluates_before(step):
-            label = "untrained" if step == 0 else f"step {step}"
+            label = "untrained" if step == 0 and not self.warm_started else f"step {step}"
             await self.stop.cancelling(self.held_out.evaluate(step, label, weights.tuner_factory(training=False)))
         await self.validate(step, weights.tuner_factory(training=False))
         self.models.reseed(self.algorithm.seed, step)

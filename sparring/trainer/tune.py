@@ -18,6 +18,7 @@ from .league_config import LeagueConfig
 from .loop import RunResult
 from .step_hooks import StepHook
 from .validation_config import ValidationConfig
+from .warm_start_config import WarmStartConfig
 
 
 def tune(
@@ -34,6 +35,7 @@ def tune(
     logging: LoggingConfig | None = None,
     league: LeagueConfig | None = None,
     validation: ValidationConfig | None = None,
+    warm_start: WarmStartConfig | None = None,
     resume: str | Path | None = None,
     overwrite: bool = False,
     step_hooks: Sequence[StepHook] = (),
@@ -52,6 +54,7 @@ def tune(
         logging=logging or LoggingConfig(),
         league=league,
         validation=validation,
+        warm_start=warm_start,
     )
     job.set_workflow(workflow_func, judge=judge_func).set_data(train=train_dataset, eval=eval_dataset)
     return job.tune(resume=resume, overwrite=overwrite, hooks=step_hooks)

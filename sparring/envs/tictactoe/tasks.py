@@ -1,4 +1,5 @@
-"""Tic-tac-toe's tasks: games (seeds drawn from a seed, sides alternating) and puzzles (one tactical position each).
+"""Tic-tac-toe's tasks: games (seeds drawn from a seed, sides alternating) and puzzles (one tactical position each),
+and the puzzles' answers as supervised examples (`make_move_examples`, for a run's `warm_start:`).
 
 Both follow the `make_tasks` contract of `envs.common.tasks`. A game task is a seed and the policy's side. A
 puzzle task is a position to make one move in (`puzzle`, `Board.compact`'s text), marked `"league": false` so a
@@ -12,8 +13,8 @@ import random
 from typing import TypeVar
 
 from ..common import check_split
-from .rules import tactical_positions
-from .workflow import PUZZLE_KEY, SEATS
+from .rules import Board, best_moves, tactical_positions
+from .workflow import PUZZLE_KEY, SEATS, TicTacToe
 
 HELD_OUT_PUZZLES = 200
 """Tactical positions kept for evaluation (drawn by `hold_out` with seed 0 from `tactical_positions()`)."""
@@ -56,3 +57,20 @@ def make_puzzles(split: str, count: int, seed: int) -> list[dict]:
         {"task_id": f"puzzle-{seed}-{i}", "seed": rng.randrange(2**31), PUZZLE_KEY: board.compact(), "league": False}
         for i, board in enumerate(rng.sample(pool, count))
     ]
+
+
+def make_move_examples(split: str, count: int, seed: int) -> list[dict]:
+    """`make_puzzles(split, count, seed)` answered: per puzzle, the chat the game shows its mover there (system prompt,
+    worked example, board), ending in a perfect move; one example per perfect move, weighted 1 / their number, so a
+    position weighs 1 whatever its answers (`warm_start:`'s example format).
+
+    The shipped file: data/move_examples.jsonl is make_move_examples("train", 2524, seed=3) (data/puzzles.jsonl's
+    positions).
+    """
+    examples = []
+    for puzzle in make_puzzles(split, count, seed):
+        board = Board.from_compact(puzzle[PUZZLE_KEY])
+        game, seat, perfect = TicTacToe(board), board.to_move.lower(), sorted(best_moves(board))
+        chat = [*game.opening(seat), {"role": "user", "content": game.prompt(seat)}]
+        examples += [{"messages": [*chat, {"role": "assistant", "content": str(cell)}], "weight": 1 / len(perfect)} for cell in perfect]
+    return examples
