@@ -4,8 +4,9 @@ Some skills come slowly from rewards and fast from answers. On tic-tac-toe, 80 s
 policy finding a winning or blocking move about half the time, where the same minutes of cross-entropy on the
 solver's moves reached 0.71 on unseen positions (docs/results.md). `warm_start:` (`warm_start_config.py`) gives a
 run such answers first: `steps` optimizer steps of cross-entropy on the assistant replies of chat examples, through
-the training client RL then continues with, on a fresh optimizer (the weights reloaded without Adam's moments). `supervised_datum` makes an example a Tinker
-`Datum`: the chat rendered as the policy sees it, the reply's tokens and its end-of-turn token as targets. It runs
+the training client RL then continues with, on a fresh optimizer (the weights reloaded without Adam's moments).
+`supervised_datum` makes an example a Tinker `Datum`: the chat rendered as the policy sees it, the reply's tokens
+and its end-of-turn token as targets. It runs
 on a new run only (a resumed run's checkpoint holds its result; a stop signal during it ends the run with a
 checkpoint of the weights taught so far, which a resume does not teach again); its losses are logged at step 0.
 """
