@@ -45,6 +45,7 @@ from sparring.envs.tictactoe import TicTacToe
 from sparring.envs.tictactoe.workflow import VIEWS
 from sparring.envs.tictactoe.rules import Board, best_moves, reached, tactical_positions
 from sparring.envs.tictactoe.tasks import hold_out
+from sparring.trainer.warm_start import weighted_datum
 
 
 def positions_against_perfect_play(mark: str) -> list[Board]:
@@ -60,15 +61,13 @@ POSITIONS = {
 
 def prompt_tokens(renderer, board: Board, view: str, example: bool) -> list[int]:
     """The workflow's prompt for the mover of `board` (its `board_view` and `example`), rendered for the model."""
-    game, seat = TicTacToe(board, view=view, example=example), board.to_move.lower()
-    return renderer.render([*game.opening(seat), {"role": "user", "content": game.prompt(seat)}])
+    return renderer.render(TicTacToe(board, view=view, example=example).chat(board.to_move.lower()))
 
 
 def move_datum(renderer, prompt: list[int], cell: int, weight: float) -> types.Datum:
-    """The prompt followed by the move `cell`, its token(s) weighted `weight` as the target."""
-    tokens = prompt + renderer.encode_text(str(cell))
-    weights = [0.0] * (len(prompt) - 1) + [weight] * (len(tokens) - len(prompt))
-    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights})
+    """The prompt followed by the move `cell`, its token(s) weighted `weight` as the target (no end-of-turn token,
+    as the adapters in docs/results.md were trained)."""
+    return weighted_datum(prompt, renderer.encode_text(str(cell)), weight)
 
 
 def perfect_move_data(renderer, boards: list[Board], view: str = "grid", example: bool = True) -> list[types.Datum]:

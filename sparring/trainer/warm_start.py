@@ -44,9 +44,13 @@ def supervised_datum(renderer: ChatRenderer, example: dict, where: str) -> Datum
         raise DatasetError(f"{where}: the last message's content must be the reply's text, got {reply!r}")
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
         raise DatasetError(f"{where}: weight must be a positive number, got {weight!r}")
-    prompt = renderer.render(messages[:-1])
-    tokens = prompt + renderer.encode_text(reply) + renderer.stop_token_ids[:1]
-    weights = [0.0] * (len(prompt) - 1) + [float(weight)] * (len(tokens) - len(prompt))
+    return weighted_datum(renderer.render(messages[:-1]), renderer.encode_text(reply) + renderer.stop_token_ids[:1], float(weight))
+
+
+def weighted_datum(prompt: list[int], reply: list[int], weight: float) -> Datum:
+    """A cross-entropy datum: `prompt` then `reply`, the reply's tokens the targets, each weighted `weight`."""
+    tokens = prompt + reply
+    weights = [0.0] * (len(prompt) - 1) + [weight] * len(reply)
     return Datum(model_input=ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights})
 
 
@@ -59,20 +63,22 @@ async def warm_start(config: WarmStartConfig, models: TrainingModels, progress: 
     renderer = get_renderer(client.get_tokenizer())
     examples = load_tasks(config.dataset)
     data = [supervised_datum(renderer, example, f"warm_start.dataset: row {index}") for index, example in enumerate(examples)]
+    target_weights = [sum(datum.loss_fn_inputs["weights"].tolist()) for datum in data]
     rng, order = random.Random(config.dataset.seed), []
     losses, step_activity = [], progress.activity
     for step in range(config.steps):
         stop.check()  # a stop signal ends the run here, its checkpoint holding the weights taught so far
         progress.activity = f"warm start {step + 1}/{config.steps}"  # what the console's heartbeat names
-        batch = []
-        while len(batch) < config.batch_size:
+        picked = []
+        while len(picked) < config.batch_size:
             if not order:  # a new pass over the examples
                 order = list(range(len(data)))
                 if config.dataset.shuffle:
                     rng.shuffle(order)
-            batch.append(data[order.pop()])
+            picked.append(order.pop())
+        batch = [data[index] for index in picked]
         output, _ = await asyncio.gather(client.forward_backward(batch, "cross_entropy", None), client.optim_step(adam_params))
-        losses.append(output.loss / sum(sum(d.loss_fn_inputs["weights"].tolist()) for d in batch))
+        losses.append(output.loss / sum(target_weights[index] for index in picked))
         if progress.enabled and ((step + 1) % REPORT_EVERY_STEPS == 0 or step + 1 == config.steps):
             progress.line(f"warm start {step + 1}/{config.steps}: loss per target token {_recent(losses):.3f} (mean of the last {REPORT_EVERY_STEPS} steps)")
     progress.activity = step_activity

@@ -71,6 +71,5 @@ def make_move_examples(split: str, count: int, seed: int) -> list[dict]:
     for puzzle in make_puzzles(split, count, seed):
         board = Board.from_compact(puzzle[PUZZLE_KEY])
         game, seat, perfect = TicTacToe(board), board.to_move.lower(), sorted(best_moves(board))
-        chat = [*game.opening(seat), {"role": "user", "content": game.prompt(seat)}]
-        examples += [{"messages": [*chat, {"role": "assistant", "content": str(cell)}], "weight": 1 / len(perfect)} for cell in perfect]
+        examples += [{"messages": [*game.chat(seat), {"role": "assistant", "content": str(cell)}], "weight": 1 / len(perfect)} for cell in perfect]
     return examples

@@ -114,6 +114,10 @@ class TicTacToe(TwoPlayerGame):
     def prompt(self, seat: str) -> str:
         return self.show(self.board)
 
+    def chat(self, seat: str) -> list[dict]:
+        """What `seat` is shown before it moves (with `memory: turn`): the opening messages, then the board."""
+        return [*self.opening(seat), {"role": "user", "content": self.prompt(seat)}]
+
     def show(self, board: Board) -> str:
         """The board as the view draws it, then the free cells to pick from."""
         drawn = board.render() + ("\n" + board.render_lines() if self.view == "lines" else "")
