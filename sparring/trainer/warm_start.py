@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import time
 
 from ..logging import TrainingProgress
 from ..models.renderer import ChatRenderer, get_renderer
 from ..types import AdamParams, Datum, ModelInput
-from .dataset import DatasetError, load_tasks
+from .dataset import DatasetError, TaskStream, load_tasks
 from .models import TrainingModels
 from .stop_signals import StopSignals
 from .warm_start_config import WarmStartConfig
@@ -64,18 +63,12 @@ async def warm_start(config: WarmStartConfig, models: TrainingModels, progress: 
     examples = load_tasks(config.dataset)
     data = [supervised_datum(renderer, example, f"warm_start.dataset: row {index}") for index, example in enumerate(examples)]
     target_weights = [sum(datum.loss_fn_inputs["weights"].tolist()) for datum in data]
-    rng, order = random.Random(config.dataset.seed), []
+    batches = TaskStream([{"row": index} for index in range(len(data))], config.batch_size, total_steps=config.steps, shuffle=config.dataset.shuffle, seed=config.dataset.seed)
     losses, step_activity = [], progress.activity
-    for step in range(config.steps):
+    for step, rows in enumerate(batches):
         stop.check()  # a stop signal ends the run here, its checkpoint holding the weights taught so far
         progress.activity = f"warm start {step + 1}/{config.steps}"  # what the console's heartbeat names
-        picked = []
-        while len(picked) < config.batch_size:
-            if not order:  # a new pass over the examples
-                order = list(range(len(data)))
-                if config.dataset.shuffle:
-                    rng.shuffle(order)
-            picked.append(order.pop())
+        picked = [row["row"] for row in rows]
         batch = [data[index] for index in picked]
         output, _ = await asyncio.gather(client.forward_backward(batch, "cross_entropy", None), client.optim_step(adam_params))
         losses.append(output.loss / sum(target_weights[index] for index in picked))

@@ -19,8 +19,9 @@ class WarmStartConfig(ConfigRecord):
     """The examples, one per row: `messages` (a chat) ending in the assistant reply to learn, and an optional
     `weight` (default 1) that scales its tokens' loss (e.g. 1/k for each of k equally right replies)."""
     steps: int = Field(ge=1, le=MAX_STEPS)
-    """Optimizer steps, each on the next `batch_size` examples (the dataset's order, reshuffled every pass when
-    `dataset.shuffle`)."""
+    """Optimizer steps, each on the next `batch_size` examples, as training steps draw tasks (`TaskStream`): the
+    dataset's order, reshuffled every pass from `dataset.seed` + the pass when `dataset.shuffle`; a pass's last batch
+    may be smaller."""
     batch_size: int = Field(default=16, ge=1, le=MAX_BATCH_SIZE)
     """Examples per step."""
     learning_rate: float = Field(default=1e-3, gt=0.0, le=MAX_LEARNING_RATE)
