@@ -23,7 +23,7 @@ import sparring.envs.tictactoe
 from sparring.envs.tictactoe import TicTacToe, make_move_examples, make_puzzles, make_tasks, minimax, random_legal, tictactoe
 from sparring.envs.tictactoe.tasks import hold_out
 from sparring.envs.tictactoe.workflow import opening_position
-from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, completing_cells, is_tactical, minimax_move, parse_move, random_move, score_given_away_to_chance, tactical_positions, value_given_away
+from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, completing_cells, is_tactical, minimax_move, parse_move, random_move, score_given_away_to_chance, tactical_positions, teaching_moves, value_given_away
 from sparring.logging import read_metrics, read_rollouts
 from sparring.models.renderer import get_renderer
 from sparring.rollout import FrozenChatModel
@@ -299,15 +299,26 @@ def test_puzzles_hold_out_the_positions_the_supervised_benchmark_scores():
         make_puzzles("eval", 201, seed=5)
 
 
-def test_move_examples_are_the_puzzles_chats_answered_with_their_perfect_moves():
+def test_teaching_moves_are_the_perfect_moves_that_win_at_once_or_most_often_against_random_play():
+    assert teaching_moves(Board()) == [1, 3, 7, 9]  # every cell draws; a corner wins most often against a random mover
+    slow_and_quick = Board.from_moves([1, 4, 2, 5, 9])  # O to move: 6 wins at once; blocking 3 keeps a slower forced win
+    assert best_moves(slow_and_quick) == [3, 6] and teaching_moves(slow_and_quick) == [6]
+    for board in tactical_positions()[::50]:
+        taught = teaching_moves(board)
+        assert taught and set(taught) <= set(best_moves(board))
+        wins = completing_cells(board, board.to_move)
+        assert not wins or taught == sorted(wins)
+
+
+def test_move_examples_are_the_puzzles_chats_answered_with_their_teaching_moves():
     puzzles, examples = make_puzzles("train", 2524, seed=3), make_move_examples("train", 2524, seed=3)
     shipped = (Path(sparring.envs.tictactoe.__file__).parent / "data" / "move_examples.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in shipped] == examples  # the shipped file is this call
     remaining = iter(examples)
-    for puzzle in puzzles:  # each puzzle's examples in turn: one per perfect move, weights summing to 1
+    for puzzle in puzzles:  # each puzzle's examples in turn: one per teaching move, weights summing to 1
         board = Board.from_compact(puzzle["puzzle"])
-        answered = [next(remaining) for _ in best_moves(board)]
-        assert sorted(int(e["messages"][-1]["content"]) for e in answered) == sorted(best_moves(board))
+        answered = [next(remaining) for _ in teaching_moves(board)]
+        assert sorted(int(e["messages"][-1]["content"]) for e in answered) == teaching_moves(board)
         assert sum(e["weight"] for e in answered) == pytest.approx(1.0)
         if len(answered) == 1 and puzzle in puzzles[:30]:  # the chat is what the puzzle episode shows; its reply solves it
             *chat, reply = answered[0]["messages"]

@@ -175,6 +175,18 @@ def best_moves(board: Board) -> list[int]:
     return [cell for cell, value in values.items() if value == best]
 
 
+def teaching_moves(board: Board) -> list[int]:
+    """The perfect moves a teacher shows: the cells that win at once where the mover can complete a line, else the
+    perfect moves that score best against a random mover. `best_moves` ranks a slow forced win with the quick one and
+    a drawing edge with a drawing corner; an imitator learns the simplest of them, the one that wins most often."""
+    wins = completing_cells(board, board.to_move)
+    if wins:
+        return sorted(wins)
+    scores = {cell: _score_after_move(board.play(cell).cells) for cell in best_moves(board)}
+    top = max(scores.values())
+    return sorted(cell for cell, score in scores.items() if score > top - 1e-9)  # symmetric cells tie up to rounding
+
+
 def value_given_away(board: Board, cell: int) -> int:
     """How much game value (perfect play after it: +1 win, 0 draw, -1 loss) playing `cell` gives away against the
     best move available: 0 for a perfect move, 1 for a drawn game thrown or a win turned into a draw, 2 for a won

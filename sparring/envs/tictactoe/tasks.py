@@ -13,7 +13,7 @@ import random
 from typing import TypeVar
 
 from ..common import check_split
-from .rules import Board, best_moves, tactical_positions
+from .rules import Board, tactical_positions, teaching_moves
 from .workflow import PUZZLE_KEY, SEATS, TicTacToe
 
 HELD_OUT_PUZZLES = 200
@@ -61,8 +61,9 @@ def make_puzzles(split: str, count: int, seed: int) -> list[dict]:
 
 def make_move_examples(split: str, count: int, seed: int) -> list[dict]:
     """`make_puzzles(split, count, seed)` answered: per puzzle, the chat the game shows its mover there (system prompt,
-    worked example, board), ending in a perfect move; one example per perfect move, weighted 1 / their number, so a
-    position weighs 1 whatever its answers (`warm_start:`'s example format).
+    worked example, board), ending in one of its `teaching_moves` (the win at once where there is one, not a slower
+    forced win; else the perfect moves that win most often against a random mover); one example per such move,
+    weighted 1 / their number, so a position weighs 1 whatever its answers (`warm_start:`'s example format).
 
     The shipped file: data/move_examples.jsonl is make_move_examples("train", 2524, seed=3) (data/puzzles.jsonl's
     positions).
@@ -70,6 +71,6 @@ def make_move_examples(split: str, count: int, seed: int) -> list[dict]:
     examples = []
     for puzzle in make_puzzles(split, count, seed):
         board = Board.from_compact(puzzle[PUZZLE_KEY])
-        game, seat, perfect = TicTacToe(board), board.to_move.lower(), sorted(best_moves(board))
-        examples += [{"messages": [*game.chat(seat), {"role": "assistant", "content": str(cell)}], "weight": 1 / len(perfect)} for cell in perfect]
+        game, seat, taught = TicTacToe(board), board.to_move.lower(), teaching_moves(board)
+        examples += [{"messages": [*game.chat(seat), {"role": "assistant", "content": str(cell)}], "weight": 1 / len(taught)} for cell in taught]
     return examples
