@@ -174,6 +174,20 @@ def test_fallible_minimax_blocks_except_on_its_random_moves_and_loses_some_games
     assert sum(e.metrics["win_rate"] for e in games) == 0 and 5 <= losses <= 50
 
 
+
+def test_perfect_play_ties_every_group_against_minimax_but_few_against_fallible_minimax():
+    """Why tic-tac-toe's league meets `fallible_minimax`, not `minimax`: once the policy plays perfectly, every group
+    of 8 games against minimax is 8 draws (no reward variance, nothing to learn), against fallible_minimax few are."""
+    tasks = [{"seed": group, "side": "xo"[group % 2], "workflow_args": {"opponent": "drawn"}} for group in range(16) for _ in range(8)]
+    tied_groups = {}
+    for opponent in (ttt.minimax, ttt.fallible_minimax):
+        games = play(ttt.tictactoe, tasks, ttt.minimax, auxiliary={"drawn": ScriptedChatModel.seeded(opponent, name="drawn", seed=1, baseline=False)})
+        assert all(e.error is None and e.metrics["loss_rate"] == 0.0 for e in games)
+        wins = [e.metrics["win_rate"] for e in games]
+        tied_groups[opponent.__name__] = sum(len(set(wins[start : start + 8])) == 1 for start in range(0, len(games), 8))
+    assert tied_groups["minimax"] == 16 and tied_groups["fallible_minimax"] <= 4
+
+
 # --- twenty questions and werewolf ----------------------------------------------------------------
 
 

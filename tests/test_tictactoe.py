@@ -20,7 +20,7 @@ from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, Lo
 from sparring.envs import load_game_config
 from sparring.envs.common import play_game
 import sparring.envs.tictactoe
-from sparring.envs.tictactoe import TicTacToe, make_move_examples, make_puzzles, make_tasks, minimax, random_legal, tictactoe
+from sparring.envs.tictactoe import TicTacToe, fallible_minimax, make_move_examples, make_puzzles, make_tasks, minimax, random_legal, tictactoe
 from sparring.envs.tictactoe.tasks import hold_out
 from sparring.envs.tictactoe.workflow import opening_position
 from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, completing_cells, is_tactical, minimax_move, parse_move, random_move, score_given_away_to_chance, tactical_positions, teaching_moves, value_given_away
@@ -386,7 +386,7 @@ def test_the_example_configs_load():
     league = config.league
     assert (league.sampling, league.draw_per, league.pfsp_power, league.snapshot_every_steps) == ("pfsp", "group", 0.5, 0)
     assert config.algorithm.turn_reward_discount == 0.0 and config.train_dataset.workflow_args["value_credit"] == 1.0
-    assert {name: import_object(path) for name, path in league.scripted.items()} == {"random_legal": random_legal, "minimax": minimax}
+    assert {name: import_object(path) for name, path in league.scripted.items()} == {"random_legal": random_legal, "fallible_minimax": fallible_minimax}
     train, held_out = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     assert len(train) == 256 and len(held_out) == 200 and held_out[0]["workflow_args"]["opponent"] == "random"
     assert [{key: task[key] for key in ("task_id", "seed", "side")} for task in train] == make_tasks("train", 256, seed=1)
