@@ -174,7 +174,6 @@ def test_fallible_minimax_blocks_except_on_its_random_moves_and_loses_some_games
     assert sum(e.metrics["win_rate"] for e in games) == 0 and 5 <= losses <= 50
 
 
-
 def test_perfect_play_ties_every_group_against_minimax_but_few_against_fallible_minimax():
     """Why tic-tac-toe's league meets `fallible_minimax`, not `minimax`: once the policy plays perfectly, every group
     of 8 games against minimax is 8 draws (no reward variance, nothing to learn), against fallible_minimax few are."""

@@ -20,7 +20,7 @@ from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, Lo
 from sparring.envs import load_game_config
 from sparring.envs.common import play_game
 import sparring.envs.tictactoe
-from sparring.envs.tictactoe import TicTacToe, fallible_minimax, make_move_examples, make_puzzles, make_tasks, minimax, random_legal, tictactoe
+from sparring.envs.tictactoe import TicTacToe, fallible_minimax, make_move_examples, make_puzzles, make_tasks, random_legal, tictactoe
 from sparring.envs.tictactoe.tasks import hold_out
 from sparring.envs.tictactoe.workflow import opening_position
 from sparring.envs.tictactoe.rules import Board, IllegalMove, best_moves, completing_cells, is_tactical, minimax_move, parse_move, random_move, score_given_away_to_chance, tactical_positions, teaching_moves, value_given_away
