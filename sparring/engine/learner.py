@@ -9,8 +9,9 @@ completions of one prompt, run their shared prefix once), runs the model's
 backbone once per micro-batch, applies the LM head only at real
 (non-padding) positions — with gradient only where the loss has a non-zero
 coefficient, and once for positions of a shared prefix that predict the same
-token — and sums the per-token losses. Gradients accumulate across calls
-until the optimizer step, as in Tinker.
+token — and sums the per-token losses. LoRA layers run as one autograd op
+each (`lora_matmul`), and so does the head's log p(target) (`target_logprobs`).
+Gradients accumulate across calls until the optimizer step, as in Tinker.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from ..models.cache_argument import cache_kwargs, returned_cache
 from ..types import Datum, ForwardBackwardOutput, TensorData
 from .allowed_tokens import allowed_masks, is_allowed, split_allowed
 from .batch_plan import plan_micro_batches
+from .lora_matmul import fused_lora
 from .losses import LOSSES, elementwise_loss, get_loss
+from .target_logprobs import target_logprobs
 
 CONSTRAINT_INPUTS = ("allowed_counts", "allowed_tokens")
 """The inputs of a datum sampled under a constraint: per position the length of its encoded allowed set (0 where
@@ -130,8 +133,10 @@ def _check_ids(index: int, field: str, ids: list[int], vocab_size: int) -> None:
 
 def _target_logprobs(lm_head, hidden_K_H: torch.Tensor, targets_K: torch.Tensor, allowed_K: list[list[int]] | None) -> torch.Tensor:
     """log p(target) per row; renormalised over the allowed tokens on rows with an allowed set."""
-    logits_K_V = lm_head(hidden_K_H).float()
     constrained = [row for row, entry in enumerate(allowed_K or []) if entry]
+    if not constrained and (fused_K := target_logprobs(lm_head, hidden_K_H, targets_K)) is not None:
+        return fused_K
+    logits_K_V = lm_head(hidden_K_H).float()
     if constrained:
         rows_C = torch.tensor(constrained, device=logits_K_V.device)
         allowed_C_V = allowed_masks([allowed_K[row] for row in constrained], logits_K_V.shape[-1], logits_K_V.device)
@@ -161,22 +166,23 @@ def run_forward(
     total_loss = 0.0
     if not _full_attention_only(causal_lm.config):
         min_shared_prefix = 0
-    for batch in plan_micro_batches([p.tokens_N for p in prepared], token_budget, min_shared_prefix):
-        members = [prepared[i] for i in batch.indices]
-        inputs = {key: torch.cat([member.inputs[key] for member in members]).to(device) for key in members[0].inputs}
-        grad_M = loss.gradient_mask(inputs) if backward else torch.zeros(len(inputs["target_tokens"]), dtype=torch.bool, device=device)
-        with torch.set_grad_enabled(backward):
-            hidden_R_H, rows_M = _hidden_states(backbone, [member.tokens_N for member in members], batch.prefix_length, device)
-            allowed_M = _concatenated_allowed(members)
-            logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M)
-            elementwise_M = elementwise_loss(loss_fn, logprobs_M, inputs, loss_config)
-            batch_loss = elementwise_M.sum()
-            if backward and batch_loss.requires_grad:
-                batch_loss.backward()
-        lengths = [len(member.tokens_N) for member in members]
-        for index, logprobs_N, loss_N in zip(batch.indices, logprobs_M.detach().split(lengths), elementwise_M.detach().split(lengths)):
-            outputs[index] = {"logprobs": TensorData.from_torch(logprobs_N), "elementwise_loss": TensorData.from_torch(loss_N)}
-        total_loss += batch_loss.item()
+    with fused_lora(causal_lm):
+        for batch in plan_micro_batches([p.tokens_N for p in prepared], token_budget, min_shared_prefix):
+            members = [prepared[i] for i in batch.indices]
+            inputs = {key: torch.cat([member.inputs[key] for member in members]).to(device) for key in members[0].inputs}
+            grad_M = loss.gradient_mask(inputs) if backward else torch.zeros(len(inputs["target_tokens"]), dtype=torch.bool, device=device)
+            with torch.set_grad_enabled(backward):
+                hidden_R_H, rows_M = _hidden_states(backbone, [member.tokens_N for member in members], batch.prefix_length, device)
+                allowed_M = _concatenated_allowed(members)
+                logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M)
+                elementwise_M = elementwise_loss(loss_fn, logprobs_M, inputs, loss_config)
+                batch_loss = elementwise_M.sum()
+                if backward and batch_loss.requires_grad:
+                    batch_loss.backward()
+            lengths = [len(member.tokens_N) for member in members]
+            for index, logprobs_N, loss_N in zip(batch.indices, logprobs_M.detach().split(lengths), elementwise_M.detach().split(lengths)):
+                outputs[index] = {"logprobs": TensorData.from_torch(logprobs_N), "elementwise_loss": TensorData.from_torch(loss_N)}
+            total_loss += batch_loss.item()
     return ForwardBackwardOutput(
         loss_fn_output_type="ArrayRecord",
         loss_fn_outputs=outputs,

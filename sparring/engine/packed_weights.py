@@ -74,12 +74,15 @@ class ProjectionWeights:
         deltas = [t for name in self.adapters for t in (self.lora.lora_A[name].weight, self.lora.lora_B[name].weight)]
         return [self.linear.weight, *deltas]
 
-    def effective(self) -> torch.Tensor:
-        """W plus every adapter's delta, as peft's merge would write it (a new tensor; W is left alone)."""
+    def write_effective(self, out: torch.Tensor) -> None:
+        """Write W plus every adapter's delta (scaling x B @ A, peft's merge up to float rounding) into `out`, in
+        one pass over it per adapter; W is left alone."""
         weight = self.linear.weight.detach()
-        for name in self.adapters:
-            weight = weight + self.lora.get_delta_weight(name).detach().to(weight.dtype)
-        return weight
+        if not self.adapters:
+            out.copy_(weight)
+        for index, name in enumerate(self.adapters):
+            a, b = self.lora.lora_A[name].weight.detach(), self.lora.lora_B[name].weight.detach()
+            torch.addmm(weight if index == 0 else out, b, a, alpha=self.lora.scaling[name], out=out)
 
 
 def packable(weights: list[torch.Tensor]) -> bool:
@@ -122,12 +125,25 @@ def packed(projections: list[ProjectionWeights]) -> torch.Tensor:
     copy = copies.get(key)
     if copy is None or copy.versions != versions or any(ref() is not t for ref, t in zip(copy.sources, sources)):
         with torch.no_grad():
-            weights = [p.effective() for p in projections]
-            weight = torch.cat(weights) if len(weights) > 1 else weights[0]
-            tensor = torch.ops.mkldnn._reorder_linear_weight(weight)
+            tensor = torch.ops.mkldnn._reorder_linear_weight(_effective_stacked(projections))
         forget = lambda _: copies.pop(key, None)  # noqa: E731
         copy = copies[key] = _PackedCopy(tuple(weakref.ref(t, forget) for t in sources), versions, tensor)
     copies.move_to_end(key)
     while len(copies) > _COPIES_PER_WEIGHTS:
         copies.popitem(last=False)
     return copy.tensor
+
+
+def _effective_stacked(projections: list[ProjectionWeights]) -> torch.Tensor:
+    """The projections' effective weights stacked by rows, written once into one new tensor (a lone projection
+    without adapters: its weight itself)."""
+    if len(projections) == 1 and not projections[0].adapters:
+        return projections[0].weight.detach()
+    first = projections[0].weight
+    stacked = torch.empty(sum(p.weight.shape[0] for p in projections), first.shape[1], dtype=first.dtype, device=first.device)
+    start = 0
+    for projection in projections:
+        rows = projection.weight.shape[0]
+        projection.write_effective(stacked[start : start + rows])
+        start += rows
+    return stacked
