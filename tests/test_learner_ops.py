@@ -8,7 +8,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from sparring import types
-from sparring.engine import AdapterBank, learner
+from sparring.engine import AdapterBank
 from sparring.engine.learner import prepare_data, run_forward
 from sparring.engine.lora_matmul import LoraMatmul, fused_lora
 from sparring.engine.packed_weights import ProjectionWeights
@@ -44,20 +44,24 @@ def ppo_data(seed: int = 0) -> list[types.Datum]:
     return data
 
 
-def forward_backward(bank: AdapterBank, data: list[types.Datum]):
+def forward_backward(bank: AdapterBank, data: list[types.Datum], fused: bool):
     for parameter in bank.parameters("policy"):
         parameter.grad = None
     with bank.use("policy"):
-        output = run_forward(bank.base_model, prepare_data(data, "ppo", 512), "ppo", {}, backward=True, token_budget=1024, min_shared_prefix=8)
+        output = run_forward(bank.base_model, prepare_data(data, "ppo", 512), "ppo", {}, backward=True, token_budget=1024, min_shared_prefix=8, fused=fused)
     return output, [parameter.grad.clone() for parameter in bank.parameters("policy")]
 
 
 def test_the_fused_ops_give_the_composites_logprobs_and_gradients(bank, monkeypatch):
     data = ppo_data()
-    fused, fused_gradients = forward_backward(bank, data)
-    monkeypatch.setattr(learner, "fused_lora", lambda model: __import__("contextlib").nullcontext())
-    monkeypatch.setattr(learner, "target_logprobs", lambda *args: None)
-    composite, composite_gradients = forward_backward(bank, data)
+    calls = []
+    for op in (LoraMatmul, TargetLogprobs):  # count the fused ops' forwards: the fused run must use both
+        monkeypatch.setattr(op, "forward", staticmethod(lambda ctx, *args, _op=op, _forward=op.forward: calls.append(_op) or _forward(ctx, *args)))
+    fused, fused_gradients = forward_backward(bank, data, fused=True)
+    assert LoraMatmul in calls and TargetLogprobs in calls
+    calls.clear()
+    composite, composite_gradients = forward_backward(bank, data, fused=False)
+    assert calls == []
     assert fused.loss == pytest.approx(composite.loss, rel=1e-5)
     for ours, reference in zip(fused.loss_fn_outputs, composite.loss_fn_outputs):
         torch.testing.assert_close(ours["logprobs"].to_torch(), reference["logprobs"].to_torch(), rtol=1e-5, atol=1e-5)
