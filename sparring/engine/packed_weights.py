@@ -75,14 +75,13 @@ class ProjectionWeights:
         return [self.linear.weight, *deltas]
 
     def write_effective(self, out: torch.Tensor) -> None:
-        """Write W plus every adapter's delta (scaling x B @ A, peft's merge up to float rounding) into `out`, in
-        one pass over it per adapter; W is left alone."""
+        """Write W plus every adapter's delta into `out` bit for bit as peft's merge would (the same delta, added in
+        the same order); W is left alone."""
         weight = self.linear.weight.detach()
         if not self.adapters:
             out.copy_(weight)
         for index, name in enumerate(self.adapters):
-            a, b = self.lora.lora_A[name].weight.detach(), self.lora.lora_B[name].weight.detach()
-            torch.addmm(weight if index == 0 else out, b, a, alpha=self.lora.scaling[name], out=out)
+            torch.add(weight if index == 0 else out, self.lora.get_delta_weight(name).detach().to(weight.dtype), out=out)
 
 
 def packable(weights: list[torch.Tensor]) -> bool:
