@@ -52,16 +52,20 @@ def forward_backward(bank: AdapterBank, data: list[types.Datum], fused: bool):
     return output, [parameter.grad.clone() for parameter in bank.parameters("policy")]
 
 
-def test_the_fused_ops_give_the_composites_logprobs_and_gradients(bank, monkeypatch):
+def test_the_fused_ops_give_the_composites_logprobs_and_gradients(bank):
     data = ppo_data()
-    calls = []
-    for op in (LoraMatmul, TargetLogprobs):  # count the fused ops' forwards: the fused run must use both
-        monkeypatch.setattr(op, "forward", staticmethod(lambda ctx, *args, _op=op, _forward=op.forward: calls.append(_op) or _forward(ctx, *args)))
-    fused, fused_gradients = forward_backward(bank, data, fused=True)
-    assert LoraMatmul in calls and TargetLogprobs in calls
-    calls.clear()
-    composite, composite_gradients = forward_backward(bank, data, fused=False)
-    assert calls == []
+    calls, originals = [], {op: vars(op)["forward"] for op in (LoraMatmul, TargetLogprobs)}
+    for op in originals:  # count the fused ops' forwards: the fused run must use both
+        op.forward = staticmethod(lambda ctx, *args, _op=op, _forward=op.forward: calls.append(_op) or _forward(ctx, *args))
+    try:
+        fused, fused_gradients = forward_backward(bank, data, fused=True)
+        assert LoraMatmul in calls and TargetLogprobs in calls
+        calls.clear()
+        composite, composite_gradients = forward_backward(bank, data, fused=False)
+        assert calls == []
+    finally:  # the staticmethods themselves back (monkeypatch would put back the bare functions)
+        for op, forward in originals.items():
+            op.forward = forward
     assert fused.loss == pytest.approx(composite.loss, rel=1e-5)
     for ours, reference in zip(fused.loss_fn_outputs, composite.loss_fn_outputs):
         torch.testing.assert_close(ours["logprobs"].to_torch(), reference["logprobs"].to_torch(), rtol=1e-5, atol=1e-5)

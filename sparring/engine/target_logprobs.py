@@ -8,9 +8,9 @@ scatter into, and `log_softmax`'s backward reads two and writes a fourth.
 `TargetLogprobs` keeps the logits alone: forward their log-sum-exp and the
 target's entry, backward the softmax made from the saved logits, scaled and
 corrected at the targets in place, and a matmul into the hidden states'
-gradient, a block of rows at a time in one small workspace. Same values as the composite (up to float rounding); the
-head's weight gets no gradient, so a trained head (LoRA on it) keeps the
-composite path.
+gradient, a block of rows at a time in one small workspace. Same values as
+the composite (up to float rounding); the head's weight gets no gradient, so
+a trained head (LoRA on it) keeps the composite path.
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ class TargetLogprobs(torch.autograd.Function):
         log_normaliser_K = logits_K_V.amax(-1)
         workspace = _workspace(logits_K_V)
         for rows in _blocks(len(logits_K_V)):
-            exp_B_V = torch.sub(logits_K_V[rows], log_normaliser_K[rows, None], out=workspace[: rows.stop - rows.start]).exp_()
-            log_normaliser_K[rows] += exp_B_V.sum(-1).log_()
+            log_normaliser_K[rows] += _exp_shifted(logits_K_V, log_normaliser_K, rows, workspace).sum(-1).log_()
         ctx.save_for_backward(logits_K_V, log_normaliser_K, weight_V_H, targets_K)
         ctx.hidden_dtype = hidden_K_H.dtype
         return logits_K_V.gather(-1, targets_K[:, None]).squeeze(-1) - log_normaliser_K
@@ -47,7 +46,7 @@ class TargetLogprobs(torch.autograd.Function):
         workspace = _workspace(logits_K_V)
         for rows in _blocks(len(logits_K_V)):
             # d/dlogits of (logit[target] - logsumexp) is onehot(target) - softmax.
-            grad_B_V = torch.sub(logits_K_V[rows], log_normaliser_K[rows, None], out=workspace[: rows.stop - rows.start]).exp_().mul_(-grad_K[rows, None])
+            grad_B_V = _exp_shifted(logits_K_V, log_normaliser_K, rows, workspace).mul_(-grad_K[rows, None])
             grad_B_V.scatter_add_(-1, targets_K[rows, None], grad_K[rows, None])
             torch.mm(grad_B_V.to(ctx.hidden_dtype), weight_V_H, out=grad_hidden_K_H[rows])
         return grad_hidden_K_H, None, None, None
@@ -55,6 +54,11 @@ class TargetLogprobs(torch.autograd.Function):
 
 def _blocks(rows: int) -> list[slice]:
     return [slice(start, min(start + _ROWS_PER_BLOCK, rows)) for start in range(0, rows, _ROWS_PER_BLOCK)]
+
+
+def _exp_shifted(logits_K_V: torch.Tensor, shift_K: torch.Tensor, rows: slice, workspace: torch.Tensor) -> torch.Tensor:
+    """exp(logits - shift) of a block of rows, written into the workspace."""
+    return torch.sub(logits_K_V[rows], shift_K[rows, None], out=workspace[: rows.stop - rows.start]).exp_()
 
 
 def _workspace(logits_K_V: torch.Tensor) -> torch.Tensor:
