@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: the matmul ceiling, model size, prompts, tables.
+"""Helpers shared by the benchmarks: the matmul ceiling, model size, prompts, tables, and a step's matmuls alone.
 
 The matmul ceiling is the FLOP rate of one large fp32 `torch.matmul` with the
 threads torch uses, measured in the same process as the benchmark (the
@@ -6,15 +6,24 @@ machine is shared, so a ceiling from another run would not be comparable).
 Achieved model FLOP rates are reported as a fraction of it, and, where it
 applies, of the same matmul through a oneDNN-packed weight (higher on the
 project machine, and what sparring's CPU sampler uses).
+
+A step's matmuls alone, as sparring runs them, are what its own kernels cannot
+go below: `decode_matmul_seconds` for a decode step's weight matmuls,
+`learner_matmul_seconds` for a GRPO batch's forward+backward, whose every
+matmul call (`MatmulRecorder`: operation, operand shapes and strides) is
+replayed alone on fresh tensors of the same layout.
 """
 
 from __future__ import annotations
 
+import collections
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 SHORT_USER_PROMPTS = [
     "Tell me a fun fact about octopuses.",
@@ -100,6 +109,100 @@ def decode_matmul_seconds(model: torch.nn.Module, rows: int, repeats: int = 10) 
         decoder.lm_head(hidden_R_H)
 
     return best_seconds(matmuls, repeats)
+
+
+def grpo_data(prompts: list[list[int]], group_size: int, completion_tokens: int, vocab_size: int) -> list:
+    """`group_size` random completions of every prompt, advantage +-1 on the completion, sampler logprobs -2."""
+    from sparring import types
+
+    generator = torch.Generator().manual_seed(1)
+    data = []
+    for prompt in prompts:
+        for member in range(group_size):
+            tokens = prompt + torch.randint(0, vocab_size, (completion_tokens,), generator=generator).tolist()
+            advantage = 1.0 if member % 2 else -1.0
+            data.append(
+                types.Datum(
+                    model_input=types.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [-2.0] * (len(tokens) - 1), "advantages": [0.0] * (len(prompt) - 1) + [advantage] * completion_tokens},
+                )
+            )
+    return data
+
+
+@dataclass(frozen=True)
+class TensorLayout:
+    """What a recorded matmul operand looked like: enough to make a fresh tensor laid out the same."""
+
+    shape: tuple[int, ...]
+    """Its sizes."""
+    stride: tuple[int, ...]
+    """Its strides (a transposed view multiplies differently from a contiguous tensor)."""
+    dtype: torch.dtype
+    """Its element type."""
+
+    def fresh(self) -> torch.Tensor:
+        storage = 1 + sum((size - 1) * stride for size, stride in zip(self.shape, self.stride)) if all(self.shape) else 0
+        return torch.randn(storage, dtype=self.dtype).as_strided(self.shape, self.stride)
+
+
+class MatmulRecorder(TorchDispatchMode):
+    """Counts every matmul call made under it, by operation and operand layouts (what `replay_seconds` re-runs)."""
+
+    OPERATIONS = {torch.ops.aten.mm.default, torch.ops.aten.mm.out, torch.ops.aten.addmm.default, torch.ops.aten.addmm.out, torch.ops.aten.addmm_.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}
+
+    def __init__(self):
+        super().__init__()
+        self.calls: collections.Counter = collections.Counter()
+        """(operation, positional arguments, keyword arguments), tensors as `TensorLayout`s: how often it ran."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.OPERATIONS:
+            self.calls[(func, tuple(map(_layout, args)), tuple((key, _layout(value)) for key, value in sorted(kwargs.items())))] += 1
+        return func(*args, **kwargs)
+
+    def flops(self) -> float:
+        """Multiply-adds x 2 of every recorded call."""
+        total = 0.0
+        for (func, args, kwargs), count in self.calls.items():
+            first, second = [a for a in args if isinstance(a, TensorLayout)][-2:]
+            total += 2 * count * torch.Size(first.shape).numel() * second.shape[-1]
+        return total
+
+    def replay_seconds(self, repeats: int) -> float:
+        """Every recorded call's best time alone on fresh tensors of its layouts, times how often it ran, summed."""
+        total = 0.0
+        for (func, args, kwargs), count in self.calls.items():
+            fresh_args = [a.fresh() if isinstance(a, TensorLayout) else a for a in args]
+            fresh_kwargs = {key: value.fresh() if isinstance(value, TensorLayout) else value for key, value in kwargs}
+            total += count * best_seconds(lambda: func(*fresh_args, **fresh_kwargs), repeats)
+        return total
+
+
+def _layout(value):
+    return TensorLayout(tuple(value.shape), tuple(value.stride()), value.dtype) if isinstance(value, torch.Tensor) else value
+
+
+def learner_matmul_seconds(base_model: str, questions: list[str], group_size: int, completion_tokens: int, repeats: int = 10) -> tuple[float, float]:
+    """The best time of a GRPO batch's forward+backward matmuls alone, and their GFLOP: every matmul call of one real
+    forward+backward of sparring's learner (`MatmulRecorder`; ppo, LoRA r=16 on every projection; `group_size`
+    random completions of `completion_tokens` tokens to each chat-rendered question), each replayed alone."""
+    from sparring import ServiceClient
+    from sparring.engine import operations
+
+    client = ServiceClient(base_dir=tempfile.mkdtemp(prefix="sparring-floors-")).create_lora_training_client(base_model, rank=16, seed=0)
+    engine, renderer = client.engine, client.get_renderer()
+    prompts = [renderer.render([{"role": "user", "content": question}]) for question in questions]
+    data = grpo_data(prompts, group_size, completion_tokens, engine.vocab_size)
+    recorder = MatmulRecorder()
+
+    def record_and_replay() -> float:  # on the engine's own thread (and its torch threads), where its learner runs
+        with recorder:
+            operations.forward_backward(engine, client.adapter, data, "ppo", None, True)
+        return recorder.replay_seconds(repeats)
+
+    return engine.call(record_and_replay).result(), recorder.flops() / 1e9
 
 
 def chat_prompts(renderer, count: int) -> list[list[int]]:

@@ -55,8 +55,9 @@ Run with the `bench` extra installed (`pip install -e '.[bench]'`, what
 on this host (`floors`): whether 3x TRL is within reach of any fp32
 implementation (each decode step reads every weight and multiplies by it, at
 best as fast as the host reads memory and runs a large matmul; training at the
-matmul ceiling) and of sparring's matmul kernels (the decode step's weight matmuls as
-its sampler runs them).
+matmul ceiling), of sparring's sampler kernels (the decode step's weight matmuls as
+its sampler runs them) and of all of sparring's matmuls (those, plus every matmul
+of one forward+backward of the step's batch as its learner runs it, each replayed alone).
 """
 
 from __future__ import annotations
@@ -333,12 +334,14 @@ def report(size: int, summaries: dict[str, dict]) -> None:
 
 
 def floors(summaries_by_size: dict[int, dict[str, dict]], args) -> None:
-    """What sparring's step cannot go below on this host at each size, beside a third of TRL's step: its decode
-    steps (each reads every weight once and multiplies by it: the longer of the two at their best rates; or the
-    weight matmuls as sparring's sampler runs them) plus its training half's FLOPs (forward and backward through
-    the frozen weights, 4 x weights x tokens, the group's prompt once) at the matmul ceiling."""
+    """What sparring's step cannot go below on this host at each size, beside a third of TRL's step, three ways:
+    its decode steps (each reads every weight once and multiplies by it: the longer of the two at their best rates)
+    plus its training half's FLOPs (forward and backward through the frozen weights, 4 x weights x tokens, the
+    group's prompt once) at the matmul ceiling; the decode steps' weight matmuls as sparring's sampler runs them
+    plus the same training FLOPs at the ceiling; and the step's matmuls as sparring runs them, sampler and learner
+    (every matmul of one forward+backward of the step's batch, replayed alone: `learner_matmul_seconds`)."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from common import decode_matmul_seconds, matmul_ceiling_gflops, matmul_weights, weight_read_seconds
+    from common import decode_matmul_seconds, learner_matmul_seconds, matmul_ceiling_gflops, matmul_weights, weight_read_seconds
 
     from sparring.models import load_base_model
 
@@ -355,15 +358,18 @@ def floors(summaries_by_size: dict[int, dict[str, dict]], args) -> None:
         prompt_once = (ours["tokens"] - completion) / args.group_size
         train_gflop = 4 * (backbone * (prompt_once + completion) + head * completion) / 1e9
         train_s, matmul_s = train_gflop / ceiling, decode_matmul_seconds(model, size)
+        questions = [task["question"] for task in arithmetic_tasks(256)[: size // args.group_size]]  # the first step's prompts
+        learner_s, learner_gflop = learner_matmul_seconds(MODEL, questions, args.group_size, args.max_tokens)
         target = trl["step"] / 3
         # A decode step reads every weight and multiplies by it: no less than either at its best rate.
         bound_s = max(read_s, 2 * (backbone + head) * size / 1e9 / ceiling)
-        for name, decode_s in (("weights read or multiplied at the ceiling", bound_s), ("weight matmuls as sparring runs them", matmul_s)):
-            floor = decode_steps * decode_s + train_s
-            print(
-                f"{size} completions, {name}: {decode_steps} x {decode_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the ceiling "
-                f"{train_s:.2f} s = {floor:.2f} s a step; 3x TRL ({trl['step']:.1f} s) needs <= {target:.2f} s: {'within reach' if floor <= target else 'out of reach'}"
-            )
+        lines = (
+            ("weights read or multiplied at the ceiling", f"{decode_steps} x {bound_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the ceiling {train_s:.2f} s", decode_steps * bound_s + train_s),
+            ("weight matmuls as sparring runs them", f"{decode_steps} x {matmul_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the ceiling {train_s:.2f} s", decode_steps * matmul_s + train_s),
+            ("all matmuls as sparring runs them", f"{decode_steps} x {matmul_s * 1e3:.1f} ms + the learner's matmuls alone {learner_s:.2f} s ({learner_gflop:.4g} GFLOP)", decode_steps * matmul_s + learner_s),
+        )
+        for name, parts, floor in lines:
+            print(f"{size} completions, {name}: {parts} = {floor:.2f} s a step; 3x TRL ({trl['step']:.1f} s) needs <= {target:.2f} s: {'within reach' if floor <= target else 'out of reach'}")
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ import torch
 
 from sparring import ServiceClient, types
 
-from common import chat_prompts, matmul_ceiling_gflops, matmul_parameter_count, print_table, resolve_model_name
+from common import chat_prompts, grpo_data, matmul_ceiling_gflops, matmul_parameter_count, print_table, resolve_model_name
 
 LORA_RANK = 16
 SHARED_PREFIX = 8
@@ -77,23 +77,6 @@ def ppo_data(tokens: list[list[int]], completion_tokens: int, sampler_logprobs: 
                 loss_fn_inputs={"target_tokens": row[1:], "logprobs": logprobs, "advantages": advantages},
             )
         )
-    return data
-
-
-def grpo_data(prompts: list[list[int]], group_size: int, completion_tokens: int, vocab_size: int) -> list[types.Datum]:
-    """`group_size` random completions of every prompt, advantage +-1 on the completion, sampler logprobs -2."""
-    generator = torch.Generator().manual_seed(1)
-    data = []
-    for prompt in prompts:
-        for member in range(group_size):
-            tokens = prompt + torch.randint(0, vocab_size, (completion_tokens,), generator=generator).tolist()
-            advantage = 1.0 if member % 2 else -1.0
-            data.append(
-                types.Datum(
-                    model_input=types.ModelInput.from_ints(tokens[:-1]),
-                    loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [-2.0] * (len(tokens) - 1), "advantages": [0.0] * (len(prompt) - 1) + [advantage] * completion_tokens},
-                )
-            )
     return data
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+import torch
+
 from benchmark_scripts import load_benchmark
 
 
@@ -21,10 +23,40 @@ def test_the_decode_floors_time_every_weight_and_the_grpo_floor_says_whether_3x_
     script.floors({8: summaries[1e-9]}, argparse.Namespace(max_tokens=8, group_size=8))
     script.floors({8: summaries[1e9]}, argparse.Namespace(max_tokens=8, group_size=8))
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("8 completions")]
-    assert len(lines) == 4 and all("7 x " in line for line in lines)  # 7 decode steps after the prefill's token
-    assert [line.endswith("out of reach") for line in lines] == [True, True, False, False]
+    assert len(lines) == 6 and all("7 x " in line for line in lines)  # 7 decode steps after the prefill's token
+    assert [line.endswith("out of reach") for line in lines] == [True] * 3 + [False] * 3
     config = model.config
     head = config.vocab_size * config.hidden_size
     backbone = sum(p.numel() for p in model.model.layers.parameters() if p.dim() == 2)
     expected_gflop = 4 * (backbone * (5 + 64) + head * 64) / 1e9  # the group's prompt once, every completion token
-    assert expected_gflop > 0.001 and all(f"training {expected_gflop:.4g} GFLOP" in line for line in lines)
+    at_the_ceiling, as_run = [line for line in lines if "at the ceiling" in line], [line for line in lines if "the learner's matmuls alone" in line]
+    assert len(at_the_ceiling) == 4 and expected_gflop > 0.001 and all(f"training {expected_gflop:.4g} GFLOP" in line for line in at_the_ceiling)
+    assert len(as_run) == 2
+
+
+def test_the_matmul_recorder_counts_each_call_by_layout_and_replays_it_alone():
+    common = load_benchmark("common")
+    a, b = torch.randn(6, 4), torch.randn(5, 4)
+    out = torch.zeros(6, 5)
+    with common.MatmulRecorder() as recorder:
+        for _ in range(3):
+            a @ b.t()
+        a @ b.t().contiguous()
+        out.addmm_(a, b.t(), alpha=0.5)
+        torch.relu(a)  # not a matmul: not recorded
+    layouts = {(str(func), tuple(arg.stride for arg in args if isinstance(arg, common.TensorLayout))): count for (func, args, _), count in recorder.calls.items()}
+    assert layouts == {("aten.mm.default", ((4, 1), (1, 4))): 3, ("aten.mm.default", ((4, 1), (5, 1))): 1, ("aten.addmm_.default", ((5, 1), (4, 1), (1, 4))): 1}
+    assert recorder.flops() == 5 * 2 * 6 * 4 * 5
+    assert recorder.replay_seconds(repeats=2) > 0
+
+
+def test_the_learner_matmuls_of_a_grpo_batch_are_its_forward_and_backward(tiny_model_dir, tiny_loaded):
+    common = load_benchmark("common")
+    seconds, gflop = common.learner_matmul_seconds(str(tiny_model_dir), ["What is 2 + 3?"], group_size=4, completion_tokens=6, repeats=1)
+    config = tiny_loaded.model.config
+    prompt = len(tiny_loaded.renderer.render([{"role": "user", "content": "What is 2 + 3?"}]))
+    backbone = sum(p.numel() for p in tiny_loaded.model.model.layers.parameters() if p.dim() == 2)
+    # At least the frozen weights' forward and backward over the prompt once and every completion token, and the
+    # head over every completion token forward and backward.
+    at_least = (4 * backbone * (prompt - 1 + 4 * 6) + 4 * config.vocab_size * config.hidden_size * 4 * 6) / 1e9
+    assert seconds > 0 and at_least * 0.95 <= gflop <= at_least * 3
