@@ -202,7 +202,10 @@ def learner_matmul_seconds(base_model: str, questions: list[str], group_size: in
             operations.forward_backward(engine, client.adapter, data, "ppo", None, True)
         return recorder.replay_seconds(repeats)
 
-    return engine.call(record_and_replay).result(), recorder.flops() / 1e9
+    try:
+        return engine.call(record_and_replay).result(), recorder.flops() / 1e9
+    finally:  # the engine is the process's: leave it without this adapter
+        engine.release(client.adapter).result()
 
 
 def chat_prompts(renderer, count: int) -> list[list[int]]:

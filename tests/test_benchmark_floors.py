@@ -9,6 +9,8 @@ import torch
 
 from benchmark_scripts import load_benchmark
 
+from sparring.engine import get_engine
+
 
 def test_the_decode_floors_time_every_weight_and_the_grpo_floor_says_whether_3x_trl_is_within_reach(tiny_model_dir, tiny_loaded, monkeypatch, capsys):
     common = load_benchmark("common")
@@ -52,7 +54,9 @@ def test_the_matmul_recorder_counts_each_call_by_layout_and_replays_it_alone():
 
 def test_the_learner_matmuls_of_a_grpo_batch_are_its_forward_and_backward(tiny_model_dir, tiny_loaded):
     common = load_benchmark("common")
+    adapters_before = set(get_engine(str(tiny_model_dir)).bank.adapters)
     seconds, gflop = common.learner_matmul_seconds(str(tiny_model_dir), ["What is 2 + 3?"], group_size=4, completion_tokens=6, repeats=1)
+    assert set(get_engine(str(tiny_model_dir)).bank.adapters) == adapters_before  # its adapter released
     config = tiny_loaded.model.config
     prompt = len(tiny_loaded.renderer.render([{"role": "user", "content": "What is 2 + 3?"}]))
     backbone = sum(p.numel() for p in tiny_loaded.model.model.layers.parameters() if p.dim() == 2)
