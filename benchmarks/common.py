@@ -146,10 +146,23 @@ class TensorLayout:
         return torch.randn(storage, dtype=self.dtype).as_strided(self.shape, self.stride)
 
 
+@dataclass(frozen=True)
+class PackedWeightLayout:
+    """A oneDNN-packed weight (`packed_weights`), which has sizes but no strides: packed afresh to replay."""
+
+    shape: tuple[int, ...]
+    """Its sizes, [out, in]."""
+
+    def fresh(self) -> torch.Tensor:
+        return torch.ops.mkldnn._reorder_linear_weight(torch.randn(self.shape))
+
+
 class MatmulRecorder(TorchDispatchMode):
     """Counts every matmul call made under it, by operation and operand layouts (what `replay_seconds` re-runs)."""
 
-    OPERATIONS = {torch.ops.aten.mm.default, torch.ops.aten.mm.out, torch.ops.aten.addmm.default, torch.ops.aten.addmm.out, torch.ops.aten.addmm_.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}
+    LINEAR = torch.ops.mkldnn._linear_pointwise.default
+    """x @ W^T through a packed weight: its second operand is [out, in]."""
+    OPERATIONS = {torch.ops.aten.mm.default, torch.ops.aten.mm.out, torch.ops.aten.addmm.default, torch.ops.aten.addmm.out, torch.ops.aten.addmm_.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default, LINEAR}
 
     def __init__(self):
         super().__init__()
@@ -166,22 +179,28 @@ class MatmulRecorder(TorchDispatchMode):
         """Multiply-adds x 2 of every recorded call."""
         total = 0.0
         for (func, args, kwargs), count in self.calls.items():
-            first, second = [a for a in args if isinstance(a, TensorLayout)][-2:]
-            total += 2 * count * torch.Size(first.shape).numel() * second.shape[-1]
+            if func is self.LINEAR:
+                first, second = args[:2]
+                total += 2 * count * torch.Size(first.shape).numel() * second.shape[0]
+            else:
+                first, second = [a for a in args if isinstance(a, TensorLayout)][-2:]
+                total += 2 * count * torch.Size(first.shape).numel() * second.shape[-1]
         return total
 
     def replay_seconds(self, repeats: int) -> float:
         """Every recorded call's best time alone on fresh tensors of its layouts, times how often it ran, summed."""
         total = 0.0
         for (func, args, kwargs), count in self.calls.items():
-            fresh_args = [a.fresh() if isinstance(a, TensorLayout) else a for a in args]
-            fresh_kwargs = {key: value.fresh() if isinstance(value, TensorLayout) else value for key, value in kwargs}
+            fresh_args = [a.fresh() if isinstance(a, (TensorLayout, PackedWeightLayout)) else list(a) if isinstance(a, tuple) else a for a in args]
+            fresh_kwargs = {key: value.fresh() if isinstance(value, (TensorLayout, PackedWeightLayout)) else value for key, value in kwargs}
             total += count * best_seconds(lambda: func(*fresh_args, **fresh_kwargs), repeats)
         return total
 
 
 def _layout(value):
-    return TensorLayout(tuple(value.shape), tuple(value.stride()), value.dtype) if isinstance(value, torch.Tensor) else value
+    if isinstance(value, torch.Tensor):
+        return PackedWeightLayout(tuple(value.shape)) if value.is_mkldnn else TensorLayout(tuple(value.shape), tuple(value.stride()), value.dtype)
+    return tuple(value) if isinstance(value, list) else value  # hashable: _linear_pointwise takes a list of scalars
 
 
 def learner_matmul_seconds(base_model: str, questions: list[str], group_size: int, completion_tokens: int, repeats: int = 10) -> tuple[float, float]:

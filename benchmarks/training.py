@@ -25,9 +25,10 @@ A second table times the shape a GRPO step trains: `--groups` chat prompts x
 `--group-size` completions of `--completion-tokens` each, ppo, with the
 learner running each group's shared prompt once
 (`EngineConfig.learner_min_shared_prefix = 8`, the default), the same with
-peft's LoRA layers and `log_softmax` instead of the fused ops
-(`EngineConfig.fused_learner_ops = False`), and with every datum run whole
-(0), alternating.
+the fused ops multiplying by the plain weights (MKL) instead of oneDNN-packed
+copies (`EngineConfig.pack_cpu_weights = False`), with peft's LoRA layers and
+`log_softmax` instead of the fused ops (`EngineConfig.fused_learner_ops =
+False`), and with every datum run whole (0), alternating.
 
     .venv/bin/python benchmarks/training.py [--batch 8] [--prompt-tokens 192] [--completion-tokens 64] [--groups 4] [--group-size 8] [--quick]
 """
@@ -147,19 +148,20 @@ def main() -> None:
     grpo = grpo_data(chat_prompts(engine.loaded.renderer, args.groups), args.group_size, args.completion_tokens, engine.vocab_size)
     grpo_tokens = sum(datum.model_input.length for datum in grpo)
     defaults = engine.config.model_copy()
-    settings = {  # (learner_min_shared_prefix, fused_learner_ops)
-        "prompt run once per group": (SHARED_PREFIX, True),
-        "... with peft's LoRA layers and log_softmax": (SHARED_PREFIX, False),
-        "every datum whole": (0, True),
+    settings = {  # (learner_min_shared_prefix, fused_learner_ops, pack_cpu_weights)
+        "prompt run once per group": (SHARED_PREFIX, True, True),
+        "... through the plain weights (MKL)": (SHARED_PREFIX, True, False),
+        "... with peft's LoRA layers and log_softmax": (SHARED_PREFIX, False, False),
+        "every datum whole": (0, True, True),
     }
     grpo_best = {label: float("inf") for label in settings}
     for repeat in range(args.repeats + 1):  # the first round warms up
-        for label, (shared, fused) in settings.items():
-            engine.config.learner_min_shared_prefix, engine.config.fused_learner_ops = shared, fused
+        for label, (shared, fused, pack) in settings.items():
+            engine.config.learner_min_shared_prefix, engine.config.fused_learner_ops, engine.config.pack_cpu_weights = shared, fused, pack
             seconds = time_forward_backward(training_client, grpo, "ppo")
             if repeat:
                 grpo_best[label] = min(grpo_best[label], seconds)
-    engine.config.learner_min_shared_prefix, engine.config.fused_learner_ops = defaults.learner_min_shared_prefix, defaults.fused_learner_ops
+    engine.config = defaults
     print(f"\nGRPO-shaped batch, ppo: {args.groups} prompts x {args.group_size} completions of {args.completion_tokens} tokens, {grpo_tokens} datum tokens\n")
     print_table(["learner", "seconds", "datum tokens/s", "the first row's speed-up"], [[label, best, grpo_tokens / best, best / grpo_best["prompt run once per group"]] for label, best in grpo_best.items()])
 

@@ -10,6 +10,7 @@ import torch
 from benchmark_scripts import load_benchmark
 
 from sparring.engine import get_engine
+from sparring.engine.packed_weights import packed_frozen, packed_matmul
 
 
 def test_the_decode_floors_time_every_weight_and_the_grpo_floor_says_whether_3x_trl_is_within_reach(tiny_model_dir, tiny_loaded, monkeypatch, capsys):
@@ -39,16 +40,17 @@ def test_the_decode_floors_time_every_weight_and_the_grpo_floor_says_whether_3x_
 def test_the_matmul_recorder_counts_each_call_by_layout_and_replays_it_alone():
     common = load_benchmark("common")
     a, b = torch.randn(6, 4), torch.randn(5, 4)
-    out = torch.zeros(6, 5)
+    out, packed_b = torch.zeros(6, 5), packed_frozen(b)
     with common.MatmulRecorder() as recorder:
         for _ in range(3):
             a @ b.t()
         a @ b.t().contiguous()
         out.addmm_(a, b.t(), alpha=0.5)
+        packed_matmul(a, packed_b)  # x @ W^T through a packed [out, in] weight
         torch.relu(a)  # not a matmul: not recorded
     layouts = {(str(func), tuple(arg.stride for arg in args if isinstance(arg, common.TensorLayout))): count for (func, args, _), count in recorder.calls.items()}
-    assert layouts == {("aten.mm.default", ((4, 1), (1, 4))): 3, ("aten.mm.default", ((4, 1), (5, 1))): 1, ("aten.addmm_.default", ((5, 1), (4, 1), (1, 4))): 1}
-    assert recorder.flops() == 5 * 2 * 6 * 4 * 5
+    assert layouts == {("aten.mm.default", ((4, 1), (1, 4))): 3, ("aten.mm.default", ((4, 1), (5, 1))): 1, ("aten.addmm_.default", ((5, 1), (4, 1), (1, 4))): 1, ("mkldnn._linear_pointwise.default", ((4, 1),)): 1}
+    assert recorder.flops() == 6 * 2 * 6 * 4 * 5
     assert recorder.replay_seconds(repeats=2) > 0
 
 

@@ -10,8 +10,10 @@ from peft import LoraConfig, get_peft_model
 from sparring import types
 from sparring.engine import AdapterBank
 from sparring.engine.learner import prepare_data, run_forward
+from sparring.engine import lora_matmul
+from sparring.engine import target_logprobs as target_logprobs_module
 from sparring.engine.lora_matmul import LoraMatmul, fused_lora
-from sparring.engine.packed_weights import ProjectionWeights
+from sparring.engine.packed_weights import ProjectionWeights, packed_frozen
 from sparring.engine.target_logprobs import TargetLogprobs, target_logprobs
 from sparring.models import load_base_model
 
@@ -44,22 +46,28 @@ def ppo_data(seed: int = 0) -> list[types.Datum]:
     return data
 
 
-def forward_backward(bank: AdapterBank, data: list[types.Datum], fused: bool):
+def forward_backward(bank: AdapterBank, data: list[types.Datum], fused: bool, pack: bool = False):
     for parameter in bank.parameters("policy"):
         parameter.grad = None
     with bank.use("policy"):
-        output = run_forward(bank.base_model, prepare_data(data, "ppo", 512), "ppo", {}, backward=True, token_budget=1024, min_shared_prefix=8, fused=fused)
+        output = run_forward(bank.base_model, prepare_data(data, "ppo", 512), "ppo", {}, backward=True, token_budget=1024, min_shared_prefix=8, fused=fused, pack_weights=pack)
     return output, [parameter.grad.clone() for parameter in bank.parameters("policy")]
 
 
-def test_the_fused_ops_give_the_composites_logprobs_and_gradients(bank):
+@pytest.mark.parametrize("pack", [False, pytest.param(True, marks=pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN"))], ids=["mkl", "packed"])
+def test_the_fused_ops_give_the_composites_logprobs_and_gradients(bank, pack, monkeypatch):
     data = ppo_data()
+    packs = []  # (module, transposed) of every packed weight the fused ops ask for
+    for module in (lora_matmul, target_logprobs_module):
+        monkeypatch.setattr(module, "packed_frozen", lambda weight, transposed=False, _m=module.__name__: packs.append((_m, transposed)) or packed_frozen(weight, transposed))
     calls, originals = [], {op: vars(op)["forward"] for op in (LoraMatmul, TargetLogprobs)}
     for op in originals:  # count the fused ops' forwards: the fused run must use both
         op.forward = staticmethod(lambda ctx, *args, _op=op, _forward=op.forward: calls.append(_op) or _forward(ctx, *args))
     try:
-        fused, fused_gradients = forward_backward(bank, data, fused=True)
+        fused, fused_gradients = forward_backward(bank, data, fused=True, pack=pack)
         assert LoraMatmul in calls and TargetLogprobs in calls
+        # packed: forward (W) and backward (W^T) matmuls of the LoRA layers and the head, and nothing packed otherwise
+        assert set(packs) == ({(m.__name__, t) for m in (lora_matmul, target_logprobs_module) for t in (False, True)} if pack else set())
         calls.clear()
         composite, composite_gradients = forward_backward(bank, data, fused=False)
         assert calls == []
@@ -98,7 +106,7 @@ def test_lora_matmul_matches_peft_with_two_adapters_a_bias_and_input_gradients()
     weight, bias = torch.randn(5, 6, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
     lora = [torch.randn(shape, dtype=torch.float64, requires_grad=True) for shape in ((2, 6), (5, 2), (3, 6), (5, 3))]
     scalings = (0.5, 2.0)
-    torch.autograd.gradcheck(lambda x, *lora: LoraMatmul.apply(x, weight, bias, scalings, *lora), (x, *lora))
+    torch.autograd.gradcheck(lambda x, *lora: LoraMatmul.apply(x, weight, bias, False, scalings, *lora), (x, *lora))
 
 
 def test_target_logprobs_match_log_softmax_through_repeated_backwards():
@@ -113,7 +121,7 @@ def test_target_logprobs_match_log_softmax_through_repeated_backwards():
     for _ in range(2):  # the saved logits survive a backward
         (fused_grad,) = torch.autograd.grad((fused * upstream).sum(), hidden, retain_graph=True)
         torch.testing.assert_close(fused_grad, reference_grad)
-    torch.autograd.gradcheck(lambda h: TargetLogprobs.apply(h, head.weight.double(), None, targets), (torch.randn(300, 8, dtype=torch.float64, requires_grad=True),))
+    torch.autograd.gradcheck(lambda h: TargetLogprobs.apply(h, head.weight.double(), None, targets, False), (torch.randn(300, 8, dtype=torch.float64, requires_grad=True),))
     assert target_logprobs(torch.nn.Linear(8, 50), hidden, targets) is None  # a trainable head: the composite runs
 
 

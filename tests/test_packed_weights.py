@@ -1,12 +1,15 @@
-"""Sampling through oneDNN-packed weights with the adapter folded in (engine/packed_weights.py) against merging it."""
+"""Sampling through oneDNN-packed weights with the adapter folded in (engine/packed_weights.py) against merging it,
+and the learner's packed copies of frozen weights."""
 
+import gc
 import shutil
+import weakref
 
 import pytest
 import torch
 
 from sparring import EngineConfig, ServiceClient, types
-from sparring.engine.packed_weights import ProjectionWeights, packed
+from sparring.engine.packed_weights import ProjectionWeights, packed, packed_frozen, packed_matmul
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 
@@ -69,3 +72,21 @@ def test_the_packed_copies_of_the_last_three_adapter_sets_sampled_are_kept(tiny_
     assert all(copy_for(name) is first[name] for name in (policy, opponent, None))  # taking turns packs nothing again
     copy_for(other)  # a fourth set: the least recently used copy (the policy's) goes
     assert copy_for(opponent) is first[opponent] and copy_for(policy) is not first[policy]
+
+
+def test_the_learners_packed_copy_of_a_frozen_weight_follows_its_writes_and_dies_with_it():
+    torch.manual_seed(0)
+    weight, x, grad = torch.randn(24, 16), torch.randn(5, 16), torch.randn(5, 24)
+    forward, backward = packed_frozen(weight), packed_frozen(weight, transposed=True)
+    torch.testing.assert_close(packed_matmul(x, forward), x @ weight.t())
+    torch.testing.assert_close(packed_matmul(grad, backward), grad @ weight)
+    assert packed_frozen(weight) is forward and packed_frozen(weight, transposed=True) is backward  # made once
+    with torch.no_grad():
+        weight.mul_(2.0)  # written in place (an adapter merged into it): packed again
+    torch.testing.assert_close(packed_matmul(x, packed_frozen(weight)), x @ weight.t())
+    weight.data = torch.randn(24, 16)  # new storage at the same version: packed again
+    torch.testing.assert_close(packed_matmul(grad, packed_frozen(weight, transposed=True)), grad @ weight)
+    copy = weakref.ref(packed_frozen(weight))
+    del weight
+    gc.collect()
+    assert copy() is None  # the copy goes with its weight

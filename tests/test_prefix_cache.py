@@ -87,6 +87,16 @@ def test_cached_prefixes_give_the_same_tokens_and_logprobs_and_skip_their_prefil
     assert counts.prefilled_tokens == counts.prompt_tokens - counts.cached_tokens
 
 
+def test_a_prompt_that_several_requests_of_a_batch_share_is_prefilled_once_and_samples_as_alone(clients):
+    _, uncached_client = clients
+    prompt = chat(uncached_client, "what number am I thinking of?")
+    seeded = [types.SamplingParams(max_tokens=8, seed=seed, temperature=1.0, stop=[]) for seed in range(4)]
+    together, counts = sample_all(uncached_client, [(prompt, 1, params) for params in seeded])  # a GRPO group's episodes
+    assert (counts.requests, counts.prompt_tokens, counts.prefilled_tokens) == (4, 4 * len(prompt), len(prompt))
+    alone = [sample_all(uncached_client, [(prompt, 1, params)])[0][0] for params in seeded]
+    assert_same(together, alone)
+
+
 def test_a_conversation_prefills_only_its_new_tokens(clients):
     cached_client, _ = clients
     params = types.SamplingParams(max_tokens=10, seed=11, temperature=1.0, stop=[])

@@ -10,7 +10,8 @@ backbone once per micro-batch, applies the LM head only at real
 (non-padding) positions — with gradient only where the loss has a non-zero
 coefficient, and once for positions of a shared prefix that predict the same
 token — and sums the per-token losses. LoRA layers run as one autograd op
-each (`lora_matmul`), and so does the head's log p(target) (`target_logprobs`).
+each (`lora_matmul`), and so does the head's log p(target) (`target_logprobs`),
+on CPU in float32 through oneDNN-packed copies of the frozen weights.
 Gradients accumulate across calls until the optimizer step, as in Tinker.
 """
 
@@ -132,10 +133,10 @@ def _check_ids(index: int, field: str, ids: list[int], vocab_size: int) -> None:
         raise DatumError(f"datum {index}: {field} has token ids out of the vocabulary [0, {vocab_size}): {bad[:5]}")
 
 
-def _target_logprobs(lm_head, hidden_K_H: torch.Tensor, targets_K: torch.Tensor, allowed_K: list[list[int]] | None, fused: bool) -> torch.Tensor:
+def _target_logprobs(lm_head, hidden_K_H: torch.Tensor, targets_K: torch.Tensor, allowed_K: list[list[int]] | None, fused: bool, pack: bool) -> torch.Tensor:
     """log p(target) per row; renormalised over the allowed tokens on rows with an allowed set."""
     constrained = [row for row, entry in enumerate(allowed_K or []) if entry]
-    if fused and not constrained and (fused_K := target_logprobs(lm_head, hidden_K_H, targets_K)) is not None:
+    if fused and not constrained and (fused_K := target_logprobs(lm_head, hidden_K_H, targets_K, pack)) is not None:
         return fused_K
     logits_K_V = lm_head(hidden_K_H).float()
     if constrained:
@@ -155,12 +156,14 @@ def run_forward(
     token_budget: int,
     min_shared_prefix: int = 0,
     fused: bool = True,
+    pack_weights: bool = False,
 ) -> ForwardBackwardOutput:
     """Learner logprobs and summed loss for every datum; with backward, accumulate gradients.
 
     Datums sharing at least `min_shared_prefix` leading tokens (0: never) run those tokens once per micro-batch
     (see `batch_plan`); the result is the same as running each datum whole, up to float rounding. `fused` runs
-    LoRA layers and the head's target logprobs as one autograd op each (same results up to float rounding).
+    LoRA layers and the head's target logprobs as one autograd op each (same results up to float rounding);
+    `pack_weights` also runs their frozen weights' matmuls through oneDNN-packed copies, where float32 on CPU.
     """
     loss = get_loss(loss_fn)
     backbone, lm_head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
@@ -169,7 +172,7 @@ def run_forward(
     total_loss = 0.0
     if not _full_attention_only(causal_lm.config):
         min_shared_prefix = 0
-    with fused_lora(causal_lm) if fused else contextlib.nullcontext():
+    with fused_lora(causal_lm, pack_weights) if fused else contextlib.nullcontext():
         for batch in plan_micro_batches([p.tokens_N for p in prepared], token_budget, min_shared_prefix):
             members = [prepared[i] for i in batch.indices]
             inputs = {key: torch.cat([member.inputs[key] for member in members]).to(device) for key in members[0].inputs}
@@ -177,7 +180,7 @@ def run_forward(
             with torch.set_grad_enabled(backward):
                 hidden_R_H, rows_M = _hidden_states(backbone, [member.tokens_N for member in members], batch.prefix_length, device)
                 allowed_M = _concatenated_allowed(members)
-                logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M, fused)
+                logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M, fused, pack_weights)
                 elementwise_M = elementwise_loss(loss_fn, logprobs_M, inputs, loss_config)
                 batch_loss = elementwise_M.sum()
                 if backward and batch_loss.requires_grad:
@@ -242,7 +245,7 @@ def _full_attention_only(config) -> bool:
 
 
 def _position_logprobs(
-    lm_head, hidden_R_H: torch.Tensor, rows_M: torch.Tensor, targets_M: torch.Tensor, grad_M: torch.Tensor, allowed_M: list[list[int]] | None = None, fused: bool = True
+    lm_head, hidden_R_H: torch.Tensor, rows_M: torch.Tensor, targets_M: torch.Tensor, grad_M: torch.Tensor, allowed_M: list[list[int]] | None = None, fused: bool = True, pack: bool = False
 ) -> torch.Tensor:
     """log p(target) at every datum position, the LM head applied once per distinct (hidden row, target) pair.
 
@@ -269,9 +272,9 @@ def _position_logprobs(
 
     logprobs_U = hidden_R_H.new_zeros(len(pair_keys_U), dtype=torch.float32)
     if grad_U.any():
-        logprobs_U = logprobs_U.index_put((grad_U,), _target_logprobs(lm_head, hidden_R_H[rows_U[grad_U]], targets_U[grad_U], allowed_of(grad_U), fused))
+        logprobs_U = logprobs_U.index_put((grad_U,), _target_logprobs(lm_head, hidden_R_H[rows_U[grad_U]], targets_U[grad_U], allowed_of(grad_U), fused, pack))
     if (~grad_U).any():
         with torch.no_grad():
-            rest_U = _target_logprobs(lm_head, hidden_R_H[rows_U[~grad_U]].detach(), targets_U[~grad_U], allowed_of(~grad_U), fused)
+            rest_U = _target_logprobs(lm_head, hidden_R_H[rows_U[~grad_U]].detach(), targets_U[~grad_U], allowed_of(~grad_U), fused, pack)
         logprobs_U = logprobs_U.index_put((~grad_U,), rest_U)
     return logprobs_U[pair_of_M]

@@ -12,7 +12,7 @@ by the matmul itself (`addmm_`, the scaling as its alpha), and backward
 accumulates the low-rank input gradient into the base one the same way; the
 frozen base weight gets no gradient, the LoRA matrices theirs.
 
-`fused_lora(model)` routes every LoRA layer of a model that is a plain
+`fused_lora(model, pack)` routes every LoRA layer of a model that is a plain
 `nn.Linear` under unmerged vanilla LoRA adapters (no dropout, DoRA or LoRA
 bias; `ProjectionWeights` decides, as for the sampler's packed weights),
 whose base weight is frozen, through it for the length of a block; every
@@ -27,22 +27,26 @@ from typing import Iterator
 import torch
 from peft.tuners.lora import LoraLayer
 
-from .packed_weights import ProjectionWeights
+from .packed_weights import ProjectionWeights, packable, packed_frozen, packed_matmul
 
 
 class LoraMatmul(torch.autograd.Function):
-    """x @ W^T + bias + sum_i scaling_i * (x @ A_i^T) @ B_i^T, with gradients for x and every A_i, B_i (not W, bias)."""
+    """x @ W^T + bias + sum_i scaling_i * (x @ A_i^T) @ B_i^T, with gradients for x and every A_i, B_i (not W, bias);
+    `pack`: W's matmuls through oneDNN-packed copies (float32 CPU weights only)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scalings: tuple[float, ...], *lora: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool, scalings: tuple[float, ...], *lora: torch.Tensor) -> torch.Tensor:
         x_M_I = x.reshape(-1, x.shape[-1])
-        out_M_O = x_M_I @ weight.t() if bias is None else torch.addmm(bias, x_M_I, weight.t())
+        if pack:
+            out_M_O = packed_matmul(x_M_I, packed_frozen(weight), bias)
+        else:
+            out_M_O = x_M_I @ weight.t() if bias is None else torch.addmm(bias, x_M_I, weight.t())
         hidden = []
         for scaling, a_R_I, b_O_R in zip(scalings, lora[0::2], lora[1::2]):
             h_M_R = x_M_I @ a_R_I.t()
             out_M_O.addmm_(h_M_R, b_O_R.t(), alpha=scaling)
             hidden.append(h_M_R)
-        ctx.scalings = scalings
+        ctx.scalings, ctx.pack = scalings, pack
         ctx.input_shape = x.shape
         ctx.save_for_backward(x_M_I, weight, *lora, *hidden)
         return out_M_O.view(*x.shape[:-1], -1)
@@ -53,7 +57,9 @@ class LoraMatmul(torch.autograd.Function):
         count = len(ctx.scalings)
         lora, hidden = rest[: 2 * count], rest[2 * count :]
         grad_M_O = grad_out.reshape(-1, grad_out.shape[-1])
-        grad_x_M_I = grad_M_O @ weight if ctx.needs_input_grad[0] else None
+        grad_x_M_I = None
+        if ctx.needs_input_grad[0]:
+            grad_x_M_I = packed_matmul(grad_M_O, packed_frozen(weight, transposed=True)) if ctx.pack else grad_M_O @ weight
         grads_lora = []
         for scaling, a_R_I, b_O_R, h_M_R in zip(ctx.scalings, lora[0::2], lora[1::2], hidden):
             grad_h_M_R = grad_M_O @ b_O_R
@@ -61,14 +67,15 @@ class LoraMatmul(torch.autograd.Function):
                 grad_x_M_I.addmm_(grad_h_M_R, a_R_I, alpha=scaling)
             grads_lora += [torch.mm(grad_h_M_R.t(), x_M_I).mul_(scaling), torch.mm(grad_M_O.t(), h_M_R).mul_(scaling)]
         grad_x = None if grad_x_M_I is None else grad_x_M_I.view(ctx.input_shape)
-        return grad_x, None, None, None, *grads_lora
+        return grad_x, None, None, None, None, *grads_lora
 
 
-def _fused_forward(layer: LoraLayer, part: ProjectionWeights):
+def _fused_forward(layer: LoraLayer, part: ProjectionWeights, pack: bool):
     linear = part.linear
     scalings = tuple(float(layer.scaling[name]) for name in part.adapters)
     lora = [t for name in part.adapters for t in (layer.lora_A[name].weight, layer.lora_B[name].weight)]
-    return lambda x: LoraMatmul.apply(x, linear.weight, linear.bias, scalings, *lora)
+    pack = pack and packable([linear.weight])
+    return lambda x: LoraMatmul.apply(x, linear.weight, linear.bias, pack, scalings, *lora)
 
 
 def _fusable(layer: torch.nn.Module) -> ProjectionWeights | None:
@@ -86,13 +93,14 @@ def _fusable(layer: torch.nn.Module) -> ProjectionWeights | None:
 
 
 @contextlib.contextmanager
-def fused_lora(model: torch.nn.Module) -> Iterator[None]:
-    """Within the block, the model's fusable LoRA layers (see the module docstring) compute through `LoraMatmul`."""
+def fused_lora(model: torch.nn.Module, pack: bool = False) -> Iterator[None]:
+    """Within the block, the model's fusable LoRA layers (see the module docstring) compute through `LoraMatmul`,
+    their base matmuls packed where `pack` and the weight is float32 on CPU."""
     routed = []
     for module in model.modules():
         part = _fusable(module)
         if part is not None:
-            module.forward = _fused_forward(module, part)
+            module.forward = _fused_forward(module, part, pack)
             routed.append(module)
     try:
         yield

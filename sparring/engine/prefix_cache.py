@@ -43,7 +43,7 @@ class PrefillCounts:
     cached_tokens: int = 0
     """Prompt tokens whose keys and values were read from the prefix cache (computed by an earlier request)."""
     prefilled_tokens: int = 0
-    """Tokens run through the model to prefill (a prefix shared inside one batch counted once)."""
+    """Tokens run through the model to prefill (a prefix shared inside one batch, or a prompt repeated in it, counted once)."""
 
     def __sub__(self, other: PrefillCounts) -> PrefillCounts:
         return PrefillCounts(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})

@@ -1,8 +1,9 @@
 """Batched sampling: many prompts, many samples each, one decode loop.
 
 A `SampleJob` is one prompt with its parameters; `generate` runs any number of
-jobs together. Each prompt is prefilled once and its cache rows are copied
-for its `num_samples` samples (a prefix common to all prompts of the batch,
+jobs together. Each distinct prompt is prefilled once (jobs with the same
+prompt, such as a GRPO group's episodes, share it) and its cache rows are
+copied for its samples (a prefix common to all prompts of the batch,
 such as a system prompt, is prefilled once for all of them; with a
 `prefix_cache.PrefixStore`, only what it does not hold yet of each prompt is
 prefilled, and prompts and completions are kept there for later requests);
@@ -319,21 +320,23 @@ def generate(
     """
     device = next(decoder.causal_lm.parameters()).device
     max_new = max(job.max_tokens for job in jobs)
-    prompts = [job.prompt_tokens for job in jobs]
+    index_of_prompt: dict[tuple[int, ...], int] = {}  # a prompt several jobs share (a GRPO group's) is prefilled once
+    prompt_of_job = [index_of_prompt.setdefault(tuple(job.prompt_tokens), len(index_of_prompt)) for job in jobs]
+    prompts = [list(prompt) for prompt in index_of_prompt]
     counts = counts if counts is not None else PrefillCounts()
     counts.requests += len(jobs)
-    counts.prompt_tokens += sum(len(p) for p in prompts)
+    counts.prompt_tokens += sum(len(job.prompt_tokens) for job in jobs)
     if store is not None:
-        cache, logits_J_V, last_position_J = _prefill_from_store(decoder, prompts, max_new, pad_token_id, device, store, counts)
+        cache, logits_P_V, last_position_P = _prefill_from_store(decoder, prompts, max_new, pad_token_id, device, store, counts)
     else:
-        cache, logits_J_V, last_position_J = _prefill(decoder, prompts, max_new, pad_token_id, device, counts)
+        cache, logits_P_V, last_position_P = _prefill(decoder, prompts, max_new, pad_token_id, device, counts)
 
     rows = [_Row(job=j, constraint=None if job.constraint is None else job.constraint.start()) for j, job in enumerate(jobs) for _ in range(job.num_samples)]
     row_generators = [g for job in jobs for g in job.generators]
-    job_of_row = torch.tensor([row.job for row in rows], device=device)
-    cache.keep_rows(job_of_row)
-    logits_R_V = logits_J_V.index_select(0, job_of_row)
-    next_position_R = last_position_J.index_select(0, job_of_row) + 1
+    prompt_of_row = torch.tensor([prompt_of_job[row.job] for row in rows], device=device)
+    cache.keep_rows(prompt_of_row)
+    logits_R_V = logits_P_V.index_select(0, prompt_of_row)
+    next_position_R = last_position_P.index_select(0, prompt_of_row) + 1
     live = list(range(len(rows)))  # row index of each cache row
     settings = _RowSettings.of([jobs[row.job].params for row in rows], device)
     finished_since_compaction = 0
