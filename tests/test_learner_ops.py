@@ -8,10 +8,9 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from sparring import types
-from sparring.engine import AdapterBank
-from sparring.engine.learner import prepare_data, run_forward
-from sparring.engine import lora_matmul
+from sparring.engine import AdapterBank, lora_matmul
 from sparring.engine import target_logprobs as target_logprobs_module
+from sparring.engine.learner import prepare_data, run_forward
 from sparring.engine.lora_matmul import LoraMatmul, fused_lora
 from sparring.engine.packed_weights import ProjectionWeights, packed_frozen
 from sparring.engine.target_logprobs import TargetLogprobs, target_logprobs

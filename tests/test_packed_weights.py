@@ -84,7 +84,7 @@ def test_the_learners_packed_copy_of_a_frozen_weight_follows_its_writes_and_dies
     with torch.no_grad():
         weight.mul_(2.0)  # written in place (an adapter merged into it): packed again
     torch.testing.assert_close(packed_matmul(x, packed_frozen(weight)), x @ weight.t())
-    weight.data = torch.randn(24, 16)  # new storage at the same version: packed again
+    weight.data = torch.randn(24, 16)  # new `.data` (another storage): packed again
     torch.testing.assert_close(packed_matmul(grad, packed_frozen(weight, transposed=True)), grad @ weight)
     copy = weakref.ref(packed_frozen(weight))
     del weight
