@@ -14,7 +14,8 @@ oneDNN has reordered into its blocked layout once runs much faster than
   snapshot opponent sampled in turn pack nothing again), and makes it again
   only when a tensor it was made from has changed: a tensor's `_version`
   counts its in-place writes (an optimizer step on the LoRA matrices, a
-  merge), so a change is always seen. Copies live as long as their weights.
+  merge), and its storage changes with a new `.data`, so a change is always
+  seen. Copies live as long as their weights.
 
 - `packed_frozen` keeps a packed copy of a frozen weight alone, or of its
   transpose, for the learner (`lora_matmul`, `target_logprobs`): the forward
@@ -104,9 +105,19 @@ class _PackedCopy:
     sources: tuple[weakref.ref, ...]
     """The tensors it was made from, weakly: a dead one drops the copy."""
     versions: tuple[float, ...]
-    """Their `_version`s (and the adapters' scalings) when packed; any change means packing again."""
+    """Their `_state` (and the adapters' scalings) when packed; any change means packing again."""
     tensor: torch.Tensor
     """The oneDNN-packed weights."""
+
+    def made_from(self, sources: list[torch.Tensor], versions: tuple) -> bool:
+        """Whether it was packed from exactly these tensors in this state (see `_state`)."""
+        return self.versions == versions and all(ref() is t for ref, t in zip(self.sources, sources, strict=True))
+
+
+def _state(tensors: list[torch.Tensor]) -> tuple[tuple[int, int], ...]:
+    """What a packed copy of the tensors depends on: each one's in-place writes (`_version`) and its storage (a new
+    `.data` at the same version)."""
+    return tuple((t._version, t.data_ptr()) for t in tensors)
 
 
 # ids of the plain weights -> their packed copies, least recently used first: one per set of adapters folded in
@@ -123,11 +134,11 @@ def packed(projections: list[ProjectionWeights]) -> torch.Tensor:
     sampling batches; the copies of the last three adapter sets sampled (no adapter counts as one) are kept.
     """
     sources = [t for p in projections for t in p.tensors()]
-    versions = tuple(t._version for t in sources) + tuple(p.lora.scaling[name] for p in projections for name in p.adapters)
+    versions = _state(sources) + tuple(p.lora.scaling[name] for p in projections for name in p.adapters)
     key = tuple(id(t) for t in sources)
     copies = _PACKED.setdefault(tuple(id(p.weight) for p in projections), OrderedDict())
     copy = copies.get(key)
-    if copy is None or copy.versions != versions or any(ref() is not t for ref, t in zip(copy.sources, sources)):
+    if copy is None or not copy.made_from(sources, versions):
         with torch.no_grad():
             tensor = torch.ops.mkldnn._reorder_linear_weight(_effective_stacked(projections))
         forget = lambda _: copies.pop(key, None)  # noqa: E731
@@ -145,10 +156,10 @@ _FROZEN: dict[tuple[int, bool], _PackedCopy] = {}
 
 def packed_frozen(weight: torch.Tensor, transposed: bool = False) -> torch.Tensor:
     """`weight` (or its transpose) as a oneDNN-packed tensor for `packed_matmul`, made once per content of the weight
-    (its `_version` and storage: a merge written into it, or new `.data`, packs again) and dropped with it."""
-    key, versions = (id(weight), transposed), (weight._version, weight.data_ptr())
+    (a merge written into it, or new `.data`, packs again) and dropped with it."""
+    key, versions = (id(weight), transposed), _state([weight])
     copy = _FROZEN.get(key)
-    if copy is None or copy.versions != versions or copy.sources[0]() is not weight:
+    if copy is None or not copy.made_from([weight], versions):
         with torch.no_grad():
             tensor = torch.ops.mkldnn._reorder_linear_weight((weight.t() if transposed else weight).detach().contiguous())
         copy = _FROZEN[key] = _PackedCopy((weakref.ref(weight, lambda _: _FROZEN.pop(key, None)),), versions, tensor)
