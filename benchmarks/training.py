@@ -23,12 +23,13 @@ both alike.
 
 A second table times the shape a GRPO step trains: `--groups` chat prompts x
 `--group-size` completions of `--completion-tokens` each, ppo, with the
-learner running each group's shared prompt once
-(`EngineConfig.learner_min_shared_prefix = 8`, the default), the same with
+learner running the batch as prefix trees, so each shared prompt runs once
+(`EngineConfig.learner_prefix_tree`, the default), the same with
 the fused ops multiplying by the plain weights (MKL) instead of oneDNN-packed
 copies (`EngineConfig.pack_cpu_weights = False`), with peft's LoRA layers and
 `log_softmax` instead of the fused ops (`EngineConfig.fused_learner_ops =
-False`), and with every datum run whole (0), alternating.
+False`), and with every datum run whole (`learner_prefix_tree = False`),
+alternating.
 
     .venv/bin/python benchmarks/training.py [--batch 8] [--prompt-tokens 192] [--completion-tokens 64] [--groups 4] [--group-size 8] [--quick]
 """
@@ -47,8 +48,6 @@ from sparring import ServiceClient, types
 from common import chat_prompts, grpo_data, matmul_ceiling_gflops, matmul_parameter_count, print_table, resolve_model_name
 
 LORA_RANK = 16
-SHARED_PREFIX = 8
-"""`learner_min_shared_prefix` of the GRPO table's shared-prompt row."""
 
 
 def sequences(batch: int, length: int, vocab_size: int) -> list[list[int]]:
@@ -148,22 +147,22 @@ def main() -> None:
     grpo = grpo_data(chat_prompts(engine.loaded.renderer, args.groups), args.group_size, args.completion_tokens, engine.vocab_size)
     grpo_tokens = sum(datum.model_input.length for datum in grpo)
     defaults = engine.config.model_copy()
-    settings = {  # (learner_min_shared_prefix, fused_learner_ops, pack_cpu_weights)
-        "prompt run once per group": (SHARED_PREFIX, True, True),
-        "... through the plain weights (MKL)": (SHARED_PREFIX, True, False),
-        "... with peft's LoRA layers and log_softmax": (SHARED_PREFIX, False, False),
-        "every datum whole": (0, True, True),
+    settings = {  # (learner_prefix_tree, fused_learner_ops, pack_cpu_weights)
+        "prefix trees: each prompt run once": (True, True, True),
+        "... through the plain weights (MKL)": (True, True, False),
+        "... with peft's LoRA layers and log_softmax": (True, False, False),
+        "every datum whole": (False, True, True),
     }
     grpo_best = {label: float("inf") for label in settings}
     for repeat in range(args.repeats + 1):  # the first round warms up
-        for label, (shared, fused, pack) in settings.items():
-            engine.config.learner_min_shared_prefix, engine.config.fused_learner_ops, engine.config.pack_cpu_weights = shared, fused, pack
+        for label, (tree, fused, pack) in settings.items():
+            engine.config.learner_prefix_tree, engine.config.fused_learner_ops, engine.config.pack_cpu_weights = tree, fused, pack
             seconds = time_forward_backward(training_client, grpo, "ppo")
             if repeat:
                 grpo_best[label] = min(grpo_best[label], seconds)
     engine.config = defaults
     print(f"\nGRPO-shaped batch, ppo: {args.groups} prompts x {args.group_size} completions of {args.completion_tokens} tokens, {grpo_tokens} datum tokens\n")
-    print_table(["learner", "seconds", "datum tokens/s", "the first row's speed-up"], [[label, best, grpo_tokens / best, best / grpo_best["prompt run once per group"]] for label, best in grpo_best.items()])
+    print_table(["learner", "seconds", "datum tokens/s", "the first row's speed-up"], [[label, best, grpo_tokens / best, best / grpo_best["prefix trees: each prompt run once"]] for label, best in grpo_best.items()])
 
 
 if __name__ == "__main__":

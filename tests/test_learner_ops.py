@@ -49,7 +49,7 @@ def forward_backward(bank: AdapterBank, data: list[types.Datum], fused: bool, pa
     for parameter in bank.parameters("policy"):
         parameter.grad = None
     with bank.use("policy"):
-        output = run_forward(bank.base_model, prepare_data(data, "ppo", 512), "ppo", {}, backward=True, token_budget=1024, min_shared_prefix=8, fused=fused, pack_weights=pack)
+        output = run_forward(bank.base_model, prepare_data(data, "ppo", 512), "ppo", {}, backward=True, token_budget=1024, prefix_tree=True, fused=fused, pack_weights=pack)
     return output, [parameter.grad.clone() for parameter in bank.parameters("policy")]
 
 

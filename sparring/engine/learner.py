@@ -3,13 +3,14 @@
 `prepare_data` checks every datum against the loss before any compute (which
 datum, which field, what is wrong) and turns its inputs into tensors,
 broadcasting a length-1 input (one advantage per sequence) over the
-sequence. `run_forward` packs the prepared data into micro-batches under a
-token budget (`batch_plan`: datums that begin alike, such as a GRPO group's
-completions of one prompt, run their shared prefix once), runs the model's
-backbone once per micro-batch, applies the LM head only at real
-(non-padding) positions — with gradient only where the loss has a non-zero
-coefficient, and once for positions of a shared prefix that predict the same
-token — and sums the per-token losses. LoRA layers run as one autograd op
+sequence. `run_forward` lays the prepared data out as prefix trees under a
+token budget (`prefix_tree`: every distinct prefix of the datums, such as a
+GRPO group's prompt or the turns several episodes played alike, computed
+once; padded whole datums, `batch_plan`, for models that cannot), runs the
+model's backbone once per micro-batch, applies the LM head only at real
+positions — with gradient only where the loss has a non-zero coefficient,
+and once for positions of several datums that predict the same token from
+the same prefix — and sums the per-token losses. LoRA layers run as one autograd op
 each (`lora_matmul`), and so does the head's log p(target) (`target_logprobs`),
 on CPU in float32 through oneDNN-packed copies of the frozen weights.
 Gradients accumulate across calls until the optimizer step, as in Tinker.
@@ -22,10 +23,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models.cache_argument import cache_kwargs, returned_cache
 from ..types import Datum, ForwardBackwardOutput, TensorData
 from .allowed_tokens import allowed_masks, is_allowed, split_allowed
-from .batch_plan import plan_micro_batches
+from .batch_plan import micro_batches
+from .prefix_tree import plan_tree_batches, runs_as_trees, tree_hidden_states
 from .lora_matmul import fused_lora
 from .losses import LOSSES, elementwise_loss, get_loss
 from .target_logprobs import target_logprobs
@@ -154,14 +155,15 @@ def run_forward(
     *,
     backward: bool,
     token_budget: int,
-    min_shared_prefix: int = 0,
+    prefix_tree: bool = False,
     fused: bool = True,
     pack_weights: bool = False,
 ) -> ForwardBackwardOutput:
     """Learner logprobs and summed loss for every datum; with backward, accumulate gradients.
 
-    Datums sharing at least `min_shared_prefix` leading tokens (0: never) run those tokens once per micro-batch
-    (see `batch_plan`); the result is the same as running each datum whole, up to float rounding. `fused` runs
+    `prefix_tree` runs each micro-batch as a trie of its datums where the model allows (`prefix_tree`), so every
+    prefix they share is computed once; the result is the same as running each datum whole, up to float
+    rounding. `token_budget` bounds a micro-batch's trie nodes, or its padded tokens. `fused` runs
     LoRA layers and the head's target logprobs as one autograd op each (same results up to float rounding);
     `pack_weights` also runs their frozen weights' matmuls through oneDNN-packed copies, where float32 on CPU.
     """
@@ -170,15 +172,18 @@ def run_forward(
     device = lm_head.weight.device
     outputs: list[dict[str, TensorData] | None] = [None] * len(prepared)
     total_loss = 0.0
-    if not _full_attention_only(causal_lm.config):
-        min_shared_prefix = 0
+    tokens = [p.tokens_N for p in prepared]
+    as_trees = prefix_tree and runs_as_trees(causal_lm.config)
     with fused_lora(causal_lm, pack_weights) if fused else contextlib.nullcontext():
-        for batch in plan_micro_batches([p.tokens_N for p in prepared], token_budget, min_shared_prefix):
+        for batch in plan_tree_batches(tokens, token_budget) if as_trees else micro_batches([len(t) for t in tokens], token_budget):
             members = [prepared[i] for i in batch.indices]
             inputs = {key: torch.cat([member.inputs[key] for member in members]).to(device) for key in members[0].inputs}
             grad_M = loss.gradient_mask(inputs) if backward else torch.zeros(len(inputs["target_tokens"]), dtype=torch.bool, device=device)
             with torch.set_grad_enabled(backward):
-                hidden_R_H, rows_M = _hidden_states(backbone, [member.tokens_N for member in members], batch.prefix_length, device)
+                if as_trees:
+                    hidden_R_H, rows_M = tree_hidden_states(backbone, batch, device), torch.cat(batch.nodes_of).to(device)
+                else:
+                    hidden_R_H, rows_M = _padded_hidden_states(backbone, [member.tokens_N for member in members], device)
                 allowed_M = _concatenated_allowed(members)
                 logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M, fused, pack_weights)
                 elementwise_M = elementwise_loss(loss_fn, logprobs_M, inputs, loss_config)
@@ -203,45 +208,17 @@ def _concatenated_allowed(members: list[PreparedDatum]) -> list[list[int]] | Non
     return [entry for member in members for entry in (member.allowed_N or [[]] * len(member.tokens_N))]
 
 
-def _hidden_states(backbone: torch.nn.Module, tokens: list[torch.Tensor], prefix_length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The backbone's last hidden states of a micro-batch, and for each datum position (datum by datum) its row in them.
-
-    With a shared prefix, the prefix runs once as a row of its own and the other rows continue from its keys and
-    values (expanded over the rows, so gradients from every row flow back into the one prefix computation).
-    """
-    past = None
-    prefix_hidden_P_H = None
-    if prefix_length:
-        prefix = backbone(input_ids=tokens[0][None, :prefix_length].to(device), use_cache=True)
-        prefix_hidden_P_H = prefix.last_hidden_state[0]
-        past = returned_cache(prefix)
-        for layer in past.layers:
-            layer.keys, layer.values = layer.keys.expand(len(tokens), -1, -1, -1), layer.values.expand(len(tokens), -1, -1, -1)
-        tokens = [t[prefix_length:] for t in tokens]
+def _padded_hidden_states(backbone: torch.nn.Module, tokens: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backbone's last hidden states at the real positions of datums padded side by side, and each position's row."""
     width = max(len(t) for t in tokens)
     tokens_B_T = torch.zeros(len(tokens), width, dtype=torch.long)
     valid_B_T = torch.zeros(len(tokens), width, dtype=torch.bool)
     for row, row_tokens in enumerate(tokens):
         tokens_B_T[row, : len(row_tokens)] = row_tokens
         valid_B_T[row, : len(row_tokens)] = True
-    attention_B_T = torch.cat([torch.ones(len(tokens), prefix_length, dtype=torch.bool), valid_B_T], dim=1)
-    hidden_B_T_H = backbone(input_ids=tokens_B_T.to(device), attention_mask=attention_B_T.long().to(device), use_cache=past is not None, **cache_kwargs(backbone, past)).last_hidden_state
+    hidden_B_T_H = backbone(input_ids=tokens_B_T.to(device), attention_mask=valid_B_T.long().to(device), use_cache=False).last_hidden_state
     hidden_R_H = hidden_B_T_H[valid_B_T.to(device)]  # real positions, row by row
-    if prefix_hidden_P_H is None:
-        return hidden_R_H, torch.arange(len(hidden_R_H), device=device)
-    hidden_R_H = torch.cat([prefix_hidden_P_H, hidden_R_H])
-    rows_M, start = [], prefix_length
-    for row_tokens in tokens:
-        rows_M += [torch.arange(prefix_length), torch.arange(start, start + len(row_tokens))]
-        start += len(row_tokens)
-    return hidden_R_H, torch.cat(rows_M).to(device)
-
-
-def _full_attention_only(config) -> bool:
-    """Whether every layer attends to the whole past through keys and values, so rows can continue a shared prefix's
-    cache exactly (not so for sliding-window or recurrent layers, whose caches hold other state)."""
-    layer_types = getattr(config.get_text_config(), "layer_types", None)
-    return layer_types is None or all(kind == "full_attention" for kind in layer_types)
+    return hidden_R_H, torch.arange(len(hidden_R_H), device=device)
 
 
 def _position_logprobs(
@@ -249,9 +226,9 @@ def _position_logprobs(
 ) -> torch.Tensor:
     """log p(target) at every datum position, the LM head applied once per distinct (hidden row, target) pair.
 
-    Positions of a shared prefix that predict the same token (all but the prefix's last) are one pair for all datums
-    of the micro-batch; a pair gets gradient when any of its positions needs it. A constrained position (a non-empty
-    `allowed_M` entry) is a pair of its own, renormalised over its allowed set.
+    Positions of several datums at one trie node that predict the same token are one pair; a pair gets gradient when
+    any of its positions needs it. A constrained position (a non-empty `allowed_M` entry) is a pair of its own,
+    renormalised over its allowed set.
     """
     pair_keys_M = rows_M * (int(targets_M.max()) + 1) + targets_M
     if allowed_M is not None:

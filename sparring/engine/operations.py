@@ -38,7 +38,7 @@ def forward_backward(engine: Engine, adapter: str, data: list[Datum], loss_fn: s
     config = check_loss_config(loss_fn, loss_fn_config)
     prepared = prepare_data(data, loss_fn, engine.vocab_size)
     with engine.bank.use(adapter):
-        return run_forward(engine.bank.base_model, prepared, loss_fn, config, backward=backward, token_budget=engine.config.learner_token_budget, min_shared_prefix=engine.config.learner_min_shared_prefix, fused=engine.config.fused_learner_ops, pack_weights=engine.config.pack_cpu_weights)
+        return run_forward(engine.bank.base_model, prepared, loss_fn, config, backward=backward, token_budget=engine.config.learner_token_budget, prefix_tree=engine.config.learner_prefix_tree, fused=engine.config.fused_learner_ops, pack_weights=engine.config.pack_cpu_weights)
 
 
 def optim_step(engine: Engine, adapter: str, params: AdamParams) -> OptimStepResponse:
