@@ -6,6 +6,7 @@ learner's tree path is checked against running every datum whole on the tiny mod
 gradients.
 """
 
+import json
 import random
 
 import pytest
@@ -170,3 +171,20 @@ def test_prefix_trees_give_the_same_loss_logprobs_and_gradients(bank, loss_fn, m
     assert any(gradient.abs().sum() > 0 for gradient in whole_gradients)
     for ours, reference in zip(shared_gradients, whole_gradients):  # float32 sums in another order: 1e-4 of the largest entry
         torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-4 * float(reference.abs().max()))
+
+
+def test_a_recorded_step_replays_with_each_calls_advantage_on_the_tokens_it_sampled(tmp_path):
+    from benchmark_scripts import load_benchmark
+
+    recorded = load_benchmark("recorded_steps")
+    lines = [
+        {"tokens": [5, 6, 7, 8, 9, 10, 11], "loss_mask": [0, 0, 1, 1, 0, 1, 0], "logprobs": [0, 0, -1, -2, 0, -3, 0], "advantage": [0.5, -1.0]},
+        {"tokens": [5, 6, 7], "loss_mask": [0, 1, 1], "logprobs": [0, -1, -1], "advantage": 2.0},
+        {"tokens": [5, 6, 7], "loss_mask": [0, 1, 1], "logprobs": [0, -1, -1], "advantage": None},  # not trained
+    ]
+    path = tmp_path / "step_0.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines))
+    first, second = recorded.recorded_datums(path)
+    assert first.model_input.to_ints() == [5, 6, 7, 8, 9, 10] and first.loss_fn_inputs["target_tokens"].tolist() == [6, 7, 8, 9, 10, 11]
+    assert first.loss_fn_inputs["advantages"].tolist() == [0.0, 0.5, 0.5, 0.0, -1.0, 0.0]
+    assert second.loss_fn_inputs["advantages"].tolist() == [2.0, 2.0]

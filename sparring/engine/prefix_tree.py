@@ -3,8 +3,8 @@
 A multi-turn episode trains as one merged sequence, and the episodes of a
 step begin alike at many depths: the same system prompt, the same first
 guess, the same referee reply, the same second guess... Running each datum
-whole (or one shared prefix per micro-batch, `batch_plan`) computes every
-token the datums have in common again for each of them. A `TreeBatch` is a
+whole (`batch_plan`, the fallback) computes every token the datums have in
+common again for each of them. A `TreeBatch` is a
 trie of datums laid out as one sequence of its nodes (a node per distinct
 prefix, each after its parent), with the position of a node its depth and an
 attention mask that lets a node see exactly its ancestors and itself; one
