@@ -10,8 +10,8 @@ once; padded whole datums, `batch_plan`, for models that cannot), runs the
 model's backbone once per micro-batch, applies the LM head only at real
 positions — with gradient only where the loss has a non-zero coefficient,
 and once for positions of several datums that predict the same token from
-the same prefix — and sums the per-token losses. LoRA layers run as one autograd op
-each (`lora_matmul`), and so does the head's log p(target) (`target_logprobs`),
+the same prefix — and sums the per-token losses. LoRA layers run as one
+autograd op each (`lora_matmul`), and so does the head's log p(target) (`target_logprobs`),
 on CPU in float32 through oneDNN-packed copies of the frozen weights.
 Gradients accumulate across calls until the optimizer step, as in Tinker.
 """
@@ -26,9 +26,9 @@ import torch
 from ..types import Datum, ForwardBackwardOutput, TensorData
 from .allowed_tokens import allowed_masks, is_allowed, split_allowed
 from .batch_plan import micro_batches
-from .prefix_tree import plan_tree_batches, runs_as_trees, tree_hidden_states
 from .lora_matmul import fused_lora
 from .losses import LOSSES, elementwise_loss, get_loss
+from .prefix_tree import plan_tree_batches, runs_as_trees, tree_hidden_states
 from .target_logprobs import target_logprobs
 
 CONSTRAINT_INPUTS = ("allowed_counts", "allowed_tokens")
