@@ -3,8 +3,8 @@
 A multi-turn run trains merged timelines that begin alike at many depths (the
 same rules, then the same first guess, the same reply...). This replays the
 batches a finished run recorded (`<run_dir>/rollouts/step_*.jsonl`: tokens,
-sampled mask and advantages of every trained timeline; `make demo` writes
-`runs/guess_number`) through one forward+backward each, ppo, on the run's
+sampled mask, calls and advantages of every trained timeline, assembled into
+datums as the trainer does; `make demo` writes `runs/guess_number`) through one forward+backward each, ppo, on the run's
 base model with a fresh LoRA of rank 16, with `EngineConfig.learner_prefix_tree`
 on (the default) and off, alternating per step, best of `--repeats` after a
 warm-up. Reported per step: datum tokens, the tokens each layout runs (trie
@@ -16,35 +16,30 @@ nodes; padded tokens), seconds, and the speed-up; then the totals.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import torch
 
 from sparring import ServiceClient, types
+from sparring.algorithms import build_datums
 from sparring.engine.batch_plan import micro_batches
 from sparring.engine.prefix_tree import plan_tree_batches
+from sparring.logging import read_rollouts
+from sparring.rollout import Episode, Timeline
 
 from common import print_table
 
 
 def recorded_datums(path: Path) -> list[types.Datum]:
-    """The step's trained timelines as datums: each sampled span carries its call's advantage."""
-    data = []
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        if record["advantage"] is None:
-            continue
-        advantages, call, previous = [], -1, 0
-        for sampled in record["loss_mask"]:
-            call += bool(sampled and not previous)
-            previous = sampled
-            advantage = record["advantage"][call] if isinstance(record["advantage"], list) else record["advantage"]
-            advantages.append(advantage if sampled else 0.0)
-        tokens = record["tokens"]
-        data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": record["logprobs"][1:], "advantages": advantages[1:]}))
-    return data
+    """The step's trained timelines as the trainer assembled them (`build_datums`), from the recorded dump."""
+    records = [record for record in read_rollouts(path) if record["advantage"] is not None]
+    episodes = [
+        Episode(task={}, group=0, rewards={}, timelines=[Timeline(agent=r["agent"], model=r["model"], tokens=r["tokens"], loss_mask=r["loss_mask"], logprobs=r["logprobs"], num_calls=r["num_calls"], call_index=r["call_index"])])
+        for r in records
+    ]
+    advantages = {(index, record["agent"]): record["advantage"] for index, record in enumerate(records)}
+    return [datum for data in build_datums(episodes, advantages).values() for datum in data]
 
 
 def main() -> None:

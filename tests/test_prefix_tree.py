@@ -178,9 +178,9 @@ def test_a_recorded_step_replays_with_each_calls_advantage_on_the_tokens_it_samp
 
     recorded = load_benchmark("recorded_steps")
     lines = [
-        {"tokens": [5, 6, 7, 8, 9, 10, 11], "loss_mask": [0, 0, 1, 1, 0, 1, 0], "logprobs": [0, 0, -1, -2, 0, -3, 0], "advantage": [0.5, -1.0]},
-        {"tokens": [5, 6, 7], "loss_mask": [0, 1, 1], "logprobs": [0, -1, -1], "advantage": 2.0},
-        {"tokens": [5, 6, 7], "loss_mask": [0, 1, 1], "logprobs": [0, -1, -1], "advantage": None},  # not trained
+        {"agent": "policy", "model": "policy", "num_calls": 2, "tokens": [5, 6, 7, 8, 9, 10, 11], "loss_mask": [0, 0, 1, 1, 0, 1, 0], "logprobs": [0, 0, -1, -2, 0, -3, 0], "call_index": [-1, -1, 0, 0, -1, 1, -1], "advantage": [0.5, -1.0]},
+        {"agent": "policy", "model": "policy", "num_calls": 1, "tokens": [5, 6, 7], "loss_mask": [0, 1, 1], "logprobs": [0, -1, -1], "call_index": [-1, 0, 0], "advantage": 2.0},
+        {"agent": "policy", "model": "policy", "num_calls": 1, "tokens": [5, 6, 7], "loss_mask": [0, 1, 1], "logprobs": [0, -1, -1], "call_index": [-1, 0, 0], "advantage": None},  # not trained
     ]
     path = tmp_path / "step_0.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines))

@@ -81,7 +81,7 @@ def plan_tree_batches(tokens: list[torch.Tensor], node_budget: int) -> list[Tree
     groups: list[list[tuple[int, int]]] = []  # per batch: (datum, common prefix with the previous datum of the batch)
     nodes = 0
     for previous, index in zip([None, *order], order):
-        shared = 0 if previous is None else _common_prefix_length(lists[previous], lists[index])
+        shared = 0 if previous is None else common_prefix_length([lists[previous], lists[index]])
         if groups and nodes + len(lists[index]) - shared <= node_budget:
             groups[-1].append((index, shared))
             nodes += len(lists[index]) - shared
@@ -96,6 +96,8 @@ def _tree_batch(group: list[tuple[int, int]], lists: list[list[int]]) -> TreeBat
     tokens_N = torch.empty(size, dtype=torch.long)
     depths_N = torch.empty(size, dtype=torch.long)
     sees_N_N = torch.zeros(size, size, dtype=torch.bool) if len(group) > 1 else None  # j is i or an ancestor of i
+    longest = max(len(lists[index]) for index, _ in group)
+    lower_L_L = torch.ones(longest, longest, dtype=torch.bool).tril()  # position p sees positions 0..p
     nodes_of: list[torch.Tensor] = []
     path: list[int] = []  # the previous datum's nodes
     created = 0
@@ -105,9 +107,7 @@ def _tree_batch(group: list[tuple[int, int]], lists: list[list[int]]) -> TreeBat
         created += len(datum) - shared
         path_L = torch.tensor(path, dtype=torch.long)
         if len(datum) > shared and sees_N_N is not None:
-            new_L = path_L[shared:]
-            lower_L_L = torch.ones(len(datum), len(datum), dtype=torch.bool).tril()
-            sees_N_N[new_L[:, None], path_L[None, :]] = lower_L_L[shared:]
+            sees_N_N[path_L[shared:, None], path_L[None, :]] = lower_L_L[shared : len(datum), : len(datum)]
         tokens_N[path_L[shared:]] = torch.tensor(datum[shared:], dtype=torch.long)
         depths_N[path_L[shared:]] = torch.arange(shared, len(datum))
         nodes_of.append(path_L)
@@ -115,12 +115,14 @@ def _tree_batch(group: list[tuple[int, int]], lists: list[list[int]]) -> TreeBat
     return TreeBatch([index for index, _ in group], tokens_N, depths_N, nodes_of, attention)
 
 
-def _common_prefix_length(a: list[int], b: list[int]) -> int:
-    length = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        length += 1
+def common_prefix_length(sequences: list[list[int]]) -> int:
+    """How many leading tokens all the sequences have in common."""
+    first, length = sequences[0], min(len(s) for s in sequences)
+    for sequence in sequences[1:]:
+        matched = 0
+        while matched < length and sequence[matched] == first[matched]:
+            matched += 1
+        length = matched
     return length
 
 
@@ -131,12 +133,11 @@ def _tree_attention(sees_N_N: torch.Tensor, chunk: int) -> TreeAttention:
     width = max(len(k) for k in keys)
     keys_Q_K = torch.zeros(len(keys), width, dtype=torch.long)
     sees_Q_C_K = torch.zeros(len(keys), chunk, width, dtype=torch.bool)
-    sees_Q_C_K[:, :, 0] = True
     for q, (start, keys_K) in enumerate(zip(starts, keys)):
         rows = sees_N_N[start : start + chunk]
         keys_Q_K[q, : len(keys_K)] = keys_K
-        sees_Q_C_K[q, : len(rows)] = False
         sees_Q_C_K[q, : len(rows), : len(keys_K)] = rows[:, keys_K]
+        sees_Q_C_K[q, len(rows) :, 0] = True  # padding rows attend to something, so softmax stays finite
     return TreeAttention(keys_Q_K, sees_Q_C_K)
 
 

@@ -42,6 +42,7 @@ from .allowed_tokens import allowed_masks
 from .constraints import CompiledConstraint, RowConstraint
 from .decoder import FastDecoder, HFCache, HFDecoder, KVCache
 from .prefix_cache import PrefillCounts, PrefixMatch, PrefixStore
+from .prefix_tree import common_prefix_length
 
 # Drop finished rows once this share of the batch has finished (copying the cache has a cost).
 _COMPACT_FRACTION = 0.125
@@ -267,7 +268,7 @@ def _prefill_rests(decoder, cache, prompts: list[list[int]], done: list[int], pa
 def _shared_prefix_length(prompts: list[list[int]]) -> int:
     """Leading tokens every prompt shares, run once for all (0 for one prompt, or fewer than _MIN_SHARED_PREFIX);
     every prompt keeps a token for the batched pass."""
-    shared = _common_prefix_length(prompts) if len(prompts) > 1 else 0
+    shared = common_prefix_length(prompts) if len(prompts) > 1 else 0
     shared = min(shared, min(len(p) for p in prompts) - 1)
     return shared if shared >= _MIN_SHARED_PREFIX else 0
 
@@ -289,16 +290,6 @@ def _row_kv(cache: KVCache, row: int, start: int, end: int) -> torch.Tensor:
     new [layers, 2, kv heads, tokens, head dim] tensor."""
     slots_N = cache.key_valid_B_S[row, : cache.length].nonzero().squeeze(-1)[start:end]
     return torch.stack([torch.stack((keys[row].index_select(1, slots_N), values[row].index_select(1, slots_N))) for keys, values in zip(cache.keys, cache.values)])
-
-
-def _common_prefix_length(prompts: list[list[int]]) -> int:
-    first, length = prompts[0], min(len(p) for p in prompts)
-    for prompt in prompts[1:]:
-        matched = 0
-        while matched < length and prompt[matched] == first[matched]:
-            matched += 1
-        length = matched
-    return length
 
 
 @torch.no_grad()
