@@ -130,4 +130,21 @@ def test_the_sampler_writes_the_effective_weight_peft_would_merge(bank):
         part = ProjectionWeights.of(layer)
         out = torch.empty_like(part.weight)
         part.write_effective(out)
-        assert torch.equal(out, part.weight.detach() + layer.get_delta_weight("policy").detach())  # peft's merge, bit for bit
+        # peft's merge, to float32 rounding (one fused multiply-add instead of its three passes)
+        torch.testing.assert_close(out, part.weight.detach() + layer.get_delta_weight("policy").detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_the_effective_weight_adds_every_active_adapter():
+    torch.manual_seed(0)
+    model = get_peft_model(torch.nn.Sequential(torch.nn.Linear(16, 24)), LoraConfig(r=4, lora_alpha=8, target_modules=["0"]))
+    model.add_adapter("second", LoraConfig(r=2, lora_alpha=6, target_modules=["0"]))
+    model.base_model.set_adapter(["default", "second"])
+    layer = model.base_model.model[0]
+    for adapter_name in ("default", "second"):
+        torch.nn.init.normal_(layer.lora_B[adapter_name].weight)
+    part = ProjectionWeights.of(layer)
+    assert part.adapters == ("default", "second")
+    out = torch.empty_like(part.weight)
+    part.write_effective(out)
+    merged = part.weight.detach() + layer.get_delta_weight("default") + layer.get_delta_weight("second")
+    torch.testing.assert_close(out, merged.detach())

@@ -31,6 +31,7 @@ turns both off.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -81,13 +82,17 @@ class ProjectionWeights:
         return [self.linear.weight, *deltas]
 
     def write_effective(self, out: torch.Tensor) -> None:
-        """Write W plus every adapter's delta into `out` bit for bit as peft's merge would (the same delta, added in
-        the same order); W is left alone."""
+        """Write W plus every adapter's delta (scaling x B @ A, what peft merges) into `out`, one fused multiply-add
+        per adapter (peft's merge makes the delta, scales it and adds it: three passes over W's size); W is left alone."""
         weight = self.linear.weight.detach()
         if not self.adapters:
             out.copy_(weight)
         for index, name in enumerate(self.adapters):
-            torch.add(weight if index == 0 else out, self.lora.get_delta_weight(name).detach().to(weight.dtype), out=out)
+            lora_A, lora_B = self.lora.lora_A[name].weight.detach(), self.lora.lora_B[name].weight.detach()
+            if index == 0:
+                torch.addmm(weight, lora_B, lora_A, alpha=self.lora.scaling[name], out=out)
+            else:
+                out.addmm_(lora_B, lora_A, alpha=self.lora.scaling[name])
 
 
 def packable(weights: list[torch.Tensor]) -> bool:
@@ -167,15 +172,27 @@ def packed_frozen(weight: torch.Tensor, transposed: bool = False) -> torch.Tenso
 
 
 def _effective_stacked(projections: list[ProjectionWeights]) -> torch.Tensor:
-    """The projections' effective weights stacked by rows, written once into one new tensor (a lone projection
-    without adapters: its weight itself)."""
+    """The projections' effective weights stacked by rows, written into a scratch buffer that every packing reuses
+    (the reorder copies out of it; a fresh buffer per group page-faults its size in again), or, for a lone projection
+    without adapters, its weight itself."""
     if len(projections) == 1 and not projections[0].adapters:
         return projections[0].weight.detach()
     first = projections[0].weight
-    stacked = torch.empty(sum(p.weight.shape[0] for p in projections), first.shape[1], dtype=first.dtype, device=first.device)
-    start = 0
-    for projection in projections:
-        rows = projection.weight.shape[0]
-        projection.write_effective(stacked[start : start + rows])
-        start += rows
+    rows = [p.weight.shape[0] for p in projections]
+    stacked = _scratch(sum(rows) * first.shape[1], first.dtype, first.device).view(sum(rows), first.shape[1])
+    for projection, block in zip(projections, stacked.split(rows)):
+        projection.write_effective(block)
     return stacked
+
+
+# Per thread (each engine samples on a thread of its own): (dtype, device) -> the buffer `_effective_stacked`
+# writes into, as large as the largest group packed so far.
+_SCRATCH = threading.local()
+
+
+def _scratch(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    buffers = _SCRATCH.__dict__.setdefault("buffers", {})
+    buffer = buffers.get((dtype, device))
+    if buffer is None or buffer.numel() < numel:
+        buffer = buffers[(dtype, device)] = torch.empty(numel, dtype=dtype, device=device)
+    return buffer[:numel]
