@@ -84,15 +84,12 @@ class ProjectionWeights:
     def write_effective(self, out: torch.Tensor) -> None:
         """Write W plus every adapter's delta (scaling x B @ A, what peft merges) into `out`, one fused multiply-add
         per adapter (peft's merge makes the delta, scales it and adds it: three passes over W's size); W is left alone."""
-        weight = self.linear.weight.detach()
+        summand = self.linear.weight.detach()
         if not self.adapters:
-            out.copy_(weight)
-        for index, name in enumerate(self.adapters):
-            lora_A, lora_B = self.lora.lora_A[name].weight.detach(), self.lora.lora_B[name].weight.detach()
-            if index == 0:
-                torch.addmm(weight, lora_B, lora_A, alpha=self.lora.scaling[name], out=out)
-            else:
-                out.addmm_(lora_B, lora_A, alpha=self.lora.scaling[name])
+            out.copy_(summand)
+        for name in self.adapters:
+            torch.addmm(summand, self.lora.lora_B[name].weight.detach(), self.lora.lora_A[name].weight.detach(), alpha=self.lora.scaling[name], out=out)
+            summand = out
 
 
 def packable(weights: list[torch.Tensor]) -> bool:
@@ -191,7 +188,7 @@ _SCRATCH = threading.local()
 
 
 def _scratch(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    buffers = _SCRATCH.__dict__.setdefault("buffers", {})
+    buffers = vars(_SCRATCH).setdefault("buffers", {})
     buffer = buffers.get((dtype, device))
     if buffer is None or buffer.numel() < numel:
         buffer = buffers[(dtype, device)] = torch.empty(numel, dtype=dtype, device=device)
