@@ -4,7 +4,9 @@ RL on a CPU spends most of its time sampling rollouts, so this measures the
 sampling path a training loop uses — an in-flight sampling client of a LoRA
 training client (r=16), many concurrent `sample` calls batched by the engine —
 against the obvious alternative, `model.generate` on a left-padded batch, with
-the same LoRA adapter attached unmerged through peft and without one.
+the same LoRA adapter attached unmerged through peft and without one; and
+the engine's path again with its decode matmuls through oneDNN's packed
+weights instead of sparring's row kernel (`EngineConfig.sampler_row_kernel`).
 
 Every path samples at temperature 1 with no top-k/top-p and exactly
 `--new-tokens` tokens per row (stop=[] for sparring, min_new_tokens for
@@ -17,7 +19,8 @@ fraction of the fp32 matmul ceiling measured in the same run (`torch.matmul`,
 and the higher rate of a matmul through a oneDNN-packed weight). Below the
 table, what a decode step cannot go below on this host: the time to read
 every weight once (decoding streams them all each step), and the step's
-weight matmuls alone as the sampler runs them, at each batch size, with the
+weight matmuls alone as the sampler runs them (row kernel, and oneDNN for
+comparison), at each batch size, with the
 share of the ceiling that rate would be and of a sampled step it is, beside
 the two bounds a kernel could meet: the longer of reading the weights and
 multiplying them at the ceiling (it overlaps the two), or their sum (it
@@ -123,11 +126,24 @@ def main() -> None:
     training_client = service.create_lora_training_client(model_name, rank=LORA_RANK, seed=0)
     sampling_client = training_client.save_weights_and_get_sampling_client(kind="inflight")
 
+    engine = training_client.engine
+
+    def sparring_with(row_kernel: bool):
+        def run(prompts: list[list[int]]) -> float:
+            engine.config.sampler_row_kernel = row_kernel
+            try:
+                return time_sparring(sampling_client, prompts, new_tokens)
+            finally:
+                engine.config.sampler_row_kernel = True
+
+        return run
+
     pad_token_id = plain.tokenizer.pad_token_id
     paths = {
         "hf generate": lambda prompts: time_hf_generate(plain.model, pad_token_id, prompts, new_tokens),
         "hf generate + lora": lambda prompts: time_hf_generate(hf_lora_model, pad_token_id, prompts, new_tokens),
-        "sparring + lora": lambda prompts: time_sparring(sampling_client, prompts, new_tokens),
+        "sparring + lora": sparring_with(row_kernel=True),
+        "sparring + lora, oneDNN": sparring_with(row_kernel=False),
     }
     warmup_prompts = chat_prompts(plain.renderer, 2)
     for run in paths.values():
@@ -166,14 +182,15 @@ def main() -> None:
     rows = []
     for batch in batches:
         matmul_s = decode_matmul_seconds(plain.model, batch)
+        onednn_s = decode_matmul_seconds(plain.model, batch, row_kernel=False)
         gflops = 2 * parameters * batch / matmul_s / 1e9
         at_ceiling_s = 2 * parameters * batch / (ceiling * 1e9)
         rows.append([
-            batch, matmul_s * 1e3, batch / matmul_s, gflops / ceiling, tokens_per_s["sparring + lora", batch] * matmul_s / batch,
+            batch, matmul_s * 1e3, onednn_s * 1e3, batch / matmul_s, gflops / ceiling, tokens_per_s["sparring + lora", batch] * matmul_s / batch,
             max(read_s, at_ceiling_s) * 1e3, (read_s + at_ceiling_s) * 1e3,
         ])  # fmt: skip
     print_table(
-        ["batch", "matmuls ms/step", "tokens/s if only they ran", "of ceiling", "sparring's step spent in them",
+        ["batch", "matmuls ms/step", "through oneDNN ms/step", "tokens/s if only they ran", "of ceiling", "sparring's step spent in them",
          "overlapped: max(read, at ceiling) ms", "in turn: read + at ceiling ms"],
         rows,
     )  # fmt: skip

@@ -10,11 +10,14 @@ logits, and `cache.keep_rows` to drop finished rows):
   injected are used as they are (or their base layer, when the adapter is
   merged into it). Projections that read the same input run as one matmul
   (q, k and v; gate and up). On CPU in float32 the projections and the LM
-  head run on oneDNN-packed copies of their weights with the active LoRA
-  adapter folded in (`packed_weights`), made once per weights' content and
-  kept across generations: 1.3-1.8x faster decode steps than MKL on the
-  2-core AMD machine, for the weights' size again in memory, and the base
-  weights are never written. Elsewhere (CUDA, bfloat16, `pack_weights=False`) the
+  head run on packed copies of their weights with the active LoRA adapter
+  folded in (`packed_weights`), made once per weights' content and kept
+  across generations, and multiplied by sparring's row kernel (`row_matmul`;
+  `row_kernel=False` or where it cannot be built: oneDNN's packed layout):
+  decode steps 1.3-1.8x faster than MKL on the 2-core AMD machine through
+  oneDNN, 1.1-1.3x faster again through the row kernel, for the weights'
+  size again in memory, and the base weights are never written. Elsewhere
+  (CUDA, bfloat16, `pack_weights=False`) the
   fused weights are made to lie back to back in one buffer once
   (`_shared_buffer`), values unchanged, so a merged adapter, written into the
   weights in place, lands in the fused weight too; there, on CPU, a few rows
@@ -41,6 +44,8 @@ from transformers import DynamicCache
 
 from ..models.cache_argument import cache_kwargs
 from .packed_weights import ProjectionWeights, packable, packed, packed_matmul
+from .row_matmul import available as row_kernel_available
+from .row_matmul import row_matmul
 
 FAST_ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}
 
@@ -97,17 +102,19 @@ def _mark_valid(cache, valid_B_T: torch.Tensor) -> tuple[int, int]:
 class FastDecoder:
     """Prefill and step a Llama-family model over a preallocated `KVCache`."""
 
-    def __init__(self, causal_lm: torch.nn.Module, fuse_projections: bool = True, pack_weights: bool = True):
+    def __init__(self, causal_lm: torch.nn.Module, fuse_projections: bool = True, pack_weights: bool = True, row_kernel: bool = True):
         """`fuse_projections=False` runs every projection alone (the reference the fused path is tested against);
-        `pack_weights=False` never makes oneDNN-packed copies (saves the memory they take)."""
+        `pack_weights=False` never makes packed copies (saves the memory they take); `row_kernel=False` packs them
+        for oneDNN rather than for `row_matmul` (which is used only where it runs: `row_matmul.available`)."""
         self.causal_lm = causal_lm
         self.backbone = causal_lm.get_decoder()
-        self.lm_head = _head_projection(causal_lm.get_output_embeddings(), pack_weights)
+        self.packing = _Packing.of(causal_lm, pack_weights, row_kernel)
+        self.lm_head = _head_projection(causal_lm.get_output_embeddings(), self.packing)
         config = causal_lm.config
         self.num_layers = config.num_hidden_layers
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.layers = [_LayerParts.of(layer, fuse_projections, pack_weights) for layer in self.backbone.layers]
+        self.layers = [_LayerParts.of(layer, fuse_projections, self.packing) for layer in self.backbone.layers]
 
     @staticmethod
     def supports(causal_lm: torch.nn.Module) -> bool:
@@ -175,7 +182,7 @@ class _LayerParts:
     act_fn: torch.nn.Module
 
     @classmethod
-    def of(cls, layer: torch.nn.Module, fuse: bool, pack: bool) -> _LayerParts:
+    def of(cls, layer: torch.nn.Module, fuse: bool, pack: _Packing | None) -> _LayerParts:
         attn, mlp = layer.self_attn, layer.mlp
         return cls(
             input_norm=layer.input_layernorm,
@@ -191,6 +198,21 @@ class _LayerParts:
         )
 
 
+@dataclass(frozen=True)
+class _Packing:
+    """How projections multiply by packed copies of their weights (`packed_weights`); None where they use the weights."""
+
+    rows: bool
+    """Plain copies through `row_matmul` (few rows at a time: a decode step), else oneDNN-packed ones."""
+
+    @staticmethod
+    def of(causal_lm: torch.nn.Module, pack_weights: bool, row_kernel: bool) -> _Packing | None:
+        if not pack_weights:
+            return None
+        cpu_float32 = packable([causal_lm.get_input_embeddings().weight])
+        return _Packing(rows=row_kernel and cpu_float32 and row_kernel_available())
+
+
 def _unwrapped(linear: torch.nn.Module) -> torch.nn.Module:
     """The plain layer under a peft LoRA layer whose forward would only call it (adapters merged, or disabled), else the layer."""
     if isinstance(linear, BaseTunerLayer) and linear.merged != linear.disable_adapters:
@@ -198,15 +220,15 @@ def _unwrapped(linear: torch.nn.Module) -> torch.nn.Module:
     return linear
 
 
-def _projection(linear: torch.nn.Module, pack: bool) -> Projection:
+def _projection(linear: torch.nn.Module, pack: _Packing | None) -> Projection:
     """A linear layer as a function (see `_projections`)."""
     part = ProjectionWeights.of(linear) if pack else None
     if part is not None and packable(part.tensors()):
-        return _packed_projection([part])
+        return _packed_projection([part], pack)
     return _plain_projection(_unwrapped(linear))
 
 
-def _projections(linears: list[torch.nn.Module], fuse: bool, pack: bool) -> Projections:
+def _projections(linears: list[torch.nn.Module], fuse: bool, pack: _Packing | None) -> Projections:
     """Linear layers that read the same input, as one matmul over their weights stacked (when `fuse`), else one
     at a time; a layer that is neither plain nor LoRA over plain runs as its module.
 
@@ -221,10 +243,10 @@ def _projections(linears: list[torch.nn.Module], fuse: bool, pack: bool) -> Proj
     packs = bool(parts) and all(parts) and packable([t for part in parts for t in part.tensors()])
     layers = [part.linear for part in parts] if packs else [_unwrapped(linear) for linear in linears]
     if fuse and all(type(layer) is torch.nn.Linear for layer in layers) and _compatible(layers):
-        project = _packed_projection(parts) if packs else _plain_matmul(_shared_buffer([layer.weight for layer in layers]), _stacked_bias(layers))
+        project = _packed_projection(parts, pack) if packs else _plain_matmul(_shared_buffer([layer.weight for layer in layers]), _stacked_bias(layers))
         sizes = [layer.weight.shape[0] for layer in layers]
         return lambda x: project(x).split(sizes, dim=-1)
-    separate = [_packed_projection([part]) for part in parts] if packs else [_plain_projection(layer) for layer in layers]
+    separate = [_packed_projection([part], pack) for part in parts] if packs else [_plain_projection(layer) for layer in layers]
     return lambda x: tuple(project(x) for project in separate)
 
 
@@ -238,10 +260,11 @@ def _stacked_bias(linears: list[torch.nn.Linear]) -> torch.Tensor | None:
     return None if linears[0].bias is None else torch.cat([linear.bias.detach() for linear in linears])
 
 
-def _packed_projection(parts: list[ProjectionWeights]) -> Projection:
+def _packed_projection(parts: list[ProjectionWeights], pack: _Packing) -> Projection:
     """One matmul through the packed copy of the parts' effective weights stacked by rows."""
-    weight, bias = packed(parts), _stacked_bias([part.linear for part in parts])
-    return lambda x: packed_matmul(x, weight, bias)
+    weight, bias = packed(parts, pack.rows), _stacked_bias([part.linear for part in parts])
+    multiply = row_matmul if pack.rows else packed_matmul
+    return lambda x: multiply(x, weight, bias)
 
 
 def _plain_projection(layer: torch.nn.Module) -> Projection:
@@ -296,11 +319,11 @@ def _back_to_back(weights: list[torch.Tensor]) -> bool:
     return True
 
 
-def _head_projection(lm_head: torch.nn.Module, pack: bool) -> Projection:
+def _head_projection(lm_head: torch.nn.Module, pack: _Packing | None) -> Projection:
     """The LM head as a function: packed on CPU in float32 (oneDNN is 1.9x faster than `F.linear` for 1 row, 3-4x
     for 2-8 rows and 2x for 32), a LoRA adapter on it folded in; otherwise its module."""
     part = ProjectionWeights.of(lm_head) if pack else None
-    return _packed_projection([part]) if part is not None and packable(part.tensors()) else _unwrapped(lm_head)
+    return _packed_projection([part], pack) if part is not None and packable(part.tensors()) else _unwrapped(lm_head)
 
 
 def _rms_norm(norm: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -353,7 +376,7 @@ class HFDecoder:
         return out.logits[:, -1].float()
 
 
-def make_decoder(causal_lm: torch.nn.Module, prefer_fast: bool = True, pack_weights: bool = True) -> FastDecoder | HFDecoder:
+def make_decoder(causal_lm: torch.nn.Module, prefer_fast: bool = True, pack_weights: bool = True, row_kernel: bool = True) -> FastDecoder | HFDecoder:
     if prefer_fast and FastDecoder.supports(causal_lm):
-        return FastDecoder(causal_lm, pack_weights=pack_weights)
+        return FastDecoder(causal_lm, pack_weights=pack_weights, row_kernel=row_kernel)
     return HFDecoder(causal_lm)

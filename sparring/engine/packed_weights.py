@@ -1,14 +1,16 @@
-"""oneDNN-packed copies of float32 CPU weights, with LoRA adapters folded in, for the sampler.
+"""Packed copies of float32 CPU weights, with LoRA adapters folded in, for the sampler and the learner.
 
 On the 2-core AMD machine (MKL, 2 threads) a matmul against a weight that
 oneDNN has reordered into its blocked layout once runs much faster than
 `F.linear` on the plain weight: 2x for the 8 rows of a decode step, 1.5x for
-32, 1.2x for a prefill's hundreds of rows.
+32, 1.2x for a prefill's hundreds of rows. The sampler's own kernel
+(`row_matmul`) is faster still for its few rows, on a plain row-major copy.
 
 - `ProjectionWeights` is what one projection multiplies by: a plain weight
   plus the deltas of the unmerged LoRA adapters active on it. The sampler
-  packs W + BA directly (`packed`), so sampling an adapter never writes the
-  base weights (no merge, no copy of W set aside, nothing to undo).
+  packs W + BA directly (`packed`: oneDNN's layout, or with `rows` plain rows
+  for `row_matmul`), so sampling an adapter never writes the base weights (no
+  merge, no copy of W set aside, nothing to undo).
 - `packed` keeps a packed tensor per group of weights and set of adapters
   folded in (the last three sets sampled: the base model, a policy and its
   snapshot opponent sampled in turn pack nothing again), and makes it again
@@ -35,6 +37,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from peft.tuners.lora import LoraLayer
@@ -129,20 +132,28 @@ _PACKED: dict[tuple[int, ...], OrderedDict[tuple[int, ...], _PackedCopy]] = {}
 _COPIES_PER_WEIGHTS = 3
 
 
-def packed(projections: list[ProjectionWeights]) -> torch.Tensor:
-    """The projections' effective weights stacked by rows, as one oneDNN-packed tensor.
+def packed(projections: list[ProjectionWeights], rows: bool = False) -> torch.Tensor:
+    """The projections' effective weights stacked by rows, as one oneDNN-packed tensor (for `packed_matmul`), or with
+    `rows` as one plain contiguous tensor (for `row_matmul.row_matmul`: a lone weight without adapters is itself).
 
     Made once per content of the tensors they come from (~0.2 s for all of SmolLM2-135M's) and reused by later
-    sampling batches; the copies of the last three adapter sets sampled (no adapter counts as one) are kept.
+    sampling batches; the copies of the last three adapter sets sampled (no adapter counts as one) are kept. A plain
+    copy made again is written over its old values (a new one would page-fault the model's size in every step).
     """
+    if rows and len(projections) == 1 and not projections[0].adapters:
+        return projections[0].weight.detach().contiguous()
     sources = [t for p in projections for t in p.tensors()]
     versions = _state(sources) + tuple(p.lora.scaling[name] for p in projections for name in p.adapters)
     key = tuple(id(t) for t in sources)
-    copies = _PACKED.setdefault(tuple(id(p.weight) for p in projections), OrderedDict())
+    copies = _PACKED.setdefault((rows, *(id(p.weight) for p in projections)), OrderedDict())
     copy = copies.get(key)
     if copy is None or not copy.made_from(sources, versions):
         with torch.no_grad():
-            tensor = torch.ops.mkldnn._reorder_linear_weight(_effective_stacked(projections))
+            if rows:
+                old = copy.tensor if copy is not None else None
+                tensor = _effective_stacked(projections, lambda shape: old if old is not None and old.shape == shape else None)
+            else:
+                tensor = torch.ops.mkldnn._reorder_linear_weight(_effective_stacked(projections, _scratch))
         forget = lambda _: copies.pop(key, None)  # noqa: E731
         copy = copies[key] = _PackedCopy(tuple(weakref.ref(t, forget) for t in sources), versions, tensor)
     copies.move_to_end(key)
@@ -168,28 +179,29 @@ def packed_frozen(weight: torch.Tensor, transposed: bool = False) -> torch.Tenso
     return copy.tensor
 
 
-def _effective_stacked(projections: list[ProjectionWeights]) -> torch.Tensor:
-    """The projections' effective weights stacked by rows, written into a scratch buffer that every packing reuses
-    (the reorder copies out of it; a fresh buffer per group page-faults its size in again), or, for a lone projection
-    without adapters, its weight itself."""
+def _effective_stacked(projections: list[ProjectionWeights], buffer: Callable[[torch.Size], torch.Tensor | None]) -> torch.Tensor:
+    """The projections' effective weights stacked by rows, written into `buffer(shape)` (None: a new tensor), or, for
+    a lone projection without adapters, its weight itself."""
     if len(projections) == 1 and not projections[0].adapters:
         return projections[0].weight.detach()
     first = projections[0].weight
     rows = [p.weight.shape[0] for p in projections]
-    stacked = _scratch(sum(rows) * first.shape[1], first.dtype, first.device).view(sum(rows), first.shape[1])
-    for projection, block in zip(projections, stacked.split(rows)):
+    shape = torch.Size((sum(rows), first.shape[1]))
+    out = buffer(shape)
+    if out is None:
+        out = torch.empty(shape, dtype=first.dtype, device=first.device)
+    for projection, block in zip(projections, out.split(rows)):
         projection.write_effective(block)
-    return stacked
+    return out
 
 
-# Per thread (each engine samples on a thread of its own): (dtype, device) -> the buffer `_effective_stacked`
-# writes into, as large as the largest group packed so far.
+# Per thread (each engine samples on a thread of its own): the buffer `_effective_stacked` writes oneDNN's source
+# into, as large as the largest group packed so far (float32 CPU weights only: see `packable`).
 _SCRATCH = threading.local()
 
 
-def _scratch(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    buffers = vars(_SCRATCH).setdefault("buffers", {})
-    buffer = buffers.get((dtype, device))
-    if buffer is None or buffer.numel() < numel:
-        buffer = buffers[(dtype, device)] = torch.empty(numel, dtype=dtype, device=device)
-    return buffer[:numel]
+def _scratch(shape: torch.Size) -> torch.Tensor:
+    buffer = getattr(_SCRATCH, "buffer", None)
+    if buffer is None or buffer.numel() < shape.numel():
+        buffer = _SCRATCH.buffer = torch.empty(shape.numel())
+    return buffer[: shape.numel()].view(shape)

@@ -1,0 +1,106 @@
+"""The sampler's row kernel (engine/row_matmul.py): x @ W^T for a few rows with every output independent of how the
+rows and weights were grouped, the plain copies it multiplies (rewritten in place after an optimizer step), and the
+fallback to oneDNN where it cannot be built."""
+
+import logging
+import shutil
+
+import pytest
+import torch
+
+from sparring import EngineConfig, ServiceClient, types
+from sparring.engine import row_matmul as kernel
+from sparring.engine.decoder import FastDecoder
+from sparring.engine.packed_weights import ProjectionWeights, packed
+
+needs_kernel = pytest.mark.skipif(not kernel.available(), reason="no x86 AVX2 CPU or C compiler here")
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows, outputs, inputs", [(1, 1, 1), (3, 7, 9), (4, 3, 8), (5, 49, 576), (33, 96, 17), (64, 12, 1536), (130, 10, 64)])
+def test_row_matmul_multiplies_by_the_weight_transposed(rows, outputs, inputs):
+    generator = torch.Generator().manual_seed(rows * 10_000 + outputs * 100 + inputs)
+    x, weight, bias = (torch.randn(*shape, generator=generator) for shape in ((2, rows, inputs), (outputs, inputs), (outputs,)))
+    tolerance = {"rtol": 1e-5, "atol": 1e-5 * inputs**0.5}
+    torch.testing.assert_close(kernel.row_matmul(x, weight), x @ weight.t(), **tolerance)
+    torch.testing.assert_close(kernel.row_matmul(x, weight, bias), x @ weight.t() + bias, **tolerance)
+
+
+@needs_kernel
+def test_each_output_has_the_same_bits_however_rows_and_weights_are_grouped():
+    generator = torch.Generator().manual_seed(0)
+    x, first, second = (torch.randn(*shape, generator=generator) for shape in ((70, 100), (25, 100), (8, 100)))
+    together = kernel.row_matmul(x, torch.cat([first, second]))
+    assert torch.equal(together, torch.cat([kernel.row_matmul(x, first), kernel.row_matmul(x, second)], dim=1))  # a fused projection
+    pieces = [kernel.row_matmul(x[start:end], torch.cat([first, second])) for start, end in ((0, 1), (1, 6), (6, 70))]
+    assert torch.equal(together, torch.cat(pieces))  # a prompt prefilled in pieces, rows decoded alone
+
+
+def sft_step(client, tokens: list[int]) -> None:
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+    client.forward_backward([datum], "cross_entropy").result(timeout=60)
+    client.optim_step(types.AdamParams(learning_rate=1e-2)).result(timeout=60)
+
+
+@needs_kernel
+def test_the_copy_of_an_adapted_group_is_rewritten_in_place_after_an_optimizer_step(tiny_model_dir, tmp_path):
+    client = ServiceClient(base_dir=tmp_path).create_lora_training_client(str(tiny_model_dir), rank=4, seed=3)
+    engine = client.engine
+    mlp = engine.bank.base_model.get_decoder().layers[0].mlp
+
+    def copy_and_expected() -> tuple[torch.Tensor, torch.Tensor]:
+        with engine.bank.use(client.adapter):
+            parts = [ProjectionWeights.of(mlp.gate_proj), ProjectionWeights.of(mlp.up_proj)]
+            assert all(part.adapters for part in parts)
+            expected = torch.cat([torch.empty_like(part.weight) for part in parts])
+            for part, block in zip(parts, expected.split([part.weight.shape[0] for part in parts])):
+                part.write_effective(block)
+            return packed(parts, rows=True), expected
+
+    first, expected = engine.call(copy_and_expected).result(timeout=60)
+    assert torch.equal(first, expected)
+    pointer, old_values = first.data_ptr(), first.clone()
+    sft_step(client, [1, 2, 3, 4, 5, 6])
+    second, expected = engine.call(copy_and_expected).result(timeout=60)
+    assert second.data_ptr() == pointer and torch.equal(second, expected) and not torch.equal(second, old_values)
+
+
+@needs_kernel
+def test_the_row_kernel_samples_what_onednn_and_the_merged_weights_sample(tiny_model_dir, tmp_path):
+    def client(name: str, config: EngineConfig):
+        path = shutil.copytree(tiny_model_dir, tmp_path / name)  # an engine of its own per setting
+        return ServiceClient(base_dir=tmp_path / f"checkpoints-{name}", engine_config=config).create_lora_training_client(str(path), rank=4, seed=3)
+
+    clients = [client("rows", EngineConfig()), client("onednn", EngineConfig(sampler_row_kernel=False)), client("merged", EngineConfig(pack_cpu_weights=False))]
+    prompt = clients[0].get_renderer().render([{"role": "user", "content": "what is two plus two?"}])
+    params = types.SamplingParams(max_tokens=8, temperature=1.0, stop=[], seed=5)
+    for _ in range(2):  # after each optimizer step the copies must follow the new LoRA weights
+        samples = []
+        for training_client in clients:
+            sft_step(training_client, prompt + [40, 41, 42])
+            sampler = training_client.save_weights_and_get_sampling_client(kind="inflight")
+            sequence = sampler.sample(types.ModelInput.from_ints(prompt), 1, params).result(timeout=60).sequences[0]
+            samples.append(sequence)
+        rows, *others = samples
+        for other in others:
+            assert rows.tokens == other.tokens
+            torch.testing.assert_close(rows.logprobs, other.logprobs, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("compiler, reason", [("no-such-compiler", "no C compiler 'no-such-compiler'"), ("false", "false could not build row_matmul.c")])
+def test_where_the_kernel_cannot_be_built_the_reason_is_logged_and_onednn_multiplies(tiny_model_dir, tmp_path, monkeypatch, caplog, compiler, reason):
+    if kernel._unsupported() is not None and "compiler" not in kernel._unsupported():
+        pytest.skip(kernel._unsupported())
+    monkeypatch.setenv("CC", compiler)
+    monkeypatch.setenv("SPARRING_HOME", str(tmp_path / "home"))
+    kernel._library.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger=kernel.__name__):
+            assert not kernel.available()
+        assert reason in caplog.text and "oneDNN" in caplog.text
+        client = ServiceClient(base_dir=tmp_path).create_lora_training_client(str(tiny_model_dir), rank=4, seed=3)
+        decoder = client.engine.call(lambda: FastDecoder(client.engine.bank.base_model)).result(timeout=60)
+        assert decoder.packing is not None and not decoder.packing.rows
+    finally:
+        monkeypatch.undo()
+        kernel._library.cache_clear()
