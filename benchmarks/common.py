@@ -92,13 +92,13 @@ def weight_read_seconds(model: torch.nn.Module, repeats: int = 10) -> float:
 
 
 @torch.no_grad()
-def decode_matmul_seconds(model: torch.nn.Module, rows: int, repeats: int = 10, row_kernel: bool = True) -> float:
+def decode_matmul_seconds(model: torch.nn.Module, rows: int, repeats: int = 10, cpu_kernels: bool = True) -> float:
     """The best time of one decode step's weight matmuls alone at `rows` rows, run as sparring's sampler runs them
     (the fast decoder's fused projections of every layer, then the LM head; on CPU through packed copies, for the row
-    kernel or, with `row_kernel=False`, for oneDNN)."""
+    kernel or, with `cpu_kernels=False`, for oneDNN)."""
     from sparring.engine.decoder import make_decoder
 
-    decoder = make_decoder(model, row_kernel=row_kernel)
+    decoder = make_decoder(model, cpu_kernels=cpu_kernels)
     config = model.config
     hidden_R_H = torch.randn(rows, config.hidden_size)
     attention_R_A = torch.randn(rows, config.num_attention_heads * decoder.head_dim)

@@ -6,7 +6,8 @@ training client (r=16), many concurrent `sample` calls batched by the engine —
 against the obvious alternative, `model.generate` on a left-padded batch, with
 the same LoRA adapter attached unmerged through peft and without one; and
 the engine's path again with its decode matmuls through oneDNN's packed
-weights instead of sparring's row kernel (`EngineConfig.sampler_row_kernel`).
+weights and torch's ops instead of sparring's compiled kernels
+(`EngineConfig.sampler_cpu_kernels`).
 
 Every path samples at temperature 1 with no top-k/top-p and exactly
 `--new-tokens` tokens per row (stop=[] for sparring, min_new_tokens for
@@ -19,7 +20,7 @@ fraction of the fp32 matmul ceiling measured in the same run (`torch.matmul`,
 and the higher rate of a matmul through a oneDNN-packed weight). Below the
 table, what a decode step cannot go below on this host: the time to read
 every weight once (decoding streams them all each step), and the step's
-weight matmuls alone as the sampler runs them (row kernel, and oneDNN for
+weight matmuls alone as the sampler runs them (sparring's kernel, and oneDNN for
 comparison), at each batch size, with the
 share of the ceiling that rate would be and of a sampled step it is, beside
 the two bounds a kernel could meet: the longer of reading the weights and
@@ -128,13 +129,13 @@ def main() -> None:
 
     engine = training_client.engine
 
-    def sparring_with(row_kernel: bool):
+    def sparring_with(cpu_kernels: bool):
         def run(prompts: list[list[int]]) -> float:
-            engine.config.sampler_row_kernel = row_kernel
+            engine.config.sampler_cpu_kernels = cpu_kernels
             try:
                 return time_sparring(sampling_client, prompts, new_tokens)
             finally:
-                engine.config.sampler_row_kernel = True
+                engine.config.sampler_cpu_kernels = True
 
         return run
 
@@ -142,8 +143,8 @@ def main() -> None:
     paths = {
         "hf generate": lambda prompts: time_hf_generate(plain.model, pad_token_id, prompts, new_tokens),
         "hf generate + lora": lambda prompts: time_hf_generate(hf_lora_model, pad_token_id, prompts, new_tokens),
-        "sparring + lora": sparring_with(row_kernel=True),
-        "sparring + lora, oneDNN": sparring_with(row_kernel=False),
+        "sparring + lora": sparring_with(cpu_kernels=True),
+        "sparring + lora, oneDNN": sparring_with(cpu_kernels=False),
     }
     warmup_prompts = chat_prompts(plain.renderer, 2)
     for run in paths.values():
@@ -182,7 +183,7 @@ def main() -> None:
     rows = []
     for batch in batches:
         matmul_s = decode_matmul_seconds(plain.model, batch)
-        onednn_s = decode_matmul_seconds(plain.model, batch, row_kernel=False)
+        onednn_s = decode_matmul_seconds(plain.model, batch, cpu_kernels=False)
         gflops = 2 * parameters * batch / matmul_s / 1e9
         at_ceiling_s = 2 * parameters * batch / (ceiling * 1e9)
         rows.append([

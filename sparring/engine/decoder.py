@@ -12,19 +12,21 @@ logits, and `cache.keep_rows` to drop finished rows):
   (q, k and v; gate and up). On CPU in float32 the projections and the LM
   head run on packed copies of their weights with the active LoRA adapter
   folded in (`packed_weights`), made once per weights' content and kept
-  across generations, and multiplied by sparring's row kernel (`row_matmul`;
-  `row_kernel=False` or where it cannot be built: oneDNN's packed layout):
-  decode steps 1.3-1.8x faster than MKL on the 2-core AMD machine through
-  oneDNN, 1.1-1.3x faster again through the row kernel, for the weights'
-  size again in memory, and the base weights are never written. Elsewhere
-  (CUDA, bfloat16, `pack_weights=False`) the
+  across generations, for the weights' size again in memory (the base
+  weights are never written), multiplied by sparring's compiled kernels
+  (`cpu_kernels.row_matmul`), which also run the norms and a decode step's
+  attention; with `cpu_kernels=False`, or where they cannot be built,
+  oneDNN's packed copies and torch's ops. Decode steps through oneDNN were
+  1.3-1.8x faster than MKL on the 2-core AMD machine, and 1.3-1.4x faster
+  again through the kernels (8 and 32 rows, session 62). Elsewhere (CUDA,
+  bfloat16, `pack_weights=False`) the
   fused weights are made to lie back to back in one buffer once
   (`_shared_buffer`), values unchanged, so a merged adapter, written into the
   weights in place, lands in the fused weight too; there, on CPU, a few rows
   are projected as W @ x^T. A decode step builds its
   additive mask once, from the new slot only; queries and keys are rotated
   together (with `roll` instead of rotate_half's slices); RMSNorm is one
-  `F.rms_norm` call.
+  `F.rms_norm` call, or the kernels' one pass.
 - `HFDecoder` falls back to the model's own forward and `DynamicCache` for any
   other causal LM: slower, but general.
 
@@ -44,8 +46,9 @@ from transformers import DynamicCache
 
 from ..models.cache_argument import cache_kwargs
 from .packed_weights import ProjectionWeights, packable, packed, packed_matmul
-from .row_matmul import available as row_kernel_available
-from .row_matmul import row_matmul
+from .cpu_kernels import ATTENTION_LIMITS, decode_attention, row_matmul
+from .cpu_kernels import available as cpu_kernels_available
+from .cpu_kernels import rms_norm as kernel_rms_norm
 
 FAST_ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}
 
@@ -102,18 +105,22 @@ def _mark_valid(cache, valid_B_T: torch.Tensor) -> tuple[int, int]:
 class FastDecoder:
     """Prefill and step a Llama-family model over a preallocated `KVCache`."""
 
-    def __init__(self, causal_lm: torch.nn.Module, fuse_projections: bool = True, pack_weights: bool = True, row_kernel: bool = True):
+    def __init__(self, causal_lm: torch.nn.Module, fuse_projections: bool = True, pack_weights: bool = True, cpu_kernels: bool = True):
         """`fuse_projections=False` runs every projection alone (the reference the fused path is tested against);
-        `pack_weights=False` never makes packed copies (saves the memory they take); `row_kernel=False` packs them
-        for oneDNN rather than for `row_matmul` (which is used only where it runs: `row_matmul.available`)."""
+        `pack_weights=False` never makes packed copies (saves the memory they take); `cpu_kernels=False` runs
+        torch's ops and oneDNN's packed copies instead of sparring's compiled kernels (`cpu_kernels`, used only in
+        float32 on a CPU where they run)."""
         self.causal_lm = causal_lm
         self.backbone = causal_lm.get_decoder()
-        self.packing = _Packing.of(causal_lm, pack_weights, row_kernel)
-        self.lm_head = _head_projection(causal_lm.get_output_embeddings(), self.packing)
         config = causal_lm.config
         self.num_layers = config.num_hidden_layers
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.kernels = cpu_kernels and packable([causal_lm.get_input_embeddings().weight]) and cpu_kernels_available()
+        group = config.num_attention_heads // self.kv_heads
+        self.kernel_attention = self.kernels and group <= ATTENTION_LIMITS["group"] and self.head_dim <= ATTENTION_LIMITS["head_dim"]
+        self.packing = _Packing(rows=self.kernels) if pack_weights else None
+        self.lm_head = _head_projection(causal_lm.get_output_embeddings(), self.packing)
         self.layers = [_LayerParts.of(layer, fuse_projections, self.packing) for layer in self.backbone.layers]
 
     @staticmethod
@@ -138,32 +145,39 @@ class FastDecoder:
         # rotate_half(x) * sin == x.roll(D / 2) * signed_sin, one op instead of four.
         half = self.head_dim // 2
         signed_sin_B_T_1_D = torch.cat((-sin_B_T_1_D[..., :half], sin_B_T_1_D[..., half:]), dim=-1)
-        bias_B_1_T_S = _attention_bias(cache.key_valid_B_S, start, end, hidden.dtype)
+        kernel_attention = self.kernel_attention and steps == 1
+        bias_B_1_T_S = None if kernel_attention else _attention_bias(cache.key_valid_B_S, start, end, hidden.dtype)
         for parts, keys, values in zip(self.layers, cache.keys, cache.values):
-            normed = _rms_norm(parts.input_norm, hidden)
+            normed = self._rms_norm(parts.input_norm, hidden)
             q, k, v = (t.view(batch, steps, -1, self.head_dim) for t in parts.qkv_proj(normed))
             if parts.q_norm is not None:
-                q, k = _rms_norm(parts.q_norm, q), _rms_norm(parts.k_norm, k)
+                q, k = self._rms_norm(parts.q_norm, q), self._rms_norm(parts.k_norm, k)
             # Rotate queries and keys in one go: [B, T, H + H_kv, D].
             query_heads = q.shape[2]
             q_and_k = torch.cat((q, k), dim=2)
             q_and_k = q_and_k * cos_B_T_1_D + q_and_k.roll(half, dims=-1) * signed_sin_B_T_1_D
             keys[:, :, start:end] = q_and_k[:, :, query_heads:].transpose(1, 2)
             values[:, :, start:end] = v.transpose(1, 2)
-            out = F.scaled_dot_product_attention(
-                q_and_k[:, :, :query_heads].transpose(1, 2),
-                keys[:, :, :end],
-                values[:, :, :end],
-                attn_mask=bias_B_1_T_S,
-                scale=parts.scaling,
-                enable_gqa=True,
-            )
-            hidden = hidden + parts.o_proj(out.transpose(1, 2).reshape(batch, steps, -1))
-            normed = _rms_norm(parts.post_attention_norm, hidden)
+            if kernel_attention:
+                attended = decode_attention(q_and_k[:, 0, :query_heads], keys, values, cache.key_valid_B_S, end, parts.scaling).view(batch, 1, -1)
+            else:
+                attended = F.scaled_dot_product_attention(
+                    q_and_k[:, :, :query_heads].transpose(1, 2),
+                    keys[:, :, :end],
+                    values[:, :, :end],
+                    attn_mask=bias_B_1_T_S,
+                    scale=parts.scaling,
+                    enable_gqa=True,
+                ).transpose(1, 2).reshape(batch, steps, -1)
+            hidden = hidden + parts.o_proj(attended)
+            normed = self._rms_norm(parts.post_attention_norm, hidden)
             gate, up = parts.gate_up_proj(normed)
             hidden = hidden + parts.down_proj(parts.act_fn(gate).mul_(up))
         cache.length = end
-        return self.lm_head(_rms_norm(self.backbone.norm, hidden[:, -1])).float()
+        return self.lm_head(self._rms_norm(self.backbone.norm, hidden[:, -1])).float()
+
+    def _rms_norm(self, norm: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        return kernel_rms_norm(hidden, norm.weight, norm.variance_epsilon) if self.kernels else _rms_norm(norm, hidden)
 
 
 @dataclass
@@ -203,14 +217,7 @@ class _Packing:
     """How projections multiply by packed copies of their weights (`packed_weights`); None where they use the weights."""
 
     rows: bool
-    """Plain copies through `row_matmul` (few rows at a time: a decode step), else oneDNN-packed ones."""
-
-    @staticmethod
-    def of(causal_lm: torch.nn.Module, pack_weights: bool, row_kernel: bool) -> _Packing | None:
-        if not pack_weights:
-            return None
-        cpu_float32 = packable([causal_lm.get_input_embeddings().weight])
-        return _Packing(rows=row_kernel and cpu_float32 and row_kernel_available())
+    """Plain copies through `cpu_kernels.row_matmul` (few rows at a time: a decode step), else oneDNN-packed ones."""
 
 
 def _unwrapped(linear: torch.nn.Module) -> torch.nn.Module:
@@ -376,7 +383,7 @@ class HFDecoder:
         return out.logits[:, -1].float()
 
 
-def make_decoder(causal_lm: torch.nn.Module, prefer_fast: bool = True, pack_weights: bool = True, row_kernel: bool = True) -> FastDecoder | HFDecoder:
+def make_decoder(causal_lm: torch.nn.Module, prefer_fast: bool = True, pack_weights: bool = True, cpu_kernels: bool = True) -> FastDecoder | HFDecoder:
     if prefer_fast and FastDecoder.supports(causal_lm):
-        return FastDecoder(causal_lm, pack_weights=pack_weights, row_kernel=row_kernel)
+        return FastDecoder(causal_lm, pack_weights=pack_weights, cpu_kernels=cpu_kernels)
     return HFDecoder(causal_lm)

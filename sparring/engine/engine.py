@@ -86,12 +86,13 @@ class EngineConfig(BaseModel):
     base weights (no merge), for the model's size again in memory per adapter sampled (the last three kept: base
     model, policy, snapshot opponent). The learner's fused ops multiply by packed copies of the frozen weights and
     their transposes too: forward+backward 1.3-1.4x faster, for twice the model's size. Off to save that memory."""
-    sampler_row_kernel: bool = True
-    """With `pack_cpu_weights`, the fast decoder's copies are plain weights multiplied by sparring's compiled AVX2
-    kernel (`row_matmul`), which reads the weights while it multiplies, instead of oneDNN-packed ones: a decode step's
-    weight matmuls 1.2-1.4x faster at 1-32 rows on the 2-core AMD machine, and the base model's lone weights need no
-    copy. Built once with the system's C compiler (~1 s); where it cannot run (no AVX2, no compiler) the reason is
-    logged and oneDNN is used. Off for oneDNN's packed copies."""
+    sampler_cpu_kernels: bool = True
+    """On CPU in float32 the fast decoder runs sparring's compiled AVX2 kernels (`cpu_kernels`): its matmuls (with
+    `pack_cpu_weights`, on plain copies, the adapter folded in) read the weights while they multiply, where oneDNN's
+    packed kernels read, then multiply; RMSNorm in one pass; a decode step's attention in one pass over the cache.
+    Decode steps of SmolLM2-135M 1.3-1.4x faster at 8 and 32 rows on the 2-core AMD machine, and the base model's
+    lone weights need no copy. Built once with the system's C compiler (~1 s); where they cannot run (no AVX2, no
+    compiler) the reason is logged and oneDNN's copies and torch's ops are used. Off for those."""
     fused_learner_ops: bool = True
     """Forward/backward computes each LoRA layer and the LM head's target logprobs as one autograd op
     (`lora_matmul`, `target_logprobs`): the same results up to float rounding, 1.2-1.3x faster on a 2-core machine
@@ -334,7 +335,7 @@ class Engine:
     def _generate(self, adapter: str | None, requests: list[_SampleRequest]) -> list[SampleResponse]:
         jobs = [request.job for request in requests]
         with self.bank.inference(adapter, self._merge):
-            decoder = make_decoder(self.bank.base_model, self.config.fast_decoder, self.config.pack_cpu_weights, self.config.sampler_row_kernel)
+            decoder = make_decoder(self.bank.base_model, self.config.fast_decoder, self.config.pack_cpu_weights, self.config.sampler_cpu_kernels)
             store = None
             if self.prefix_cache is not None and isinstance(decoder, FastDecoder):
                 store = self.prefix_cache.store(adapter, self.bank.fingerprint(adapter))

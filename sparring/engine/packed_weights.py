@@ -4,12 +4,13 @@ On the 2-core AMD machine (MKL, 2 threads) a matmul against a weight that
 oneDNN has reordered into its blocked layout once runs much faster than
 `F.linear` on the plain weight: 2x for the 8 rows of a decode step, 1.5x for
 32, 1.2x for a prefill's hundreds of rows. The sampler's own kernel
-(`row_matmul`) is faster still for its few rows, on a plain row-major copy.
+(`cpu_kernels.row_matmul`) is faster still for its few rows, on a plain
+row-major copy.
 
 - `ProjectionWeights` is what one projection multiplies by: a plain weight
   plus the deltas of the unmerged LoRA adapters active on it. The sampler
   packs W + BA directly (`packed`: oneDNN's layout, or with `rows` plain rows
-  for `row_matmul`), so sampling an adapter never writes the base weights (no
+  for `cpu_kernels.row_matmul`), so sampling an adapter never writes the base weights (no
   merge, no copy of W set aside, nothing to undo).
 - `packed` keeps a packed tensor per group of weights and set of adapters
   folded in (the last three sets sampled: the base model, a policy and its
@@ -125,8 +126,8 @@ def _state(tensors: list[torch.Tensor]) -> tuple[tuple[int, int], ...]:
     return tuple((t._version, t.data_ptr()) for t in tensors)
 
 
-# ids of the plain weights -> their packed copies, least recently used first: one per set of adapters folded in
-# (ids of every source tensor), at most _COPIES_PER_WEIGHTS of them.
+# (plain rows or oneDNN's layout, ids of the plain weights) -> their packed copies, least recently used first: one per
+# set of adapters folded in (ids of every source tensor), at most _COPIES_PER_WEIGHTS of them.
 _PACKED: dict[tuple[int, ...], OrderedDict[tuple[int, ...], _PackedCopy]] = {}
 # The base model, a policy and its snapshot opponent, sampled in turn, each keep their copy.
 _COPIES_PER_WEIGHTS = 3
@@ -134,7 +135,7 @@ _COPIES_PER_WEIGHTS = 3
 
 def packed(projections: list[ProjectionWeights], rows: bool = False) -> torch.Tensor:
     """The projections' effective weights stacked by rows, as one oneDNN-packed tensor (for `packed_matmul`), or with
-    `rows` as one plain contiguous tensor (for `row_matmul.row_matmul`: a lone weight without adapters is itself).
+    `rows` as one plain contiguous tensor (for `cpu_kernels.row_matmul`: a lone weight without adapters is itself).
 
     Made once per content of the tensors they come from (~0.2 s for all of SmolLM2-135M's) and reused by later
     sampling batches; the copies of the last three adapter sets sampled (no adapter counts as one) are kept. A plain

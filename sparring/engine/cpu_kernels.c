@@ -1,12 +1,13 @@
-/* y[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]) in float32 for few rows of x (see row_matmul.py).
+/* The sampler's decode-step kernels in float32 (see cpu_kernels.py): row_matmul, rms_norm, decode_attention.
  *
- * Each output is one dot product of a row of x with a row of w, accumulated in eight lanes along K and summed at
+ * row_matmul: y[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]) for few rows of x. Each output is one dot product of a row of x with a row of w, accumulated in eight lanes along K and summed at
  * the end, so its value does not depend on M, N or how the work is split. A tile multiplies TILE_N rows of w by up
  * to TILE_M rows of x (12 accumulators, 3 weight registers, 1 for x: the 16 AVX2 registers). While the first rows
  * of x pass over a tile, the tile PREFETCH_TILES ahead is asked for, so reading the weights overlaps the
  * arithmetic. Rows of x go in chunks of CHUNK_M, so a chunk stays in the caches while the weights stream past it.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <omp.h>
 
 #define TILE_N 3
@@ -93,6 +94,81 @@ void row_matmul(const float* x, const float* w, const float* bias, float* y, lon
             long ahead = n + PREFETCH_TILES * TILE_N;
             const float* prefetch = cols == TILE_N && ahead + TILE_N <= N ? w + ahead * K : 0;
             weight_rows(x + m0 * K, w, bias, y + m0 * N, rows, N, K, n, cols, prefetch);
+        }
+    }
+}
+
+/* rms_norm: y[m] = x[m] / sqrt(mean(x[m]^2) + eps) * weight, row by row (one thread: a decode step's rows are few). */
+void rms_norm(const float* x, const float* weight, float* y, long M, long K, float eps) {
+    for (long m = 0; m < M; m++) {
+        const float* row = x + m * K;
+        __m256 squares = _mm256_setzero_ps();
+        long k = 0;
+        for (; k + 8 <= K; k += 8) {
+            __m256 v = _mm256_loadu_ps(row + k);
+            squares = _mm256_fmadd_ps(v, v, squares);
+        }
+        float total = horizontal_sum(squares);
+        for (; k < K; k++) total += row[k] * row[k];
+        float inverse = 1.0f / sqrtf(total / (float)K + eps);
+        __m256 scale = _mm256_set1_ps(inverse);
+        float* out = y + m * K;
+        for (k = 0; k + 8 <= K; k += 8)
+            _mm256_storeu_ps(out + k, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(row + k), scale), _mm256_loadu_ps(weight + k)));
+        for (; k < K; k++) out[k] = row[k] * inverse * weight[k];
+    }
+}
+
+/* decode_attention: one query per row against the slots 0..length-1 of its keys and values, where `valid` marks real
+ * tokens (the last slot, the query's own, always counts). q [B, H, D] and out [B, H, D] contiguous; keys and values
+ * [B, H_kv, S, D] (S >= length); valid [B, S]. Query head h reads key head h / (H / H_kv). One pass over the slots
+ * with a running maximum (softmax rescaled as it grows), each key and value read once for its group's query heads. */
+#define MAX_GROUP 16
+#define MAX_HEAD_DIM 256
+void decode_attention(const float* q, const float* keys, const float* values, const unsigned char* valid, float* out,
+                      long B, long H, long H_kv, long S, long D, long length, float scale, int threads) {
+    long group = H / H_kv;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long item = 0; item < B * H_kv; item++) {
+        long b = item / H_kv, g = item % H_kv;
+        const float* k_rows = keys + (b * H_kv + g) * S * D;
+        const float* v_rows = values + (b * H_kv + g) * S * D;
+        const float* queries = q + (b * H + g * group) * D;
+        float best[MAX_GROUP], total[MAX_GROUP], acc[MAX_GROUP][MAX_HEAD_DIM];
+        for (long h = 0; h < group; h++) {
+            best[h] = -INFINITY;
+            total[h] = 0.0f;
+            for (long d = 0; d < D; d++) acc[h][d] = 0.0f;
+        }
+        for (long s = 0; s < length; s++) {
+            if (!valid[b * S + s] && s != length - 1) continue;
+            const float* key = k_rows + s * D;
+            const float* value = v_rows + s * D;
+            for (long h = 0; h < group; h++) {
+                const float* query = queries + h * D;
+                __m256 dot = _mm256_setzero_ps();
+                long d = 0;
+                for (; d + 8 <= D; d += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(query + d), _mm256_loadu_ps(key + d), dot);
+                float score = horizontal_sum(dot);
+                for (; d < D; d++) score += query[d] * key[d];
+                score *= scale;
+                float weight;
+                if (score > best[h]) {
+                    float shrink = expf(best[h] - score);
+                    total[h] *= shrink;
+                    for (d = 0; d < D; d++) acc[h][d] *= shrink;
+                    best[h] = score;
+                    weight = 1.0f;
+                } else {
+                    weight = expf(score - best[h]);
+                }
+                total[h] += weight;
+                for (d = 0; d < D; d++) acc[h][d] += weight * value[d];
+            }
+        }
+        for (long h = 0; h < group; h++) {
+            float* o = out + (b * H + g * group + h) * D;
+            for (long d = 0; d < D; d++) o[d] = acc[h][d] / total[h];
         }
     }
 }

@@ -1,15 +1,17 @@
-"""The sampler's row kernel (engine/row_matmul.py): x @ W^T for a few rows with every output independent of how the
-rows and weights were grouped, the plain copies it multiplies (rewritten in place after an optimizer step), and the
-fallback to oneDNN where it cannot be built."""
+"""The sampler's compiled CPU kernels (engine/cpu_kernels.py): x @ W^T for a few rows with every output independent of
+how the rows and weights were grouped, RMSNorm, one query per row attending to its cache; the plain copies the matmul
+multiplies (rewritten in place after an optimizer step); sampling through them; and the fallback to oneDNN and
+torch's ops where they cannot be built."""
 
 import logging
 import shutil
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from sparring import EngineConfig, ServiceClient, types
-from sparring.engine import row_matmul as kernel
+from sparring.engine import cpu_kernels as kernel
 from sparring.engine.decoder import FastDecoder
 from sparring.engine.packed_weights import ProjectionWeights, packed
 
@@ -34,6 +36,30 @@ def test_each_output_has_the_same_bits_however_rows_and_weights_are_grouped():
     assert torch.equal(together, torch.cat([kernel.row_matmul(x, first), kernel.row_matmul(x, second)], dim=1))  # a fused projection
     pieces = [kernel.row_matmul(x[start:end], torch.cat([first, second])) for start, end in ((0, 1), (1, 6), (6, 70))]
     assert torch.equal(together, torch.cat(pieces))  # a prompt prefilled in pieces, rows decoded alone
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", [(1, 576), (7, 33), (2, 3, 64)])
+def test_rms_norm_is_torchs(shape):
+    generator = torch.Generator().manual_seed(len(shape))
+    x, weight = torch.randn(*shape, generator=generator), torch.randn(shape[-1], generator=generator)
+    torch.testing.assert_close(kernel.rms_norm(x, weight, 1e-5), F.rms_norm(x, (shape[-1],), weight, 1e-5), rtol=1e-5, atol=1e-6)
+
+
+@needs_kernel
+@pytest.mark.parametrize("heads, kv_heads, head_dim", [(9, 3, 64), (4, 4, 13), (8, 1, 32)])
+def test_decode_attention_is_sdpa_over_the_valid_slots(heads, kv_heads, head_dim):
+    generator = torch.Generator().manual_seed(heads * 100 + head_dim)
+    batch, slots, length = 5, 40, 31
+    query = torch.randn(batch, heads, head_dim, generator=generator)
+    keys, values = (torch.randn(batch, kv_heads, slots, head_dim, generator=generator) for _ in range(2))
+    valid = torch.rand(batch, slots, generator=generator) > 0.3
+    valid[0, : length - 1] = False  # a row whose only real slot is its own
+    allowed = valid[:, :length].clone()
+    allowed[:, length - 1] = True
+    bias = torch.zeros(batch, 1, 1, length).masked_fill_(~allowed[:, None, None, :], float("-inf"))
+    expected = F.scaled_dot_product_attention(query[:, :, None], keys[:, :, :length], values[:, :, :length], attn_mask=bias, scale=0.125, enable_gqa=True)[:, :, 0]
+    torch.testing.assert_close(kernel.decode_attention(query, keys, values, valid, length, 0.125), expected, rtol=1e-5, atol=1e-5)
 
 
 def sft_step(client, tokens: list[int]) -> None:
@@ -66,12 +92,13 @@ def test_the_copy_of_an_adapted_group_is_rewritten_in_place_after_an_optimizer_s
 
 
 @needs_kernel
-def test_the_row_kernel_samples_what_onednn_and_the_merged_weights_sample(tiny_model_dir, tmp_path):
+def test_the_kernels_sample_what_onednn_and_torchs_ops_and_the_merged_weights_sample(tiny_model_dir, tmp_path):
     def client(name: str, config: EngineConfig):
         path = shutil.copytree(tiny_model_dir, tmp_path / name)  # an engine of its own per setting
         return ServiceClient(base_dir=tmp_path / f"checkpoints-{name}", engine_config=config).create_lora_training_client(str(path), rank=4, seed=3)
 
-    clients = [client("rows", EngineConfig()), client("onednn", EngineConfig(sampler_row_kernel=False)), client("merged", EngineConfig(pack_cpu_weights=False))]
+    configs = {"kernels": EngineConfig(), "torch": EngineConfig(sampler_cpu_kernels=False), "merged": EngineConfig(pack_cpu_weights=False, sampler_cpu_kernels=False)}
+    clients = [client(name, config) for name, config in configs.items()]
     prompt = clients[0].get_renderer().render([{"role": "user", "content": "what is two plus two?"}])
     params = types.SamplingParams(max_tokens=8, temperature=1.0, stop=[], seed=5)
     for _ in range(2):  # after each optimizer step the copies must follow the new LoRA weights
@@ -81,13 +108,13 @@ def test_the_row_kernel_samples_what_onednn_and_the_merged_weights_sample(tiny_m
             sampler = training_client.save_weights_and_get_sampling_client(kind="inflight")
             sequence = sampler.sample(types.ModelInput.from_ints(prompt), 1, params).result(timeout=60).sequences[0]
             samples.append(sequence)
-        rows, *others = samples
+        kernels, *others = samples
         for other in others:
-            assert rows.tokens == other.tokens
-            torch.testing.assert_close(rows.logprobs, other.logprobs, rtol=0, atol=1e-4)
+            assert kernels.tokens == other.tokens
+            torch.testing.assert_close(kernels.logprobs, other.logprobs, rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("compiler, reason", [("no-such-compiler", "no C compiler 'no-such-compiler'"), ("false", "false could not build row_matmul.c")])
+@pytest.mark.parametrize("compiler, reason", [("no-such-compiler", "no C compiler 'no-such-compiler'"), ("false", "false could not build cpu_kernels.c")])
 def test_where_the_kernel_cannot_be_built_the_reason_is_logged_and_onednn_multiplies(tiny_model_dir, tmp_path, monkeypatch, caplog, compiler, reason):
     if kernel._unsupported() is not None and "compiler" not in kernel._unsupported():
         pytest.skip(kernel._unsupported())
@@ -100,7 +127,7 @@ def test_where_the_kernel_cannot_be_built_the_reason_is_logged_and_onednn_multip
         assert reason in caplog.text and "oneDNN" in caplog.text
         client = ServiceClient(base_dir=tmp_path).create_lora_training_client(str(tiny_model_dir), rank=4, seed=3)
         decoder = client.engine.call(lambda: FastDecoder(client.engine.bank.base_model)).result(timeout=60)
-        assert decoder.packing is not None and not decoder.packing.rows
+        assert not decoder.kernels and decoder.packing is not None and not decoder.packing.rows
     finally:
         monkeypatch.undo()
         kernel._library.cache_clear()

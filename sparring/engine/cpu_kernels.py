@@ -1,0 +1,144 @@
+"""sparring's compiled float32 CPU kernels for the sampler's decode steps.
+
+A decode step multiplies 1-64 rows by every weight of the model, so it costs
+reading the weights more than multiplying them, and between its matmuls it
+runs dozens of tiny ops whose every call costs more than its arithmetic.
+
+- `row_matmul(x, weight, bias)`: x @ weight^T + bias. oneDNN's packed
+  kernels read a block of the weight, then multiply it, one after the other
+  (a step at 8 rows costs the read *plus* the arithmetic: benchmarks/README.md,
+  session 61); this one asks for the weight rows a few tiles ahead while it
+  multiplies the current ones, so the two overlap: a decode step's weight
+  matmuls of SmolLM2-135M ran 1.15-1.3x faster than through oneDNN at 1-32
+  rows on the 2-core AMD machine (session 62), on the plain row-major
+  weight, so a copy with an adapter folded in is one `addmm` with no
+  reorder after it. Every output is one dot product summed in a fixed
+  order, so it does not depend on how many rows or weights are multiplied
+  together (a fused projection gives the bits of its parts; a prompt
+  prefilled in pieces, those of one prefill).
+- `rms_norm(x, weight, eps)`: Llama's RMSNorm in one pass per row, where
+  `F.rms_norm` runs six ops (~85 us a call at 8 rows, 61 calls a step).
+- `decode_attention(...)`: one query per row against its cached keys and
+  values, each key and value read once for its group's query heads, with a
+  running maximum (one pass): SDPA's CPU kernel took ~0.2 ms a layer at 8
+  rows, ~0.6 at 32.
+- `available()`: whether they run here. The C source beside this file
+  (`cpu_kernels.c`, AVX2 + FMA, OpenMP on torch's own runtime) is compiled
+  once per content with the system's C compiler (`$CC`, else `cc`) into
+  `sparring_home()/kernels` (~1 s). Where there is no x86 AVX2 CPU or no
+  compiler, or the build fails, the sampler keeps oneDNN's packed copies and
+  torch's ops, and the reason is logged once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from ..models.catalogue import sparring_home
+
+log = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).with_name("cpu_kernels.c")
+_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
+
+
+def available() -> bool:
+    """Whether the kernels can run on this machine (they are built on the first call)."""
+    return _library() is not None
+
+
+def row_matmul(x: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight^T + bias for float32 CPU tensors (any leading dimensions on x; the weight contiguous)."""
+    x_M_I = x.reshape(-1, x.shape[-1]).contiguous()
+    out_M_O = torch.empty(len(x_M_I), weight_O_I.shape[0], dtype=x.dtype)
+    _library().row_matmul(
+        x_M_I.data_ptr(), weight_O_I.data_ptr(), None if bias_O is None else bias_O.data_ptr(), out_M_O.data_ptr(),
+        len(x_M_I), weight_O_I.shape[0], weight_O_I.shape[1], torch.get_num_threads(),
+    )
+    return out_M_O.view(*x.shape[:-1], -1)
+
+
+def rms_norm(x: torch.Tensor, weight_I: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight over the last dimension, for float32 CPU tensors."""
+    x_M_I = x.reshape(-1, x.shape[-1]).contiguous()
+    out_M_I = torch.empty_like(x_M_I)
+    _library().rms_norm(x_M_I.data_ptr(), weight_I.data_ptr(), out_M_I.data_ptr(), len(x_M_I), x_M_I.shape[1], eps)
+    return out_M_I.view(x.shape)
+
+
+# What `decode_attention` holds per query group on its stack (cpu_kernels.c's MAX_GROUP, MAX_HEAD_DIM).
+ATTENTION_LIMITS = {"group": 16, "head_dim": 256}
+
+
+def decode_attention(query_B_H_D: torch.Tensor, keys_B_G_S_D: torch.Tensor, values_B_G_S_D: torch.Tensor, key_valid_B_S: torch.Tensor, length: int, scale: float) -> torch.Tensor:
+    """Softmax(q k^T * scale) v for one query per row over slots 0..length-1 where `key_valid_B_S` (its own slot,
+    the last, always counts); query head h reads key head h // (H / G). Returns [B, H, D]."""
+    batch, heads, head_dim = query_B_H_D.shape
+    query_B_H_D = query_B_H_D.contiguous()
+    out_B_H_D = torch.empty_like(query_B_H_D)
+    _library().decode_attention(
+        query_B_H_D.data_ptr(), keys_B_G_S_D.data_ptr(), values_B_G_S_D.data_ptr(), key_valid_B_S.data_ptr(), out_B_H_D.data_ptr(),
+        batch, heads, keys_B_G_S_D.shape[1], keys_B_G_S_D.shape[2], head_dim, length, scale, torch.get_num_threads(),
+    )
+    return out_B_H_D
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    reason = _unsupported()
+    if reason is None:
+        try:
+            library = ctypes.CDLL(str(_built()))
+        except subprocess.CalledProcessError as error:
+            reason = f"{_compiler()} could not build {_SOURCE.name}: {error.stderr.strip()[-400:]}"
+        except OSError as error:
+            reason = f"could not build or load {_SOURCE.name}: {error}"
+        else:
+            library.row_matmul.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3 + [ctypes.c_int]
+            library.rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 2 + [ctypes.c_float]
+            library.decode_attention.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
+            for function in (library.row_matmul, library.rms_norm, library.decode_attention):
+                function.restype = None
+            return library
+    log.warning("the sampler's CPU kernels are off (%s); decode steps run on oneDNN and torch's ops instead", reason)
+    return None
+
+
+def _unsupported() -> str | None:
+    """Why the kernel cannot run here, or None."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"the CPU is {platform.machine()}, not x86-64"
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return f"the CPU lacks AVX2 (torch reports {torch.backends.cpu.get_cpu_capability()})"
+    if shutil.which(_compiler()) is None:
+        return f"no C compiler {_compiler()!r} on PATH"
+    return None
+
+
+def _compiler() -> str:
+    return os.environ.get("CC", "cc")
+
+
+def _built() -> Path:
+    """The compiled library for this source and these flags, building it when missing (written under a temporary
+    name, then renamed, so processes building it at once never load a half-written file)."""
+    digest = hashlib.sha256(_SOURCE.read_bytes() + " ".join([_compiler(), *_FLAGS]).encode()).hexdigest()[:16]
+    target = sparring_home() / "kernels" / f"cpu_kernels-{digest}.so"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+            staged = Path(scratch) / target.name
+            subprocess.run([_compiler(), *_FLAGS, str(_SOURCE), "-o", str(staged)], check=True, capture_output=True, text=True)
+            os.replace(staged, target)
+    return target
