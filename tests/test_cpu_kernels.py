@@ -39,6 +39,16 @@ def test_each_output_has_the_same_bits_however_rows_and_weights_are_grouped():
 
 
 @needs_kernel
+def test_a_weight_or_cache_that_is_not_contiguous_is_refused_by_name():
+    x, weight = torch.randn(2, 8), torch.randn(8, 6)
+    with pytest.raises(ValueError, match="weight_O_I must be contiguous"):
+        kernel.row_matmul(x, weight.t())
+    keys = torch.randn(1, 2, 5, 4)
+    with pytest.raises(ValueError, match="keys_B_G_S_D must be contiguous"):
+        kernel.decode_attention(torch.randn(1, 2, 4), keys.transpose(2, 3), keys, torch.ones(1, 5, dtype=torch.bool), 5, 0.5)
+
+
+@needs_kernel
 @pytest.mark.parametrize("shape", [(1, 576), (7, 33), (2, 3, 64)])
 def test_rms_norm_is_torchs(shape):
     generator = torch.Generator().manual_seed(len(shape))

@@ -60,6 +60,7 @@ def available() -> bool:
 
 def row_matmul(x: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight^T + bias for float32 CPU tensors (any leading dimensions on x; the weight contiguous)."""
+    _require_contiguous(weight_O_I=weight_O_I, bias_O=bias_O)
     x_M_I = x.reshape(-1, x.shape[-1]).contiguous()
     out_M_O = torch.empty(len(x_M_I), weight_O_I.shape[0], dtype=x.dtype)
     _library().row_matmul(
@@ -85,6 +86,7 @@ def decode_attention(query_B_H_D: torch.Tensor, keys_B_G_S_D: torch.Tensor, valu
     """Softmax(q k^T * scale) v for one query per row over slots 0..length-1 where `key_valid_B_S` (its own slot,
     the last, always counts); query head h reads key head h // (H / G). Returns [B, H, D]."""
     batch, heads, head_dim = query_B_H_D.shape
+    _require_contiguous(keys_B_G_S_D=keys_B_G_S_D, values_B_G_S_D=values_B_G_S_D, key_valid_B_S=key_valid_B_S)
     query_B_H_D = query_B_H_D.contiguous()
     out_B_H_D = torch.empty_like(query_B_H_D)
     _library().decode_attention(
@@ -92,6 +94,13 @@ def decode_attention(query_B_H_D: torch.Tensor, keys_B_G_S_D: torch.Tensor, valu
         batch, heads, keys_B_G_S_D.shape[1], keys_B_G_S_D.shape[2], head_dim, length, scale, torch.get_num_threads(),
     )
     return out_B_H_D
+
+
+def _require_contiguous(**tensors: torch.Tensor | None) -> None:
+    """The kernels read these by pointer as dense row-major arrays."""
+    for name, tensor in tensors.items():
+        if tensor is not None and not tensor.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (shape {tuple(tensor.shape)}, strides {tensor.stride()})")
 
 
 @functools.cache
@@ -116,7 +125,7 @@ def _library() -> ctypes.CDLL | None:
 
 
 def _unsupported() -> str | None:
-    """Why the kernel cannot run here, or None."""
+    """Why the kernels cannot run here, or None."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return f"the CPU is {platform.machine()}, not x86-64"
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
