@@ -32,6 +32,13 @@ from sparring.models import build_tiny_model
 from sparring.server import ServerLimits, create_app
 from sparring_server import serving
 
+if importlib.util.find_spec("schemathesis") is not None:
+    # Imported at collection, before any test starts a thread: CPython 3.11 keeps the AST constructor's recursion
+    # counter in state that threads share (python/cpython#106905), so pytest rewriting schemathesis's modules inside
+    # the test, beside the server's threads, failed once with "AST constructor recursion depth mismatch".
+    import schemathesis.specs.openapi.checks  # noqa: F401
+    import schemathesis.specs.openapi.schemas  # noqa: F401
+
 API_KEY = "tml-abuse"
 BOUND_S = 30.0
 """No request may take longer than this (a hang)."""
