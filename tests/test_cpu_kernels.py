@@ -1,5 +1,6 @@
 """The sampler's compiled CPU kernels (engine/cpu_kernels.py): x @ W^T for a few rows with every output independent of
-how the rows and weights were grouped, RMSNorm, one query per row attending to its cache; the plain copies the matmul
+how the rows and weights were grouped, RMSNorm, one query per row attending to its cache, a whole decoder layer for a
+decode step against Llama's ops (and sampling through it against the decoder's ops); the plain copies the matmul
 multiplies (rewritten in place after an optimizer step); sampling through them; and the fallback to oneDNN and
 torch's ops where they cannot be built."""
 
@@ -14,6 +15,7 @@ from sparring import EngineConfig, ServiceClient, types
 from sparring.engine import cpu_kernels as kernel
 from sparring.engine.decoder import FastDecoder
 from sparring.engine.packed_weights import ProjectionWeights, packed
+from sparring.engine.sampler import generate
 
 needs_kernel = pytest.mark.skipif(not kernel.available(), reason="no x86 AVX2 CPU or C compiler here")
 
@@ -70,6 +72,96 @@ def test_decode_attention_is_sdpa_over_the_valid_slots(heads, kv_heads, head_dim
     bias = torch.zeros(batch, 1, 1, length).masked_fill_(~allowed[:, None, None, :], float("-inf"))
     expected = F.scaled_dot_product_attention(query[:, :, None], keys[:, :, :length], values[:, :, :length], attn_mask=bias, scale=0.125, enable_gqa=True)[:, :, 0]
     torch.testing.assert_close(kernel.decode_attention(query, keys, values, valid, length, 0.125), expected, rtol=1e-5, atol=1e-5)
+
+
+def random_layer(heads: int, kv_heads: int, head_dim: int, hidden: int, inner: int, bias: bool, generator) -> kernel.DecodeLayerWeights:
+    def tensor(*shape):
+        return torch.randn(*shape, generator=generator) / shape[-1] ** 0.5
+
+    qkv_rows = (heads + 2 * kv_heads) * head_dim
+    return kernel.DecodeLayerWeights(
+        input_norm_E=1 + tensor(hidden), post_norm_E=1 + tensor(hidden), eps=1e-5,
+        qkv_weight=tensor(qkv_rows, hidden), qkv_bias=tensor(qkv_rows) if bias else None,
+        o_weight=tensor(hidden, heads * head_dim), o_bias=tensor(hidden) if bias else None,
+        gate_up_weight=tensor(2 * inner, hidden), gate_up_bias=tensor(2 * inner) if bias else None,
+        down_weight=tensor(hidden, inner), down_bias=tensor(hidden) if bias else None,
+        heads=heads, kv_heads=kv_heads, head_dim=head_dim, scale=head_dim**-0.5,
+    )  # fmt: skip
+
+
+def llama_layer_op_by_op(hidden_B_E, w: kernel.DecodeLayerWeights, cos_B_D, sin_B_D, keys, values, key_valid_B_S, slot):
+    """The reference: Llama's decoder layer for one new token per row, as torch's ops compute it."""
+    batch, width = hidden_B_E.shape
+    heads, kv_heads, dim = w.heads, w.kv_heads, w.head_dim
+    q, k, v = F.linear(F.rms_norm(hidden_B_E, (width,), w.input_norm_E, w.eps), w.qkv_weight, w.qkv_bias).split([heads * dim, kv_heads * dim, kv_heads * dim], -1)
+
+    def rotary(x_B_H_D):
+        first, second = x_B_H_D.chunk(2, -1)
+        return x_B_H_D * cos_B_D[:, None] + torch.cat((-second, first), -1) * sin_B_D[:, None]
+
+    keys[:, :, slot] = rotary(k.reshape(batch, kv_heads, dim))
+    values[:, :, slot] = v.reshape(batch, kv_heads, dim)
+    sees_B_S = key_valid_B_S[:, : slot + 1].clone()
+    sees_B_S[:, slot] = True
+    attended = F.scaled_dot_product_attention(
+        rotary(q.reshape(batch, heads, dim))[:, :, None], keys[:, :, : slot + 1], values[:, :, : slot + 1], attn_mask=sees_B_S[:, None, None], scale=w.scale, enable_gqa=True
+    )
+    hidden_B_E = hidden_B_E + F.linear(attended.reshape(batch, heads * dim), w.o_weight, w.o_bias)
+    gate, up = F.linear(F.rms_norm(hidden_B_E, (width,), w.post_norm_E, w.eps), w.gate_up_weight, w.gate_up_bias).chunk(2, -1)
+    return hidden_B_E + F.linear(F.silu(gate) * up, w.down_weight, w.down_bias)
+
+
+@needs_kernel
+@pytest.mark.parametrize("heads, kv_heads, head_dim, hidden, inner, bias", [(4, 2, 16, 64, 128, False), (9, 3, 10, 36, 52, True), (2, 2, 64, 130, 20, False)])
+def test_decode_layer_is_the_llama_layer_op_by_op(heads, kv_heads, head_dim, hidden, inner, bias):
+    generator = torch.Generator().manual_seed(heads * 100 + hidden)
+    weights = random_layer(heads, kv_heads, head_dim, hidden, inner, bias, generator)
+    batch, slots, slot = 5, 12, 9
+    hidden_B_E = torch.randn(batch, hidden, generator=generator)
+    angles_B_D = torch.rand(batch, head_dim // 2, generator=generator).repeat(1, 2) * 6
+    cos_B_D, sin_B_D = angles_B_D.cos(), angles_B_D.sin()
+    keys, values = (torch.randn(batch, kv_heads, slots, head_dim, generator=generator) for _ in range(2))
+    key_valid_B_S = torch.rand(batch, slots, generator=generator) > 0.3
+    key_valid_B_S[1, :slot] = False  # a row that sees only its own slot
+    expected_keys, expected_values = keys.clone(), values.clone()
+    expected = llama_layer_op_by_op(hidden_B_E, weights, cos_B_D, sin_B_D, expected_keys, expected_values, key_valid_B_S, slot)
+    scratch = torch.empty(weights.scratch_floats(batch))
+    kernel.decode_layer(hidden_B_E, weights, cos_B_D, sin_B_D, keys, values, key_valid_B_S, slot, scratch)
+    torch.testing.assert_close(hidden_B_E, expected, rtol=1e-5, atol=1e-5)
+    for cache, expected_cache in ((keys, expected_keys), (values, expected_values)):  # the new slot written, no other
+        torch.testing.assert_close(cache, expected_cache, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_decode_layer_refuses_a_layout_it_cannot_read_by_name():
+    generator = torch.Generator().manual_seed(0)
+    weights = random_layer(4, 2, 16, 64, 128, False, generator)
+    with pytest.raises(ValueError, match="o_weight must be contiguous"):
+        kernel.DecodeLayerWeights(**{**vars(weights), "o_weight": weights.o_weight.t().contiguous().t()})
+    keys = values = torch.zeros(3, 2, 8, 16)
+    with pytest.raises(ValueError, match="scratch holds 10 floats; 3 rows need"):
+        kernel.decode_layer(torch.zeros(3, 64), weights, torch.ones(3, 16), torch.zeros(3, 16), keys, values, torch.ones(3, 8, dtype=torch.bool), 0, torch.empty(10))
+
+
+@needs_kernel
+def test_a_decode_step_through_whole_layers_samples_what_the_ops_sample(tiny_model_dir, tmp_path):
+    client = ServiceClient(base_dir=tmp_path).create_lora_training_client(str(tiny_model_dir), rank=4, seed=3)
+    engine = client.engine
+    prompts = [client.get_renderer().render([{"role": "user", "content": text}]) for text in ("hello there", "tell me a story about a cat")]
+    params = types.SamplingParams(max_tokens=12, temperature=1.0, stop=[])
+
+    def sample(whole_layers: bool):
+        jobs = [engine._make_job(prompt, 3, params.model_copy(update={"seed": seed})) for seed, prompt in enumerate(prompts)]
+        with engine.bank.inference(client.adapter, merge=False):
+            decoder = FastDecoder(engine.bank.base_model, whole_layers=whole_layers)
+            assert (decoder.kernel_layers is not None) == whole_layers
+            return [s for r in generate(decoder, jobs, engine.tokenizer, engine.tokenizer.pad_token_id) for s in r.sequences]
+
+    for _ in range(2):  # the layers read the copies the adapter was folded into, rewritten after each step
+        sft_step(client, prompts[0] + [40, 41, 42])
+        whole, ops = engine.call(lambda: sample(True)).result(timeout=60), engine.call(lambda: sample(False)).result(timeout=60)
+        assert [s.tokens for s in whole] == [s.tokens for s in ops]
+        torch.testing.assert_close([s.logprobs for s in whole], [s.logprobs for s in ops], rtol=0, atol=1e-4)
 
 
 def sft_step(client, tokens: list[int]) -> None:

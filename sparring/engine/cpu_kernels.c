@@ -1,4 +1,5 @@
-/* The sampler's decode-step kernels in float32 (see cpu_kernels.py): row_matmul, rms_norm, decode_attention.
+/* The sampler's decode-step kernels in float32 (see cpu_kernels.py): row_matmul, rms_norm, decode_attention, and
+ * decode_layer, which runs a whole decoder layer through them.
  *
  * row_matmul: y[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]) for few rows of x. Each output is one dot product of a row of x with a row of w, accumulated in eight lanes along K and summed at
  * the end, so its value does not depend on M, N or how the work is split. A tile multiplies TILE_N rows of w by up
@@ -171,4 +172,87 @@ void decode_attention(const float* q, const float* keys, const float* values, co
             for (long d = 0; d < D; d++) o[d] = acc[h][d] / total[h];
         }
     }
+}
+
+/* exp over 8 lanes: 2^n * e^r with n = round(x / ln 2) and |r| <= ln 2 / 2 (ln 2 split in two for exactness), e^r
+ * by Cephes' degree-6 polynomial for expf; within 2 ulp of expf over the float range (inputs clamped to it). */
+static inline __m256 exp_lanes(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
+}
+
+/* out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i]. */
+static void silu_product(const float* gate, const float* up, float* out, long count) {
+    long i = 0;
+    for (; i + 8 <= count; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 denominator = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_lanes(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, denominator), _mm256_loadu_ps(up + i)));
+    }
+    for (; i < count; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+/* decode_layer: one Llama decoder layer for one new token per row, in place on hidden [B, E]:
+ *   hidden += o(attention(rotary(q), rotary(k) and v written into the caches at `slot`)) over rms_norm(hidden)
+ *   hidden += down(silu(gate) * up) over rms_norm(hidden)
+ * with q, k, v from one fused weight [(H + 2 H_kv) D, E] and gate, up from one [2 I, E] (biases may be NULL).
+ * cos and sin [B, D] rotate the first and second halves of every head as rotate_half does. scratch holds
+ * B x (2E + (3H + 2H_kv) D + 3I) floats. What the kernels above and Llama's ops compute one at a time (up to
+ * rounding: exp by polynomial, rotary's products summed in another order), in one call instead of a dozen torch ops
+ * and their Python. */
+void decode_layer(float* hidden, long B, long E, const float* input_norm, const float* post_norm, float eps,
+                  const float* w_qkv, const float* b_qkv, const float* w_o, const float* b_o, const float* w_gate_up,
+                  const float* b_gate_up, const float* w_down, const float* b_down, long I, const float* cos,
+                  const float* sin, float* keys, float* values, const unsigned char* valid, long H, long H_kv, long S,
+                  long D, long slot, float scale, float* scratch, int threads) {
+    long qkv_width = (H + 2 * H_kv) * D, half = D / 2;
+    float* normed = scratch;
+    float* qkv = normed + B * E;
+    float* query = qkv + B * qkv_width;
+    float* attended = query + B * H * D;
+    float* gate_up = attended + B * H * D;
+    float* activated = gate_up + B * 2 * I;
+    float* projected = activated + B * I;
+
+    rms_norm(hidden, input_norm, normed, B, E, eps);
+    row_matmul(normed, w_qkv, b_qkv, qkv, B, qkv_width, E, threads);
+    for (long b = 0; b < B; b++) {
+        const float* c = cos + b * D;
+        const float* s = sin + b * D;
+        for (long h = 0; h < H + H_kv; h++) {
+            const float* x = qkv + b * qkv_width + h * D;
+            float* rotated = h < H ? query + (b * H + h) * D : keys + ((b * H_kv + h - H) * S + slot) * D;
+            for (long d = 0; d < half; d++) {
+                float low = x[d] * c[d] - x[d + half] * s[d];
+                float high = x[d + half] * c[d + half] + x[d] * s[d + half];
+                rotated[d] = low;
+                rotated[d + half] = high;
+            }
+        }
+        for (long g = 0; g < H_kv; g++) {
+            const float* v = qkv + b * qkv_width + (H + H_kv + g) * D;
+            float* cached = values + ((b * H_kv + g) * S + slot) * D;
+            for (long d = 0; d < D; d++) cached[d] = v[d];
+        }
+    }
+    decode_attention(query, keys, values, valid, attended, B, H, H_kv, S, D, slot + 1, scale, threads);
+    row_matmul(attended, w_o, b_o, projected, B, E, H * D, threads);
+    for (long i = 0; i < B * E; i++) hidden[i] += projected[i];
+
+    rms_norm(hidden, post_norm, normed, B, E, eps);
+    row_matmul(normed, w_gate_up, b_gate_up, gate_up, B, 2 * I, E, threads);
+    for (long b = 0; b < B; b++) silu_product(gate_up + b * 2 * I, gate_up + b * 2 * I + I, activated + b * I, I);
+    row_matmul(activated, w_down, b_down, projected, B, E, I, threads);
+    for (long i = 0; i < B * E; i++) hidden[i] += projected[i];
 }
