@@ -71,7 +71,7 @@ def row_matmul(x: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor |
     x_M_I = x.reshape(-1, x.shape[-1]).contiguous()
     out_M_O = torch.empty(len(x_M_I), weight_O_I.shape[0], dtype=x.dtype)
     _library().row_matmul(
-        x_M_I.data_ptr(), weight_O_I.data_ptr(), None if bias_O is None else bias_O.data_ptr(), out_M_O.data_ptr(),
+        x_M_I.data_ptr(), weight_O_I.data_ptr(), _pointer(bias_O), out_M_O.data_ptr(),
         len(x_M_I), weight_O_I.shape[0], weight_O_I.shape[1], torch.get_num_threads(),
     )
     return out_M_O.view(*x.shape[:-1], -1)

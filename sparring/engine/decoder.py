@@ -126,7 +126,7 @@ class FastDecoder:
         self.packing = _Packing(rows=self.kernels) if pack_weights else None
         self.lm_head = _head_projection(causal_lm.get_output_embeddings(), self.packing)
         self.layers = [_LayerParts.of(layer, fuse_projections, self.packing) for layer in self.backbone.layers]
-        kernel_layers = [_kernel_layer(parts, config) for parts in self.layers] if self.kernel_attention and whole_layers else []
+        kernel_layers = [_kernel_layer(parts, config, self.head_dim) for parts in self.layers] if self.kernel_attention and whole_layers else []
         # Decode steps run each layer in one `cpu_kernels.decode_layer` call where every layer can; else op by op.
         self.kernel_layers = kernel_layers if kernel_layers and all(kernel_layers) else None
 
@@ -189,7 +189,6 @@ class FastDecoder:
         """One decode step, every layer in one `cpu_kernels.decode_layer` call."""
         cos_B_1_D, sin_B_1_D = self.backbone.rotary_emb(hidden_B_E[:, None], positions_B_1)
         cos_B_D, sin_B_D = cos_B_1_D[:, 0].contiguous(), sin_B_1_D[:, 0].contiguous()
-        hidden_B_E = hidden_B_E.contiguous()
         scratch = hidden_B_E.new_empty(self.kernel_layers[0].scratch_floats(len(hidden_B_E)))
         for weights, keys, values in zip(self.kernel_layers, cache.keys, cache.values):
             decode_layer(hidden_B_E, weights, cos_B_D, sin_B_D, keys, values, cache.key_valid_B_S, slot, scratch)
@@ -379,18 +378,15 @@ def _head_projection(lm_head: torch.nn.Module, pack: _Packing | None) -> Project
     return _packed_projection([part], pack) if part is not None and packable(part.tensors()) else _unwrapped(lm_head)
 
 
-def _kernel_layer(parts: _LayerParts, config) -> DecodeLayerWeights | None:
+def _kernel_layer(parts: _LayerParts, config, head_dim: int) -> DecodeLayerWeights | None:
     """What `cpu_kernels.decode_layer` needs to run the layer in one call, or None where it cannot: q/k/v and gate/up
     each one row-kernel matmul, a SiLU MLP, no q/k norms, both norms with one epsilon, an even head size."""
     qkv, gate_up, o, down = parts.qkv_proj, parts.gate_up_proj, parts.o_proj, parts.down_proj
     fused = all(isinstance(p, _Split) and isinstance(p.project, _RowProjection) for p in (qkv, gate_up))
+    norms = (parts.input_norm, parts.post_attention_norm)
     if not fused or not all(isinstance(p, _RowProjection) for p in (o, down)) or parts.q_norm is not None or getattr(config, "hidden_act", None) != "silu":
         return None
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    if head_dim % 2:
-        return None
-    norms = (parts.input_norm, parts.post_attention_norm)
-    if any(getattr(norm, "weight", None) is None or not hasattr(norm, "variance_epsilon") for norm in norms) or norms[0].variance_epsilon != norms[1].variance_epsilon:
+    if head_dim % 2 or norms[0].variance_epsilon != norms[1].variance_epsilon:
         return None
     return DecodeLayerWeights(
         input_norm_E=norms[0].weight.detach().contiguous(), post_norm_E=norms[1].weight.detach().contiguous(), eps=norms[0].variance_epsilon,

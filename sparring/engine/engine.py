@@ -89,9 +89,9 @@ class EngineConfig(BaseModel):
     sampler_cpu_kernels: bool = True
     """On CPU in float32 the fast decoder runs sparring's compiled AVX2 kernels (`cpu_kernels`): its matmuls (with
     `pack_cpu_weights`, on plain copies, the adapter folded in) read the weights while they multiply, where oneDNN's
-    packed kernels read, then multiply; RMSNorm in one pass; a decode step's attention in one pass over the cache.
-    Decode steps of SmolLM2-135M 1.3-1.4x faster at 8 and 32 rows on the 2-core AMD machine, and the base model's
-    lone weights need no copy. Built once with the system's C compiler (~1 s); where they cannot run (no AVX2, no
+    packed kernels read, then multiply; RMSNorm in one pass; a decode step's attention in one pass over the cache; for
+    Llama-style layers, each layer of a decode step in one call. Sampling SmolLM2-135M 1.4-1.8x faster at 8 and 32 rows
+    on the 2-core AMD machine, and the base model's lone weights need no copy. Built once with the system's C compiler (~1 s); where they cannot run (no AVX2, no
     compiler) the reason is logged and oneDNN's copies and torch's ops are used. Off for those."""
     fused_learner_ops: bool = True
     """Forward/backward computes each LoRA layer and the LM head's target logprobs as one autograd op
