@@ -61,8 +61,8 @@ def main() -> None:
     for path in files:
         data = recorded_datums(path)
         tokens = [torch.tensor(d.model_input.to_ints()) for d in data]
-        nodes = sum(len(batch.tokens_N) for batch in plan_tree_batches(tokens, engine.config.learner_token_budget))
-        padded = sum(max(len(tokens[i]) for i in batch.indices) * len(batch.indices) for batch in micro_batches([len(t) for t in tokens], engine.config.learner_token_budget))
+        nodes = sum(len(batch.tokens_N) for batch in plan_tree_batches(tokens, engine.config.token_budget()))
+        padded = sum(max(len(tokens[i]) for i in batch.indices) * len(batch.indices) for batch in micro_batches([len(t) for t in tokens], engine.config.token_budget()))
         best = {True: float("inf"), False: float("inf")}
         for repeat in range(args.repeats + 1):  # the first round warms up
             for tree in (True, False) if repeat % 2 else (False, True):

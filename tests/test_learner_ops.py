@@ -45,11 +45,11 @@ def ppo_data(seed: int = 0) -> list[types.Datum]:
     return data
 
 
-def forward_backward(bank: AdapterBank, data: list[types.Datum], fused: bool, pack: bool = False):
+def forward_backward(bank: AdapterBank, data: list[types.Datum], fused: bool, pack: bool = False, prefix_tree: bool = True):
     for parameter in bank.parameters("policy"):
         parameter.grad = None
     with bank.use("policy"):
-        output = run_forward(bank.base_model, prepare_data(data, "ppo", 512), "ppo", {}, backward=True, token_budget=1024, prefix_tree=True, fused=fused, pack_weights=pack)
+        output = run_forward(bank.base_model, prepare_data(data, "ppo", 512), "ppo", {}, backward=True, token_budget=1024, prefix_tree=prefix_tree, fused=fused, pack_weights=pack)
     return output, [parameter.grad.clone() for parameter in bank.parameters("policy")]
 
 
@@ -148,3 +148,28 @@ def test_the_effective_weight_adds_every_active_adapter():
     part.write_effective(out)
     merged = part.weight.detach() + layer.get_delta_weight("default") + layer.get_delta_weight("second")
     torch.testing.assert_close(out, merged.detach())
+
+
+@pytest.mark.parametrize("loss_fn", ["ppo", "cross_entropy"])
+def test_without_untrained_logprobs_the_trained_positions_get_the_same_logprobs_loss_and_gradients(bank, loss_fn):
+    data = ppo_data(seed=2)
+    if loss_fn == "cross_entropy":
+        data = [types.Datum(model_input=d.model_input, loss_fn_inputs={"target_tokens": d.loss_fn_inputs["target_tokens"], "weights": d.loss_fn_inputs["advantages"].to_torch().abs()}) for d in data]
+    runs = []
+    for untrained in (True, False):
+        for parameter in bank.parameters("policy"):
+            parameter.grad = None
+        with bank.use("policy"):
+            output = run_forward(bank.base_model, prepare_data(data, loss_fn, 512), loss_fn, {}, backward=True, token_budget=1024, prefix_tree=True, untrained_logprobs=untrained)
+        runs.append((output, [parameter.grad.clone() for parameter in bank.parameters("policy")]))
+    (every, every_gradients), (trained_only, trained_gradients) = runs
+    assert trained_only.loss == pytest.approx(every.loss, rel=1e-6)
+    for datum, full, partial in zip(data, every.loss_fn_outputs, trained_only.loss_fn_outputs):
+        gate = datum.loss_fn_inputs["advantages" if loss_fn == "ppo" else "weights"].to_torch()
+        trained_N = gate != 0
+        assert trained_N.any() and not trained_N.all()
+        torch.testing.assert_close(partial["logprobs"].to_torch()[trained_N], full["logprobs"].to_torch()[trained_N])
+        assert partial["logprobs"].to_torch()[~trained_N].isnan().all()  # no LM-head pass there
+        torch.testing.assert_close(partial["elementwise_loss"].to_torch(), full["elementwise_loss"].to_torch())
+    for ours, reference in zip(trained_gradients, every_gradients):
+        torch.testing.assert_close(ours, reference)

@@ -1,5 +1,6 @@
 /* The sampler's decode-step kernels in float32 (see cpu_kernels.py): row_matmul, rms_norm, decode_attention, and
- * decode_layer, which runs a whole decoder layer through them.
+ * decode_layer, which runs a whole decoder layer through them; and the learner's elementwise passes, forward and
+ * backward (rms_norm_rows, rotary, silu_product_rows).
  *
  * row_matmul: y[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]) for few rows of x. Each output is one dot product of a row of x with a row of w, accumulated in eight lanes along K and summed at
  * the end, so its value does not depend on M, N or how the work is split. A tile multiplies TILE_N rows of w by up
@@ -99,25 +100,27 @@ void row_matmul(const float* x, const float* w, const float* bias, float* y, lon
     }
 }
 
-/* rms_norm: y[m] = x[m] / sqrt(mean(x[m]^2) + eps) * weight, row by row (one thread: a decode step's rows are few). */
-void rms_norm(const float* x, const float* weight, float* y, long M, long K, float eps) {
-    for (long m = 0; m < M; m++) {
-        const float* row = x + m * K;
-        __m256 squares = _mm256_setzero_ps();
-        long k = 0;
-        for (; k + 8 <= K; k += 8) {
-            __m256 v = _mm256_loadu_ps(row + k);
-            squares = _mm256_fmadd_ps(v, v, squares);
-        }
-        float total = horizontal_sum(squares);
-        for (; k < K; k++) total += row[k] * row[k];
-        float inverse = 1.0f / sqrtf(total / (float)K + eps);
-        __m256 scale = _mm256_set1_ps(inverse);
-        float* out = y + m * K;
-        for (k = 0; k + 8 <= K; k += 8)
-            _mm256_storeu_ps(out + k, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(row + k), scale), _mm256_loadu_ps(weight + k)));
-        for (; k < K; k++) out[k] = row[k] * inverse * weight[k];
+/* One row of rms_norm; returns its 1 / sqrt(mean(x^2) + eps). */
+static inline float rms_row(const float* row, const float* weight, float* out, long K, float eps) {
+    __m256 squares = _mm256_setzero_ps();
+    long k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 v = _mm256_loadu_ps(row + k);
+        squares = _mm256_fmadd_ps(v, v, squares);
     }
+    float total = horizontal_sum(squares);
+    for (; k < K; k++) total += row[k] * row[k];
+    float inverse = 1.0f / sqrtf(total / (float)K + eps);
+    __m256 scale = _mm256_set1_ps(inverse);
+    for (k = 0; k + 8 <= K; k += 8)
+        _mm256_storeu_ps(out + k, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(row + k), scale), _mm256_loadu_ps(weight + k)));
+    for (; k < K; k++) out[k] = row[k] * inverse * weight[k];
+    return inverse;
+}
+
+/* rms_norm: y[m] = x[m] / sqrt(mean(x^2) + eps) * weight, row by row (one thread: a decode step's rows are few). */
+void rms_norm(const float* x, const float* weight, float* y, long M, long K, float eps) {
+    for (long m = 0; m < M; m++) rms_row(x + m * K, weight, y + m * K, K, eps);
 }
 
 /* decode_attention: one query per row against the slots 0..length-1 of its keys and values, where `valid` marks real
@@ -255,4 +258,139 @@ void decode_layer(float* hidden, long B, long E, const float* input_norm, const 
     for (long b = 0; b < B; b++) silu_product(gate_up + b * 2 * I, gate_up + b * 2 * I + I, activated + b * I, I);
     row_matmul(activated, w_down, b_down, projected, B, E, I, threads);
     for (long i = 0; i < B * E; i++) hidden[i] += projected[i];
+}
+
+/* The learner's elementwise passes, forward and backward, rows (or elements) split over threads. */
+
+/* rms_norm_rows: rms_norm, keeping each row's 1 / sqrt(mean(x^2) + eps) in inverse[M] for the backward. */
+void rms_norm_rows(const float* x, const float* weight, float* y, float* inverse, long M, long K, float eps, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long m = 0; m < M; m++) inverse[m] = rms_row(x + m * K, weight, y + m * K, K, eps);
+}
+
+/* rms_norm_backward: with r = inverse[m] and g = grad * weight, d/dx of x r weight is r g - x r^3 mean(g x) (the
+ * weight frozen). */
+void rms_norm_backward(const float* grad, const float* x, const float* weight, const float* inverse, float* grad_x,
+                       long M, long K, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long m = 0; m < M; m++) {
+        const float* g = grad + m * K;
+        const float* row = x + m * K;
+        float* out = grad_x + m * K;
+        __m256 dots = _mm256_setzero_ps();
+        long k = 0;
+        for (; k + 8 <= K; k += 8)
+            dots = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(g + k), _mm256_loadu_ps(weight + k)), _mm256_loadu_ps(row + k), dots);
+        float dot = horizontal_sum(dots);
+        for (; k < K; k++) dot += g[k] * weight[k] * row[k];
+        float r = inverse[m], c = r * r * r * dot / (float)K;
+        __m256 rs = _mm256_set1_ps(r), cs = _mm256_set1_ps(c);
+        for (k = 0; k + 8 <= K; k += 8) {
+            __m256 scaled = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(g + k), _mm256_loadu_ps(weight + k)), rs);
+            _mm256_storeu_ps(out + k, _mm256_fnmadd_ps(cs, _mm256_loadu_ps(row + k), scaled));
+        }
+        for (; k < K; k++) out[k] = g[k] * weight[k] * r - c * row[k];
+    }
+}
+
+/* rotary: Llama's rotary embedding of x [B, T, H, D] into out [B, H, T, D] (the layout attention reads):
+ * out1 = x1 c1 - x2 s1, out2 = x2 c2 + x1 s2 over the halves of each head, cos and sin [B, T, D]. With `inverse`, its
+ * backward: x is a gradient [B, H, T, D], out [B, T, H, D], and the rotation is transposed (x1 c1 + x2 s2,
+ * x2 c2 - x1 s1). */
+void rotary(const float* x, float* out, const float* cos, const float* sin, long B, long T, long H, long D, int inverse,
+            int threads) {
+    long half = D / 2;
+#pragma omp parallel for collapse(2) num_threads(threads) schedule(static)
+    for (long b = 0; b < B; b++)
+        for (long t = 0; t < T; t++) {
+            const float* c = cos + (b * T + t) * D;
+            const float* s = sin + (b * T + t) * D;
+            for (long h = 0; h < H; h++) {
+                long token_major = ((b * T + t) * H + h) * D, head_major = ((b * H + h) * T + t) * D;
+                const float* in = x + (inverse ? head_major : token_major);
+                float* o = out + (inverse ? token_major : head_major);
+                if (inverse)
+                    for (long d = 0; d < half; d++) {
+                        o[d] = in[d] * c[d] + in[d + half] * s[d + half];
+                        o[d + half] = in[d + half] * c[d + half] - in[d] * s[d];
+                    }
+                else
+                    for (long d = 0; d < half; d++) {
+                        o[d] = in[d] * c[d] - in[d + half] * s[d];
+                        o[d + half] = in[d + half] * c[d + half] + in[d] * s[d + half];
+                    }
+            }
+        }
+}
+
+#define ELEMENTS_PER_TASK 4096
+
+/* silu_product_rows: out = silu(gate) * up over `count` elements. */
+void silu_product_rows(const float* gate, const float* up, float* out, long count, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long start = 0; start < count; start += ELEMENTS_PER_TASK) {
+        long n = count - start < ELEMENTS_PER_TASK ? count - start : ELEMENTS_PER_TASK;
+        silu_product(gate + start, up + start, out + start, n);
+    }
+}
+
+/* silu_product_backward: with s = sigmoid(gate), d/dup = grad silu(gate) = grad gate s and
+ * d/dgate = grad up s (1 + gate (1 - s)). */
+void silu_product_backward(const float* grad, const float* gate, const float* up, float* grad_gate, float* grad_up,
+                           long count, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long start = 0; start < count; start += ELEMENTS_PER_TASK) {
+        long end = count - start < ELEMENTS_PER_TASK ? count : start + ELEMENTS_PER_TASK, i = start;
+        __m256 one = _mm256_set1_ps(1.0f);
+        for (; i + 8 <= end; i += 8) {
+            __m256 g = _mm256_loadu_ps(gate + i), upstream = _mm256_loadu_ps(grad + i);
+            __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, exp_lanes(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+            __m256 slope = _mm256_mul_ps(s, _mm256_fmadd_ps(g, _mm256_sub_ps(one, s), one));
+            _mm256_storeu_ps(grad_up + i, _mm256_mul_ps(upstream, _mm256_mul_ps(g, s)));
+            _mm256_storeu_ps(grad_gate + i, _mm256_mul_ps(_mm256_mul_ps(upstream, _mm256_loadu_ps(up + i)), slope));
+        }
+        for (; i < end; i++) {
+            float s = 1.0f / (1.0f + expf(-gate[i]));
+            grad_up[i] = grad[i] * gate[i] * s;
+            grad_gate[i] = grad[i] * up[i] * s * (1.0f + gate[i] * (1.0f - s));
+        }
+    }
+}
+
+/* log_sum_exp_rows: out[m] = log(sum_v e^x[m, v]) over the rows of x [M, V], shifted by each row's maximum (one pass
+ * for the maximum, one for the sum; nothing written but out). */
+void log_sum_exp_rows(const float* x, float* out, long M, long V, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long m = 0; m < M; m++) {
+        const float* row = x + m * V;
+        __m256 maxima = _mm256_set1_ps(-INFINITY);
+        long v = 0;
+        for (; v + 8 <= V; v += 8) maxima = _mm256_max_ps(maxima, _mm256_loadu_ps(row + v));
+        float lanes[8], top = -INFINITY;
+        _mm256_storeu_ps(lanes, maxima);
+        for (int i = 0; i < 8; i++) top = lanes[i] > top ? lanes[i] : top;
+        for (; v < V; v++) top = row[v] > top ? row[v] : top;
+        __m256 shift = _mm256_set1_ps(top), sums = _mm256_setzero_ps();
+        for (v = 0; v + 8 <= V; v += 8) sums = _mm256_add_ps(sums, exp_lanes(_mm256_sub_ps(_mm256_loadu_ps(row + v), shift)));
+        float total = horizontal_sum(sums);
+        for (; v < V; v++) total += expf(row[v] - top);
+        out[m] = top + logf(total);
+    }
+}
+
+/* target_logprob_gradient: the gradient of grad[m] (x[m, target[m]] - log_sum_exp(x[m])) for the logits x [M, V]:
+ * out[m, v] = grad[m] ((v == target[m]) - e^(x[m, v] - lse[m])), in one pass. */
+void target_logprob_gradient(const float* x, const float* lse, const float* grad, const long* targets, float* out,
+                             long M, long V, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long m = 0; m < M; m++) {
+        const float* row = x + m * V;
+        float* o = out + m * V;
+        __m256 shift = _mm256_set1_ps(lse[m]), scale = _mm256_set1_ps(-grad[m]);
+        long v = 0;
+        for (; v + 8 <= V; v += 8)
+            _mm256_storeu_ps(o + v, _mm256_mul_ps(scale, exp_lanes(_mm256_sub_ps(_mm256_loadu_ps(row + v), shift))));
+        for (; v < V; v++) o[v] = -grad[m] * expf(row[v] - lse[m]);
+        o[targets[m]] += grad[m];
+    }
 }

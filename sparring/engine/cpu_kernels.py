@@ -1,4 +1,4 @@
-"""sparring's compiled float32 CPU kernels for the sampler's decode steps.
+"""sparring's compiled float32 CPU kernels for the sampler's decode steps, and the learner's elementwise passes.
 
 A decode step multiplies 1-64 rows by every weight of the model, so it costs
 reading the weights more than multiplying them, and between its matmuls it
@@ -28,6 +28,12 @@ runs dozens of tiny ops whose every call costs more than its arithmetic.
   and a few loops, in one call: run op by op, a step's dozen torch ops a
   layer and their Python cost 12 ms of a 66 ms step at 8 rows and 25 of
   ~130 at 32 (session 63, profiled). `DecodeLayerWeights` holds what it reads.
+- For the learner, forward and backward, rows split between threads:
+  `rms_norm_rows` (keeping each row's inverse norm) and `rms_norm_backward`,
+  `rotary` (into the [B, H, T, D] layout attention reads, and back),
+  `silu_product` and its backward (`learner_layers`); the head's
+  `log_sum_exp_rows` and `target_logprob_gradient` (`target_logprobs`):
+  each one pass where torch's ops make several.
 - `available()`: whether they run here. The C source beside this file
   (`cpu_kernels.c`, AVX2 + FMA, OpenMP on torch's own runtime) is compiled
   once per content with the system's C compiler (`$CC`, else `cc`) into
@@ -174,6 +180,69 @@ def decode_layer(
     )  # fmt: skip
 
 
+def rms_norm_rows(x_M_K: torch.Tensor, weight_K: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`rms_norm` over rows split between threads, and each row's 1 / sqrt(mean(x^2) + eps) for the backward."""
+    _require_contiguous(x_M_K=x_M_K, weight_K=weight_K)
+    out_M_K, inverse_M = torch.empty_like(x_M_K), x_M_K.new_empty(len(x_M_K))
+    _library().rms_norm_rows(x_M_K.data_ptr(), weight_K.data_ptr(), out_M_K.data_ptr(), inverse_M.data_ptr(), *x_M_K.shape, eps, torch.get_num_threads())
+    return out_M_K, inverse_M
+
+
+def rms_norm_backward(grad_M_K: torch.Tensor, x_M_K: torch.Tensor, weight_K: torch.Tensor, inverse_M: torch.Tensor) -> torch.Tensor:
+    """The gradient of `rms_norm_rows` for x (the weight frozen), from the forward's input and inverses."""
+    _require_contiguous(grad_M_K=grad_M_K, x_M_K=x_M_K, weight_K=weight_K, inverse_M=inverse_M)
+    grad_x_M_K = torch.empty_like(x_M_K)
+    _library().rms_norm_backward(grad_M_K.data_ptr(), x_M_K.data_ptr(), weight_K.data_ptr(), inverse_M.data_ptr(), grad_x_M_K.data_ptr(), *x_M_K.shape, torch.get_num_threads())
+    return grad_x_M_K
+
+
+def rotary(x: torch.Tensor, cos_B_T_D: torch.Tensor, sin_B_T_D: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    """Llama's rotary embedding (`rotate_half`'s halves) of x [B, T, H, D] into a new [B, H, T, D] tensor; with
+    `inverse`, its backward: a gradient [B, H, T, D] turned back into [B, T, H, D]."""
+    _require_contiguous(x=x, cos_B_T_D=cos_B_T_D, sin_B_T_D=sin_B_T_D)
+    batch, length = cos_B_T_D.shape[:2]
+    heads, head_dim = (x.shape[1], x.shape[3]) if inverse else x.shape[2:]
+    out = x.new_empty((batch, length, heads, head_dim) if inverse else (batch, heads, length, head_dim))
+    _library().rotary(x.data_ptr(), out.data_ptr(), cos_B_T_D.data_ptr(), sin_B_T_D.data_ptr(), batch, length, heads, head_dim, inverse, torch.get_num_threads())
+    return out
+
+
+def silu_product(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up elementwise (SwiGLU), split between threads."""
+    _require_contiguous(gate=gate, up=up)
+    out = torch.empty_like(gate)
+    _library().silu_product_rows(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(), torch.get_num_threads())
+    return out
+
+
+def silu_product_backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of `silu_product` for gate and up."""
+    _require_contiguous(grad=grad, gate=gate, up=up)
+    grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
+    _library().silu_product_backward(grad.data_ptr(), gate.data_ptr(), up.data_ptr(), grad_gate.data_ptr(), grad_up.data_ptr(), gate.numel(), torch.get_num_threads())
+    return grad_gate, grad_up
+
+
+def log_sum_exp_rows(logits_M_V: torch.Tensor) -> torch.Tensor:
+    """log(sum(exp(row))) of every row, shifted by the row's maximum (torch.logsumexp's value, two reads a row)."""
+    _require_contiguous(logits_M_V=logits_M_V)
+    out_M = logits_M_V.new_empty(len(logits_M_V))
+    _library().log_sum_exp_rows(logits_M_V.data_ptr(), out_M.data_ptr(), *logits_M_V.shape, torch.get_num_threads())
+    return out_M
+
+
+def target_logprob_gradient(logits_M_V: torch.Tensor, log_normaliser_M: torch.Tensor, grad_M: torch.Tensor, targets_M: torch.Tensor, out_M_V: torch.Tensor) -> torch.Tensor:
+    """Into `out_M_V`, the gradient of grad * (logits[target] - log_normaliser) for every row's logits: grad times
+    (one-hot(target) - softmax), in one pass."""
+    _require_contiguous(logits_M_V=logits_M_V, log_normaliser_M=log_normaliser_M, grad_M=grad_M, targets_M=targets_M, out_M_V=out_M_V)
+    if targets_M.dtype != torch.long or out_M_V.shape != logits_M_V.shape:
+        raise ValueError(f"targets_M must be int64 (got {targets_M.dtype}) and out_M_V shaped as the logits {tuple(logits_M_V.shape)} (got {tuple(out_M_V.shape)})")
+    _library().target_logprob_gradient(
+        logits_M_V.data_ptr(), log_normaliser_M.data_ptr(), grad_M.data_ptr(), targets_M.data_ptr(), out_M_V.data_ptr(), *logits_M_V.shape, torch.get_num_threads()
+    )
+    return out_M_V
+
+
 def _pointer(tensor: torch.Tensor | None) -> int | None:
     return None if tensor is None else tensor.data_ptr()
 
@@ -201,10 +270,17 @@ def _library() -> ctypes.CDLL | None:
             library.decode_attention.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
             pointer, size = ctypes.c_void_p, ctypes.c_long
             library.decode_layer.argtypes = [pointer, size, size, pointer, pointer, ctypes.c_float] + [pointer] * 8 + [size] + [pointer] * 5 + [size] * 5 + [ctypes.c_float, pointer, ctypes.c_int]
-            for function in (library.row_matmul, library.rms_norm, library.decode_attention, library.decode_layer):
+            library.rms_norm_rows.argtypes = [pointer] * 4 + [size] * 2 + [ctypes.c_float, ctypes.c_int]
+            library.rms_norm_backward.argtypes = [pointer] * 5 + [size] * 2 + [ctypes.c_int]
+            library.rotary.argtypes = [pointer] * 4 + [size] * 4 + [ctypes.c_int] * 2
+            library.silu_product_rows.argtypes = [pointer] * 3 + [size, ctypes.c_int]
+            library.silu_product_backward.argtypes = [pointer] * 5 + [size, ctypes.c_int]
+            library.log_sum_exp_rows.argtypes = [pointer] * 2 + [size] * 2 + [ctypes.c_int]
+            library.target_logprob_gradient.argtypes = [pointer] * 5 + [size] * 2 + [ctypes.c_int]
+            for function in (library.log_sum_exp_rows, library.target_logprob_gradient, library.row_matmul, library.rms_norm, library.decode_attention, library.decode_layer, library.rms_norm_rows, library.rms_norm_backward, library.rotary, library.silu_product_rows, library.silu_product_backward):
                 function.restype = None
             return library
-    log.warning("the sampler's CPU kernels are off (%s); decode steps run on oneDNN and torch's ops instead", reason)
+    log.warning("sparring's CPU kernels are off (%s); decode steps run on oneDNN and torch's ops, and the learner's layers on torch's ops, instead", reason)
     return None
 
 

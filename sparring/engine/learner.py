@@ -12,7 +12,10 @@ positions — with gradient only where the loss has a non-zero coefficient,
 and once for positions of several datums that predict the same token from
 the same prefix — and sums the per-token losses. LoRA layers run as one
 autograd op each (`lora_matmul`), and so does the head's log p(target) (`target_logprobs`),
-on CPU in float32 through oneDNN-packed copies of the frozen weights.
+on CPU in float32 through oneDNN-packed copies of the frozen weights; there a
+Llama-style layer's RMSNorm, rotary and SwiGLU run as one op each too
+(`learner_layers`). A caller that reads logprobs at trained positions only
+(sparring's trainer) can skip the head everywhere else (`untrained_logprobs`).
 Gradients accumulate across calls until the optimizer step, as in Tinker.
 """
 
@@ -26,6 +29,7 @@ import torch
 from ..types import Datum, ForwardBackwardOutput, TensorData
 from .allowed_tokens import allowed_masks, is_allowed, split_allowed
 from .batch_plan import micro_batches
+from .learner_layers import fused_layers
 from .lora_matmul import fused_lora
 from .losses import LOSSES, elementwise_loss, get_loss
 from .prefix_tree import plan_tree_batches, runs_as_trees, tree_hidden_states
@@ -158,6 +162,7 @@ def run_forward(
     prefix_tree: bool = False,
     fused: bool = True,
     pack_weights: bool = False,
+    untrained_logprobs: bool = True,
 ) -> ForwardBackwardOutput:
     """Learner logprobs and summed loss for every datum; with backward, accumulate gradients.
 
@@ -166,6 +171,8 @@ def run_forward(
     rounding. `token_budget` bounds a micro-batch's trie nodes, or its padded tokens. `fused` runs
     LoRA layers and the head's target logprobs as one autograd op each (same results up to float rounding);
     `pack_weights` also runs their frozen weights' matmuls through oneDNN-packed copies, where float32 on CPU.
+    Without `untrained_logprobs`, positions outside the loss's gradient mask (by its contract they add no loss)
+    get no LM-head pass: their logprobs are NaN and their loss 0.
     """
     loss = get_loss(loss_fn)
     backbone, lm_head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
@@ -174,7 +181,7 @@ def run_forward(
     total_loss = 0.0
     tokens = [p.tokens_N for p in prepared]
     as_trees = prefix_tree and runs_as_trees(causal_lm.config)
-    with fused_lora(causal_lm, pack_weights) if fused else contextlib.nullcontext():
+    with fused_lora(causal_lm, pack_weights) if fused else contextlib.nullcontext(), fused_layers(causal_lm) if fused else contextlib.nullcontext():
         for batch in plan_tree_batches(tokens, token_budget) if as_trees else micro_batches([len(t) for t in tokens], token_budget):
             members = [prepared[i] for i in batch.indices]
             inputs = {key: torch.cat([member.inputs[key] for member in members]).to(device) for key in members[0].inputs}
@@ -185,8 +192,13 @@ def run_forward(
                 else:
                     hidden_R_H, rows_M = _padded_hidden_states(backbone, [member.tokens_N for member in members], device)
                 allowed_M = _concatenated_allowed(members)
-                logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M, fused, pack_weights)
-                elementwise_M = elementwise_loss(loss_fn, logprobs_M, inputs, loss_config)
+                untrained = untrained_logprobs or not backward
+                logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M, fused, pack_weights, untrained)
+                if untrained:
+                    elementwise_M = elementwise_loss(loss_fn, logprobs_M, inputs, loss_config)
+                else:  # a loss is position by position: the trained positions alone
+                    trained_loss = elementwise_loss(loss_fn, logprobs_M[grad_M], {key: value[grad_M] for key, value in inputs.items()}, loss_config)
+                    elementwise_M = trained_loss.new_zeros(len(logprobs_M)).index_put((grad_M,), trained_loss)
                 batch_loss = elementwise_M.sum()
                 if backward and batch_loss.requires_grad:
                     batch_loss.backward()
@@ -222,9 +234,11 @@ def _padded_hidden_states(backbone: torch.nn.Module, tokens: list[torch.Tensor],
 
 
 def _position_logprobs(
-    lm_head, hidden_R_H: torch.Tensor, rows_M: torch.Tensor, targets_M: torch.Tensor, grad_M: torch.Tensor, allowed_M: list[list[int]] | None = None, fused: bool = True, pack: bool = False
+    lm_head, hidden_R_H: torch.Tensor, rows_M: torch.Tensor, targets_M: torch.Tensor, grad_M: torch.Tensor, allowed_M: list[list[int]] | None = None, fused: bool = True, pack: bool = False,
+    untrained: bool = True,
 ) -> torch.Tensor:
-    """log p(target) at every datum position, the LM head applied once per distinct (hidden row, target) pair.
+    """log p(target) at every datum position, the LM head applied once per distinct (hidden row, target) pair
+    (without `untrained`, only at pairs that need gradient: NaN elsewhere).
 
     Positions of several datums at one trie node that predict the same token are one pair; a pair gets gradient when
     any of its positions needs it. A constrained position (a non-empty `allowed_M` entry) is a pair of its own,
@@ -247,10 +261,10 @@ def _position_logprobs(
     def allowed_of(selected_U: torch.Tensor) -> list[list[int]] | None:
         return None if allowed_U is None else [allowed_U[u] for u in selected_U.nonzero().squeeze(-1).tolist()]
 
-    logprobs_U = hidden_R_H.new_zeros(len(pair_keys_U), dtype=torch.float32)
+    logprobs_U = hidden_R_H.new_full((len(pair_keys_U),), float("nan"), dtype=torch.float32)
     if grad_U.any():
         logprobs_U = logprobs_U.index_put((grad_U,), _target_logprobs(lm_head, hidden_R_H[rows_U[grad_U]], targets_U[grad_U], allowed_of(grad_U), fused, pack))
-    if (~grad_U).any():
+    if untrained and (~grad_U).any():
         with torch.no_grad():
             rest_U = _target_logprobs(lm_head, hidden_R_H[rows_U[~grad_U]].detach(), targets_U[~grad_U], allowed_of(~grad_U), fused, pack)
         logprobs_U = logprobs_U.index_put((~grad_U,), rest_U)

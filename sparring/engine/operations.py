@@ -34,11 +34,14 @@ def create_adapter(engine: Engine, rank: int, seed: int | None, train_attn: bool
     return name
 
 
-def forward_backward(engine: Engine, adapter: str, data: list[Datum], loss_fn: str, loss_fn_config, backward: bool) -> ForwardBackwardOutput:
+def forward_backward(engine: Engine, adapter: str, data: list[Datum], loss_fn: str, loss_fn_config, backward: bool, untrained_logprobs: bool = True) -> ForwardBackwardOutput:
     config = check_loss_config(loss_fn, loss_fn_config)
     prepared = prepare_data(data, loss_fn, engine.vocab_size)
     with engine.bank.use(adapter):
-        return run_forward(engine.bank.base_model, prepared, loss_fn, config, backward=backward, token_budget=engine.config.learner_token_budget, prefix_tree=engine.config.learner_prefix_tree, fused=engine.config.fused_learner_ops, pack_weights=engine.config.pack_cpu_weights)
+        return run_forward(
+            engine.bank.base_model, prepared, loss_fn, config, backward=backward, token_budget=engine.config.token_budget(), prefix_tree=engine.config.learner_prefix_tree,
+            fused=engine.config.fused_learner_ops, pack_weights=engine.config.pack_cpu_weights, untrained_logprobs=untrained_logprobs,
+        )  # fmt: skip
 
 
 def optim_step(engine: Engine, adapter: str, params: AdamParams) -> OptimStepResponse:

@@ -12,13 +12,17 @@ gradient, a block of rows at a time in one small workspace. Same values as
 the composite (up to float rounding); the head's weight gets no gradient, so
 a trained head (LoRA on it) keeps the composite path. With `pack`, on CPU in
 float32, the head's two matmuls run through oneDNN-packed copies of W and W^T
-(`packed_weights.packed_frozen`).
+(`packed_weights.packed_frozen`). On CPU in float32, where `cpu_kernels` are
+built, the vocabulary-wide passes run through them: the log-sum-exp reads
+each row twice and writes nothing, the backward's softmax gradient is one
+read and one write a row (torch's ops: six passes each way).
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import cpu_kernels
 from .packed_weights import packable, packed_frozen, packed_matmul
 
 
@@ -39,10 +43,13 @@ class TargetLogprobs(torch.autograd.Function):
         else:
             logits_K_V = hidden_K_H @ weight_V_H.t() if bias_V is None else torch.addmm(bias_V, hidden_K_H, weight_V_H.t())
         logits_K_V = logits_K_V.to(torch.promote_types(logits_K_V.dtype, torch.float32))  # at least float32, as the composite's
-        log_normaliser_K = logits_K_V.amax(-1)
-        workspace = _workspace(logits_K_V)
-        for rows in _blocks(len(logits_K_V)):
-            log_normaliser_K[rows] += _exp_shifted(logits_K_V, log_normaliser_K, rows, workspace).sum(-1).log_()
+        if _kernels_run(logits_K_V):
+            log_normaliser_K = cpu_kernels.log_sum_exp_rows(logits_K_V)
+        else:
+            log_normaliser_K = logits_K_V.amax(-1)
+            workspace = _workspace(logits_K_V)
+            for rows in _blocks(len(logits_K_V)):
+                log_normaliser_K[rows] += _exp_shifted(logits_K_V, log_normaliser_K, rows, workspace).sum(-1).log_()
         ctx.save_for_backward(logits_K_V, log_normaliser_K, weight_V_H, targets_K)
         ctx.hidden_dtype, ctx.pack = hidden_K_H.dtype, pack
         return logits_K_V.gather(-1, targets_K[:, None]).squeeze(-1) - log_normaliser_K
@@ -53,15 +60,24 @@ class TargetLogprobs(torch.autograd.Function):
         grad_hidden_K_H = torch.empty(len(logits_K_V), weight_V_H.shape[1], dtype=ctx.hidden_dtype, device=logits_K_V.device)
         workspace = _workspace(logits_K_V)
         transposed = packed_frozen(weight_V_H, transposed=True) if ctx.pack else None
+        kernels, grad_K, targets_K = _kernels_run(logits_K_V), grad_K.to(logits_K_V.dtype).contiguous(), targets_K.contiguous()
         for rows in _blocks(len(logits_K_V)):
             # d/dlogits of (logit[target] - logsumexp) is onehot(target) - softmax.
-            grad_B_V = _exp_shifted(logits_K_V, log_normaliser_K, rows, workspace).mul_(-grad_K[rows, None])
-            grad_B_V.scatter_add_(-1, targets_K[rows, None], grad_K[rows, None])
+            if kernels:
+                grad_B_V = cpu_kernels.target_logprob_gradient(logits_K_V[rows], log_normaliser_K[rows], grad_K[rows], targets_K[rows], workspace[: rows.stop - rows.start])
+            else:
+                grad_B_V = _exp_shifted(logits_K_V, log_normaliser_K, rows, workspace).mul_(-grad_K[rows, None])
+                grad_B_V.scatter_add_(-1, targets_K[rows, None], grad_K[rows, None])
             if transposed is None:
                 torch.mm(grad_B_V.to(ctx.hidden_dtype), weight_V_H, out=grad_hidden_K_H[rows])
             else:
                 grad_hidden_K_H[rows] = packed_matmul(grad_B_V, transposed)
         return grad_hidden_K_H, None, None, None, None
+
+
+def _kernels_run(logits_K_V: torch.Tensor) -> bool:
+    """Whether `cpu_kernels` take the vocabulary-wide passes (float32 CPU logits, where they are built)."""
+    return logits_K_V.device.type == "cpu" and logits_K_V.dtype == torch.float32 and cpu_kernels.available()
 
 
 def _blocks(rows: int) -> list[slice]:
