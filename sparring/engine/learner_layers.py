@@ -101,7 +101,7 @@ def _attention_forward(attention: torch.nn.Module):
     def forward(hidden_states, position_embeddings, attention_mask=None, cache=None, past_key_values=None, **kwargs):
         cos_B_T_D, sin_B_T_D = position_embeddings
         if cache is not None or past_key_values is not None or cos_B_T_D.shape[-1] != attention.head_dim:
-            return own_forward(attention, hidden_states, position_embeddings, attention_mask, cache=cache or past_key_values, **kwargs)
+            return own_forward(attention, hidden_states, position_embeddings, attention_mask, cache=cache if cache is not None else past_key_values, **kwargs)
         batch, length = hidden_states.shape[:2]
         cos_B_T_D, sin_B_T_D = (t.expand(batch, length, -1).contiguous() for t in (cos_B_T_D, sin_B_T_D))
         query_B_H_T_D = Rotary.apply(attention.q_proj(hidden_states), cos_B_T_D, sin_B_T_D)
