@@ -277,7 +277,8 @@ def _library() -> ctypes.CDLL | None:
             library.silu_product_backward.argtypes = [pointer] * 5 + [size, ctypes.c_int]
             library.log_sum_exp_rows.argtypes = [pointer] * 2 + [size] * 2 + [ctypes.c_int]
             library.target_logprob_gradient.argtypes = [pointer] * 5 + [size] * 2 + [ctypes.c_int]
-            for function in (library.log_sum_exp_rows, library.target_logprob_gradient, library.row_matmul, library.rms_norm, library.decode_attention, library.decode_layer, library.rms_norm_rows, library.rms_norm_backward, library.rotary, library.silu_product_rows, library.silu_product_backward):
+            for function in (library.row_matmul, library.rms_norm, library.decode_attention, library.decode_layer, library.rms_norm_rows, library.rms_norm_backward,
+                             library.rotary, library.silu_product_rows, library.silu_product_backward, library.log_sum_exp_rows, library.target_logprob_gradient):
                 function.restype = None
             return library
     log.warning("sparring's CPU kernels are off (%s); decode steps run on oneDNN and torch's ops, and the learner's layers on torch's ops, instead", reason)

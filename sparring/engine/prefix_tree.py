@@ -146,9 +146,11 @@ def tree_attention_forward(module, query, key, value, attention_mask, scaling=No
     chunks, chunk, _ = prefix_tree.sees_Q_C_K.shape
     heads, nodes, dim = query.shape[1:]
     query_Q_H_C_D = F.pad(query[0], (0, 0, 0, chunks * chunk - nodes)).view(heads, chunks, chunk, dim).transpose(0, 1)
-    # index_select, not key[0][:, keys_Q_K]: its backward adds rows (index_add_), 2-3x faster on CPU than indexing's
-    key_Q_Hk_K_D = key[0].index_select(1, prefix_tree.keys_Q_K.flatten()).view(-1, *prefix_tree.keys_Q_K.shape, dim).transpose(0, 1)
-    value_Q_Hk_K_D = value[0].index_select(1, prefix_tree.keys_Q_K.flatten()).view(-1, *prefix_tree.keys_Q_K.shape, dim).transpose(0, 1)
+    # index_select, not states[0][:, keys_Q_K]: its backward adds rows (index_add_), 2-3x faster on CPU than indexing's
+    def per_chunk(states):
+        return states[0].index_select(1, prefix_tree.keys_Q_K.flatten()).view(-1, *prefix_tree.keys_Q_K.shape, dim).transpose(0, 1)
+
+    key_Q_Hk_K_D, value_Q_Hk_K_D = per_chunk(key), per_chunk(value)
     out_Q_H_C_D = F.scaled_dot_product_attention(query_Q_H_C_D, key_Q_Hk_K_D, value_Q_Hk_K_D, attn_mask=prefix_tree.sees_Q_C_K[:, None], scale=scaling, enable_gqa=True)
     return out_Q_H_C_D.transpose(0, 1).reshape(heads, chunks * chunk, dim)[:, :nodes].transpose(0, 1)[None], None
 
