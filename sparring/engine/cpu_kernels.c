@@ -206,6 +206,16 @@ static void silu_product(const float* gate, const float* up, float* out, long co
     for (; i < count; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+/* One head's rotary embedding, the halves turned as Llama's rotate_half: out1 = x1 c1 - x2 s1, out2 = x2 c2 + x1 s2. */
+static inline void rotate_head(const float* x, float* out, const float* c, const float* s, long half) {
+    for (long d = 0; d < half; d++) {
+        float low = x[d] * c[d] - x[d + half] * s[d];
+        float high = x[d + half] * c[d + half] + x[d] * s[d + half];
+        out[d] = low;
+        out[d + half] = high;
+    }
+}
+
 /* decode_layer: one Llama decoder layer for one new token per row, in place on hidden [B, E]:
  *   hidden += o(attention(rotary(q), rotary(k) and v written into the caches at `slot`)) over rms_norm(hidden)
  *   hidden += down(silu(gate) * up) over rms_norm(hidden)
@@ -235,13 +245,7 @@ void decode_layer(float* hidden, long B, long E, const float* input_norm, const 
         const float* s = sin + b * D;
         for (long h = 0; h < H + H_kv; h++) {
             const float* x = qkv + b * qkv_width + h * D;
-            float* rotated = h < H ? query + (b * H + h) * D : keys + ((b * H_kv + h - H) * S + slot) * D;
-            for (long d = 0; d < half; d++) {
-                float low = x[d] * c[d] - x[d + half] * s[d];
-                float high = x[d + half] * c[d + half] + x[d] * s[d + half];
-                rotated[d] = low;
-                rotated[d + half] = high;
-            }
+            rotate_head(x, h < H ? query + (b * H + h) * D : keys + ((b * H_kv + h - H) * S + slot) * D, c, s, half);
         }
         for (long g = 0; g < H_kv; g++) {
             const float* v = qkv + b * qkv_width + (H + H_kv + g) * D;
@@ -315,10 +319,7 @@ void rotary(const float* x, float* out, const float* cos, const float* sin, long
                         o[d + half] = in[d + half] * c[d + half] - in[d] * s[d];
                     }
                 else
-                    for (long d = 0; d < half; d++) {
-                        o[d] = in[d] * c[d] - in[d + half] * s[d];
-                        o[d + half] = in[d + half] * c[d + half] + in[d] * s[d + half];
-                    }
+                    rotate_head(in, o, c, s, half);
             }
         }
 }

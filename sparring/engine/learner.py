@@ -181,6 +181,7 @@ def run_forward(
     total_loss = 0.0
     tokens = [p.tokens_N for p in prepared]
     as_trees = prefix_tree and runs_as_trees(causal_lm.config)
+    untrained = untrained_logprobs or not backward  # a forward alone reports every position
     with fused_lora(causal_lm, pack_weights) if fused else contextlib.nullcontext(), fused_layers(causal_lm) if fused else contextlib.nullcontext():
         for batch in plan_tree_batches(tokens, token_budget) if as_trees else micro_batches([len(t) for t in tokens], token_budget):
             members = [prepared[i] for i in batch.indices]
@@ -192,7 +193,6 @@ def run_forward(
                 else:
                     hidden_R_H, rows_M = _padded_hidden_states(backbone, [member.tokens_N for member in members], device)
                 allowed_M = _concatenated_allowed(members)
-                untrained = untrained_logprobs or not backward
                 logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M, fused, pack_weights, untrained)
                 if untrained:
                     elementwise_M = elementwise_loss(loss_fn, logprobs_M, inputs, loss_config)
