@@ -55,6 +55,12 @@ class Watcher(threading.Thread):
                 self.checks += ok
                 self.peak = max(self.peak, self.process.memory_info().rss)
 
+    def until_checks(self, count: int, timeout_s: float) -> None:
+        """Keep watching (memory included) until `count` health checks were answered, or `timeout_s` passed."""
+        deadline = time.monotonic() + timeout_s
+        while self.checks < count and not self.failures and time.monotonic() < deadline:
+            time.sleep(0.05)
+
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir, tmp_path_factory):
@@ -90,6 +96,7 @@ def test_oversized_deep_and_inflating_requests_leave_the_server_small_and_answer
                 answer = client.post(f"{served.url}/api/v1/forward_backward", content=bomb, headers=protobuf)
                 assert answer.status_code == 413 and "inflates" in answer.json()["detail"], answer.text
     finally:
+        watcher.until_checks(3, timeout_s=10)  # on a fast host every request can be answered within one 50 ms tick
         watcher.stopped.set()
         watcher.join(timeout=10)
     growth = watcher.peak - watcher.baseline

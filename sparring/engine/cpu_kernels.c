@@ -4,9 +4,11 @@
  *
  * row_matmul: y[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]) for few rows of x. Each output is one dot product of a row of x with a row of w, accumulated in eight lanes along K and summed at
  * the end, so its value does not depend on M, N or how the work is split. A tile multiplies TILE_N rows of w by up
- * to TILE_M rows of x (12 accumulators, 3 weight registers, 1 for x: the 16 AVX2 registers). While the first rows
- * of x pass over a tile, the tile PREFETCH_TILES ahead is asked for, so reading the weights overlaps the
- * arithmetic. Rows of x go in chunks of CHUNK_M, so a chunk stays in the caches while the weights stream past it.
+ * to TILE_M rows of x (12 accumulators, 3 weight registers, 1 for x: the 16 AVX2 registers). While rows of x pass
+ * over a tile, the tile PREFETCH_TILES ahead is asked for, so reading the weights overlaps the arithmetic; with
+ * several passes (more than TILE_M rows), pass p asks for cache lines p, p + passes, ... of it, so the requests
+ * spread over all the tile's arithmetic instead of bunching in its first pass. Rows of x go in chunks of CHUNK_M,
+ * so a chunk stays in the caches while the weights stream past it.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -16,6 +18,7 @@
 #define TILE_M 4
 #define PREFETCH_TILES 2
 #define CHUNK_M 64
+#define LINE_FLOATS 16
 
 static inline float horizontal_sum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -31,15 +34,16 @@ static inline __m256i first_lanes(long count) {
 
 #define DEFINE_TILE(ROWS, COLS)                                                                                         \
     static void tile_##ROWS##_##COLS(const float* x, const float* w, const float* bias, float* y, long N, long K,    \
-                                     const float* prefetch) {                                                        \
+                                     const float* prefetch, long pass, long passes) {                                \
         __m256 acc[ROWS][COLS];                                                                                      \
         _Pragma("GCC unroll 8") for (int i = 0; i < ROWS; i++) _Pragma("GCC unroll 8") for (int j = 0; j < COLS; j++) \
             acc[i][j] = _mm256_setzero_ps();                                                                         \
-        long k = 0;                                                                                                  \
+        long k = 0, line = pass * LINE_FLOATS;                                                                       \
         for (; k + 8 <= K; k += 8) {                                                                                 \
-            if (prefetch && (k & 15) == 0) {                                                                         \
+            if (prefetch && k == line) {                                                                             \
                 _Pragma("GCC unroll 8") for (int j = 0; j < COLS; j++)                                               \
                     _mm_prefetch((const char*)(prefetch + j * K + k), _MM_HINT_T0);                                   \
+                line += passes * LINE_FLOATS;                                                                        \
             }                                                                                                        \
             __m256 wv[COLS];                                                                                         \
             _Pragma("GCC unroll 8") for (int j = 0; j < COLS; j++) wv[j] = _mm256_loadu_ps(w + j * K + k);           \
@@ -70,7 +74,7 @@ DEFINE_TILE(2, 3)
 DEFINE_TILE(3, 3)
 DEFINE_TILE(4, 3)
 
-typedef void (*tile_fn)(const float*, const float*, const float*, float*, long, long, const float*);
+typedef void (*tile_fn)(const float*, const float*, const float*, float*, long, long, const float*, long, long);
 static const tile_fn TILES_ONE[TILE_M + 1] = {0, tile_1_1, tile_2_1, tile_3_1, tile_4_1};
 static const tile_fn TILES_FULL[TILE_M + 1] = {0, tile_1_3, tile_2_3, tile_3_3, tile_4_3};
 
@@ -78,9 +82,10 @@ static const tile_fn TILES_FULL[TILE_M + 1] = {0, tile_1_3, tile_2_3, tile_3_3, 
 static void weight_rows(const float* x, const float* w, const float* bias, float* y, long rows, long N, long K, long n,
                         long cols, const float* prefetch) {
     const tile_fn* tiles = cols == TILE_N ? TILES_FULL : TILES_ONE;
+    long passes = (rows + TILE_M - 1) / TILE_M;
     for (long m = 0; m < rows; m += TILE_M) {
         long count = rows - m < TILE_M ? rows - m : TILE_M;
-        tiles[count](x + m * K, w + n * K, bias ? bias + n : 0, y + m * N + n, N, K, m == 0 ? prefetch : 0);
+        tiles[count](x + m * K, w + n * K, bias ? bias + n : 0, y + m * N + n, N, K, prefetch, m / TILE_M, passes);
     }
 }
 
