@@ -57,9 +57,10 @@ class TrainingClient(AsyncTrainingSpellings, ReadyClient):
         return self._call(ops.forward_backward, data, loss_fn, loss_fn_config, False)
 
     def forward_backward(self, data: list[Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None, *, untrained_logprobs: bool = True) -> APIFuture[ForwardBackwardOutput]:
-        """Tinker's forward_backward. `untrained_logprobs=False` (sparring's own) skips the LM head at the positions
-        where the loss has no gradient (advantage or weight 0: prompts, other agents' turns): their logprobs come
-        back NaN, their loss 0. The trainer reads logprobs at trained tokens only and asks for it."""
+        """Tinker's forward_backward. `untrained_logprobs=False` (sparring's own; a remote service may ignore it) skips
+        the LM head at the positions where the loss has no gradient (advantage or weight 0: prompts, other agents'
+        turns): their logprobs come back NaN, their loss 0. The trainer reads logprobs at trained tokens only and asks
+        for it."""
         return self._call(ops.forward_backward, data, loss_fn, loss_fn_config, True, untrained_logprobs)
 
     def optim_step(self, adam_params: AdamParams | None = None) -> APIFuture[OptimStepResponse]:

@@ -79,14 +79,6 @@ def sampler_learner_gap(datums: list[Datum], output: ForwardBackwardOutput) -> f
     return max(gaps, default=0.0)
 
 
-def _forward_backward(client: TrainingClient | RemoteTrainingClient, data: list[Datum], loss_fn: str, loss_fn_config: dict | None):
-    """The client's forward_backward; a local one skips the LM head where no token trains (the step reads logprobs
-    at trained tokens only: `sampler_learner_gap`)."""
-    if isinstance(client, TrainingClient):
-        return client.forward_backward(data, loss_fn, loss_fn_config, untrained_logprobs=False)
-    return client.forward_backward(data, loss_fn, loss_fn_config)
-
-
 @dataclass
 class TrainingModels:
     """Trainable clients, the chat models handed to workflows, and the base-model sampler."""
@@ -141,7 +133,8 @@ class TrainingModels:
     async def update(self, datums: dict[str, list[Datum]], loss_fn: str, loss_fn_config: dict | None, adam_params: AdamParams) -> dict[str, float]:
         """One optimizer step for every model that has data."""
         keys = [key for key in self.clients if datums.get(key)]
-        passes = [_forward_backward(self.clients[key], datums[key], loss_fn, loss_fn_config) for key in keys]
+        # logprobs are read at trained tokens only (`sampler_learner_gap`): no LM head elsewhere
+        passes = [self.clients[key].forward_backward(datums[key], loss_fn, loss_fn_config, untrained_logprobs=False) for key in keys]
         steps = [self.clients[key].optim_step(adam_params) for key in keys]
         metrics: dict[str, float] = {}
         for key, output, step in zip(keys, await asyncio.gather(*passes), await asyncio.gather(*steps)):

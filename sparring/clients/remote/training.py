@@ -60,7 +60,9 @@ class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
         submitted = self.tinker_client.forward([to_tinker_datum(d) for d in data], loss_fn, loss_fn_config)
         return APIFuture(as_future(submitted)).then(from_tinker_forward_backward)
 
-    def forward_backward(self, data: list[Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None) -> APIFuture[ForwardBackwardOutput]:
+    def forward_backward(self, data: list[Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None, *, untrained_logprobs: bool = True) -> APIFuture[ForwardBackwardOutput]:
+        """Tinker's forward_backward on the service. `untrained_logprobs=False` lets a client skip positions without
+        gradient (`TrainingClient`); the service reports them all the same."""
         submitted = self.tinker_client.forward_backward([to_tinker_datum(d) for d in data], loss_fn, loss_fn_config)
         return APIFuture(as_future(submitted)).then(from_tinker_forward_backward)
 
