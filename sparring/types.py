@@ -192,6 +192,9 @@ class SamplingParams(_Strict):
     """Nucleus sampling mass."""
     constraint: OutputConstraint | None = None
     """Constrain the completion to choices, a regex or a JSON schema (a sparring extension); None samples freely."""
+    exploration: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Where a constraint limits the next token, the share of the draw taken uniformly over the allowed tokens (a
+    sparring extension for training rollouts); `logprobs` stay the model's, `behaviour_logprobs` say what was drawn."""
 
 
 class AdamParams(_Strict):
@@ -224,6 +227,9 @@ class SampledSequence:
     allowed_tokens: list[list[int]] | None = None
     """Per generated token, the tokens the constraint allowed there, encoded by `engine.allowed_tokens` (sorted ids, or
     the disallowed ids written as ~id when that is shorter; [] where nothing was constrained); None without a constraint."""
+    behaviour_logprobs: list[float] | None = None
+    """Log-probability of each generated token under the distribution it was drawn from (temperature, top-k/p,
+    exploration), where that differs from `logprobs`; None when every token was drawn from the model's own."""
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,8 @@ class _Row:
     constraint: RowConstraint | None = None
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    behaviour_logprobs: list[float] = field(default_factory=list)
+    """Logprob of each drawn token under the distribution it was drawn from (equal to `logprobs` where that was the model's)."""
     allowed: list[list[int]] = field(default_factory=list)
     """The encoded allowed set of each drawn token (constrained rows only)."""
     stop_reason: str | None = None
@@ -110,36 +112,58 @@ class _RowSettings:
     """top_k per row (-1 for none); None, with top_p_R, when no row filters."""
     top_p_R: torch.Tensor | None
     """top_p per row."""
+    exploration_R: torch.Tensor | None = None
+    """Share of each constrained row's draw taken uniformly over its allowed tokens; None when no row explores."""
 
     @classmethod
     def of(cls, params: list[SamplingParams], device: torch.device) -> _RowSettings:
         temperatures = [p.temperature or 1.0 for p in params]
         greedy = [p.temperature == 0 for p in params]
         filters = any(p.top_k > 0 or p.top_p < 1.0 for p in params)
+        exploration = [p.exploration if p.constraint is not None and p.temperature else 0.0 for p in params]
         return cls(
             temperature_R=torch.tensor(temperatures, device=device) if any(t != 1.0 for t in temperatures) else None,
             greedy_R=torch.tensor(greedy, device=device) if any(greedy) else None,
             top_k_R=torch.tensor([p.top_k for p in params], device=device) if filters else None,
             top_p_R=torch.tensor([p.top_p for p in params], device=device) if filters else None,
+            exploration_R=torch.tensor(exploration, device=device) if any(exploration) else None,
         )
 
 
-def _draw(logits_R_V: torch.Tensor, settings: _RowSettings, uniform_R: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row, and its logprob under the model's own distribution (temperature 1, unfiltered)."""
+def _draw(logits_R_V: torch.Tensor, settings: _RowSettings, uniform_R: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One token per row, its logprob under the model's own distribution (temperature 1, unfiltered), and its logprob
+    under the distribution it was drawn from (None where that is the model's own for every row).
+
+    With exploration, a row draws from (1 - e) * its tempered distribution + e * uniform over its allowed tokens (the
+    finite logits, which a constraint has already masked), so a policy that turned deterministic still tries every
+    allowed reply; greedy rows never explore.
+    """
     scaled_R_V = logits_R_V
     if settings.temperature_R is not None:
         scaled_R_V = scaled_R_V / settings.temperature_R[:, None]
     if settings.top_k_R is not None:
         scaled_R_V = _filter_top_k_top_p(scaled_R_V, settings.top_k_R, settings.top_p_R)
     max_R_1 = scaled_R_V.amax(-1, keepdim=True)
-    tokens_R, mass_R = _invert_cdf((scaled_R_V - max_R_1).exp_(), uniform_R)
+    weights_R_V = (scaled_R_V - max_R_1).exp_()
+    if settings.exploration_R is not None:
+        allowed_R_V = torch.isfinite(logits_R_V).to(weights_R_V.dtype)
+        share_R_1 = settings.exploration_R[:, None]
+        weights_R_V = (1 - share_R_1) * weights_R_V / weights_R_V.sum(-1, keepdim=True) + share_R_1 * allowed_R_V / allowed_R_V.sum(-1, keepdim=True)
+    drawn_R_V = weights_R_V if settings.exploration_R is not None or scaled_R_V is not logits_R_V else None
+    tokens_R, mass_R = _invert_cdf(weights_R_V, uniform_R)
     if settings.greedy_R is not None:
         tokens_R = torch.where(settings.greedy_R, logits_R_V.argmax(-1), tokens_R)
-    if scaled_R_V is logits_R_V:  # sampled from the model's own distribution: its normaliser is known
+    if drawn_R_V is None:  # sampled from the model's own distribution: its normaliser is known
         log_normaliser_R = max_R_1.squeeze(-1) + mass_R.log()
     else:
         log_normaliser_R = logits_R_V.logsumexp(-1)
-    return tokens_R, logits_R_V.gather(-1, tokens_R[:, None]).squeeze(-1) - log_normaliser_R
+    logprobs_R = logits_R_V.gather(-1, tokens_R[:, None]).squeeze(-1) - log_normaliser_R
+    if drawn_R_V is None:
+        return tokens_R, logprobs_R, None
+    behaviour_R = (drawn_R_V.gather(-1, tokens_R[:, None]).squeeze(-1) / mass_R).log()
+    if settings.greedy_R is not None:  # a greedy row's draw is no distribution to correct for: it counts as the model's
+        behaviour_R = torch.where(settings.greedy_R, logprobs_R, behaviour_R)
+    return tokens_R, logprobs_R, behaviour_R
 
 
 def _constrain(logits_R_V: torch.Tensor, rows: list[_Row], live: list[int]) -> tuple[torch.Tensor, dict[int, list[int]]]:
@@ -335,7 +359,8 @@ def generate(
         gone = {job for job, is_abandoned in enumerate(abandoned) if is_abandoned()}
         uniform_R = torch.cat([torch.rand(1, generator=row_generators[i]) for i in live]).to(device)
         logits_R_V, allowed_of_slot = _constrain(logits_R_V, rows, live)
-        tokens_R, logprobs_R = _draw(logits_R_V, settings, uniform_R)
+        tokens_R, logprobs_R, behaviour_R = _draw(logits_R_V, settings, uniform_R)
+        behaviours = logprobs_R.tolist() if behaviour_R is None else behaviour_R.tolist()
         keep = []
         for slot, (row_index, token, logprob) in enumerate(zip(live, tokens_R.tolist(), logprobs_R.tolist())):
             row = rows[row_index]
@@ -347,6 +372,7 @@ def generate(
                 continue
             row.tokens.append(token)
             row.logprobs.append(logprob)
+            row.behaviour_logprobs.append(behaviours[slot])
             if row.constraint is not None:
                 row.allowed.append(allowed_of_slot[slot])
                 row.constraint.advance(token)
@@ -376,7 +402,10 @@ def generate(
     responses, cursor = [], 0
     for job in jobs:
         sequences = [
-            SampledSequence(stop_reason=row.stop_reason or "length", tokens=row.tokens, logprobs=row.logprobs, allowed_tokens=row.allowed if job.constraint else None)
+            SampledSequence(
+                stop_reason=row.stop_reason or "length", tokens=row.tokens, logprobs=row.logprobs, allowed_tokens=row.allowed if job.constraint else None,
+                behaviour_logprobs=None if row.behaviour_logprobs == row.logprobs else row.behaviour_logprobs,
+            )
             for row in rows[cursor : cursor + job.num_samples]
         ]
         cursor += job.num_samples

@@ -218,7 +218,8 @@ class _LocalChatModel(ChatModel):
                 # The prefill ends the prompt: the conversation goes on after prompt + sampled tokens.
                 conversation = Conversation([*normalised, normalised_message(message)], prompt + tokens, tools_key)
                 if model_key is not None:
-                    recorder.record_call(ModelCall(self.agent, model_key, prompt, tokens, logprobs, list(sequence.allowed_tokens or [])), conversation)
+                    call = ModelCall(self.agent, model_key, prompt, tokens, logprobs, list(sequence.allowed_tokens or []), list(sequence.behaviour_logprobs or []))
+                    recorder.record_call(call, conversation)
                 else:
                     recorder.record_conversation(self.agent, conversation_key, prompt, conversation)
                 recorder.add_transcript(
@@ -245,6 +246,9 @@ class PolicyChatModel(_LocalChatModel):
     """Which trainable model (adapter) this is, when several are trained at once."""
     temperature_floor: float = 0.0
     """Calls sample at no lower temperature than this (training rollouts, `algorithm.rollout_temperature_floor`); 0: as asked."""
+    exploration: float = 0.0
+    """Constrained calls draw this share of each token uniformly over the allowed ones (training rollouts,
+    `algorithm.exploration`); 0: from the model alone."""
     trainable = True
 
     def _trained_key(self) -> str | None:
@@ -253,7 +257,9 @@ class PolicyChatModel(_LocalChatModel):
     def _params(self, sampling: dict) -> SamplingParams:
         params = super()._params(sampling)
         if params.temperature < self.temperature_floor:
-            return params.model_copy(update={"temperature": self.temperature_floor})
+            params = params.model_copy(update={"temperature": self.temperature_floor})
+        if self.exploration:
+            params = params.model_copy(update={"exploration": self.exploration})
         return params
 
 

@@ -9,7 +9,8 @@ exact by construction: it compares token ids, never text. Each sampled
 token remembers which of its agent's calls produced it (`call_index`), so
 per-turn credit can still tell the merged turns apart, and each keeps the
 set of tokens a constraint allowed when it was sampled (`allowed_tokens`),
-which the learner renormalises over.
+which the learner renormalises over. A timeline sums its calls' log
+importance weights, for the learner's correction of exploration.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def merge_calls(calls: list[ModelCall]) -> list[Timeline]:
                     logprobs=[0.0] * len(call.prompt_tokens) + list(call.logprobs),
                     call_index=[-1] * len(call.prompt_tokens) + [index] * len(call.completion_tokens),
                     allowed_tokens=_extended_allowed([], 0, len(call.prompt_tokens), call),
+                    log_importance_weight=_log_importance_weight(call),
                 )
             )
             continue
@@ -47,7 +49,13 @@ def merge_calls(calls: list[ModelCall]) -> list[Timeline]:
         target.logprobs += [0.0] * len(new_prompt) + list(call.logprobs)
         target.call_index += [-1] * len(new_prompt) + [index] * len(call.completion_tokens)
         target.num_calls += 1
+        target.log_importance_weight += _log_importance_weight(call)
     return timelines
+
+
+def _log_importance_weight(call: ModelCall) -> float:
+    """log p(model) - log q(drawn from) of the call's completion (0 when drawn from the model's own distribution)."""
+    return sum(call.logprobs) - sum(call.behaviour_logprobs) if call.behaviour_logprobs else 0.0
 
 
 def _extended_allowed(allowed: list[list[int]], length: int, new_prompt_length: int, call: ModelCall) -> list[list[int]]:

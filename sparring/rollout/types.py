@@ -70,6 +70,9 @@ class ModelCall:
     """Sampler log-probability of each completion token."""
     allowed_tokens: list[list[int]] = field(default_factory=list)
     """Per completion token, the encoded set a constraint allowed there ([] where none); empty for an unconstrained call."""
+    behaviour_logprobs: list[float] = field(default_factory=list)
+    """Per completion token, its logprob under the distribution it was drawn from (exploration, a raised temperature);
+    empty when that was the model's own, `logprobs`."""
 
 
 @dataclass
@@ -94,6 +97,9 @@ class Timeline:
     allowed_tokens: list[list[int]] = field(default_factory=list)
     """Per token, the encoded set a constraint allowed when it was sampled ([] where none: prompt tokens, free
     text); empty when no call of the timeline was constrained. The learner renormalises over these sets."""
+    log_importance_weight: float = 0.0
+    """Sum over the sampled tokens of log p(model) - log q(drawn from): how much likelier the model's own
+    distribution makes them than the rollout's wider one (0 when they were drawn from the model's own)."""
 
 
 @dataclass

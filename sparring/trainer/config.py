@@ -46,6 +46,7 @@ from .config_limits import (
 )
 from .imports import import_object, import_policy, is_import_path
 from .dataset_config import DatasetConfig
+from .collapse_response_config import CollapseResponseConfig
 from .entropy_target_config import EntropyTargetConfig
 from .league_config import LeagueConfig
 from .step_hooks import import_step_hook
@@ -233,6 +234,17 @@ class AlgorithmConfig(ConfigRecord):
     """Training rollouts sample the trainable models at no lower temperature than this (a call asking for less, greedy
     included, is raised to it); evaluations keep the configured temperature. A lever against a policy turning
     deterministic, whose groups then tie and train nothing; 0 leaves every call as asked."""
+    exploration: float = Field(default=0.1, ge=0.0, lt=1.0)
+    """Training rollouts draw this share of every constrained token (a `choices=`, regex or schema reply) uniformly over
+    the allowed tokens, so a policy that turned deterministic still tries every reply and its groups keep differing;
+    the update weights each episode by p / q (`algorithms.exploration`), so it stays the policy's own gradient.
+    Evaluations never explore; free-text calls are unaffected; 0 draws from the policy alone."""
+    importance_weight_cap: float = Field(default=10.0, ge=1.0, le=MAX_COEFFICIENT)
+    """An episode drawn wider than the policy (exploration, a raised temperature floor) weighs p / q, truncated at
+    this value: bounded variance for a little bias where a raised temperature makes p / q large."""
+    collapse_response: CollapseResponseConfig | None = Field(default_factory=CollapseResponseConfig)
+    """When groups keep tying, widen the next rollouts' exploration (and narrow it back once they differ), logged as
+    `collapse/exploration` (`collapse_response_config.py`); None: only the collapse warning."""
     max_staleness: int = Field(default=0, ge=0, le=MAX_STALENESS)
     """Asynchronous off-policy training: the rollouts of step k sample the weights of step k - N (a frozen copy) and
     run while earlier steps train, so at most N optimizer steps lie between the weights that sampled a token and the

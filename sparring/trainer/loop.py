@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..algorithms import EntropySteering
+from ..algorithms import CollapseResponse, EntropySteering
 from ..logging import ConsoleProgress, MetricsLogger, TrainingProgress, read_metrics, write_report, write_reward_plot, write_reward_png
 from ..rollout import Episode, run_episodes
 from .best_adapter import Validation
@@ -160,7 +160,7 @@ async def _train(
             else:
                 for step in range(start_step, total_steps):
                     start = await sequence.begin(step, LiveWeights(models, step))
-                    metrics, episodes = await train_step(run.episode_fn, start.tasks, models, run.settings, run.judge, config, sequence.rollouts, step, total_steps, progress, stop, sequence.entropy)
+                    metrics, episodes = await train_step(run.episode_fn, start.tasks, models, run.settings, run.judge, config, sequence.rollouts, step, total_steps, progress, stop, sequence.entropy, sequence.collapse)
                     metrics.update(start.snapshot_ages)
                     if await sequence.finish(step, metrics, episodes):
                         break
@@ -200,10 +200,11 @@ async def _train(
 
 async def train_step(
     episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, total_steps: int, progress: ConsoleProgress | None = None, stop: StopSignals | None = None,
-    entropy: EntropySteering | None = None,
+    entropy: EntropySteering | None = None, collapse: CollapseResponse | None = None,
 ) -> tuple[dict[str, float], list[Episode]]:
     """One on-policy step (`step` of `total_steps`): run the episodes on the live weights, train on them (the entropy
-    bonus's coefficient steered by `entropy`, if given), write their rollouts; returns the step's metrics and its episodes.
+    bonus's coefficient steered by `entropy`, the next rollout's exploration by `collapse`, if given), write their
+    rollouts; returns the step's metrics and its episodes.
 
     A stop signal cancels the episodes (raising Stopped); once they are done the update runs to its end."""
     started = time.perf_counter()
@@ -214,7 +215,7 @@ async def train_step(
     rollout = run_rollout(episode_fn, tasks, models.make_training_tuner, settings, judge, step, config.algorithm.seed, progress)
     episodes = await (stop.cancelling(rollout) if stop is not None else rollout)
     rollout_time = time.perf_counter() - started
-    metrics = await learn(episodes, models, settings, config, rollouts, step, total_steps, entropy)
+    metrics = await learn(episodes, models, settings, config, rollouts, step, total_steps, entropy, collapse)
     if league is not None:
         metrics.update(league.end_step())
     metrics["time/rollout"] = rollout_time

@@ -97,6 +97,9 @@ class TrainingModels:
     """The opponent pool training episodes draw from (`league:` in the config); None without one."""
     rollout_temperature_floor: float = 0.0
     """Training rollouts sample the trainable models at no lower temperature (`algorithm.rollout_temperature_floor`)."""
+    rollout_exploration: float = 0.0
+    """Training rollouts draw this share of each constrained token uniformly (`algorithm.exploration`, raised while
+    the collapse response acts)."""
 
     @property
     def tokenizer(self):
@@ -106,13 +109,15 @@ class TrainingModels:
         return TunerHandle(policies=self.policies, auxiliary_models=self.auxiliary)
 
     def make_training_tuner(self) -> TunerHandle:
-        """The handle a training rollout's episode gets: its policies sample at `rollout_temperature_floor` or above."""
-        return TunerHandle(policies=self._floored(self.policies), auxiliary_models=self.auxiliary)
+        """The handle a training rollout's episode gets: its policies sample at `rollout_temperature_floor` or above,
+        exploring `rollout_exploration`."""
+        return TunerHandle(policies=self._exploring(self.policies), auxiliary_models=self.auxiliary)
 
-    def _floored(self, policies: dict[str, PolicyChatModel]) -> dict[str, PolicyChatModel]:
-        if not self.rollout_temperature_floor:
+    def _exploring(self, policies: dict[str, PolicyChatModel]) -> dict[str, PolicyChatModel]:
+        if not self.rollout_temperature_floor and not self.rollout_exploration:
             return policies
-        return {key: dataclasses.replace(policy, temperature_floor=self.rollout_temperature_floor) for key, policy in policies.items()}
+        settings = {"temperature_floor": self.rollout_temperature_floor, "exploration": self.rollout_exploration}
+        return {key: dataclasses.replace(policy, **settings) for key, policy in policies.items()}
 
     def local_engines(self) -> list[Engine]:
         """Every distinct in-process engine the models sample on (models on a service have none)."""
@@ -151,9 +156,9 @@ class TrainingModels:
     def frozen_tuner(self, samplers: dict, training: bool = False) -> Callable[[], TunerHandle]:
         """Tuner handles whose trainable models sample from `samplers` (frozen weights, per model key) and are recorded
         and trained under their own keys; the auxiliary models are the ones in play now. For a `training` rollout the
-        policies sample at `rollout_temperature_floor` or above."""
+        policies sample at `rollout_temperature_floor` or above, exploring `rollout_exploration`."""
         policies = {key: dataclasses.replace(policy, sampler=samplers[key]) for key, policy in self.policies.items()}
-        policies = self._floored(policies) if training else policies
+        policies = self._exploring(policies) if training else policies
         auxiliary = dict(self.auxiliary)
         return lambda: TunerHandle(policies=policies, auxiliary_models=auxiliary)
 

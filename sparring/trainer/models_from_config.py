@@ -108,7 +108,8 @@ def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> Tr
         learner = config.league_learner()
         frozen = {name: auxiliary[name] for name in config.league.models}
         league = League(config.league, clients[learner], trainable[learner].sampling_params(), frozen)
-    return TrainingModels(clients, policies, auxiliary, base_sampler, snapshots, league, config.algorithm.rollout_temperature_floor)
+    algorithm = config.algorithm
+    return TrainingModels(clients, policies, auxiliary, base_sampler, snapshots, league, algorithm.rollout_temperature_floor, algorithm.exploration)
 
 
 def _check_context(field: str, model: TunerModelConfig, client: object) -> None:

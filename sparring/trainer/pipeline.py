@@ -160,7 +160,7 @@ class RolloutPipeline:
                 waiting = time.perf_counter()
                 rollout = await self.sequence.stop.cancelling(self._rollout(step, producer))
                 waited = time.perf_counter() - waiting
-                metrics = await learn(rollout.episodes, self.models, self.resolved.settings, self.resolved.config, self.sequence.rollouts, step, self.total_steps, self.sequence.entropy)
+                metrics = await learn(rollout.episodes, self.models, self.resolved.settings, self.resolved.config, self.sequence.rollouts, step, self.total_steps, self.sequence.entropy, self.sequence.collapse)
                 staleness = float(step - rollout.version)  # one version samples every token of a step
                 metrics.update(rollout.snapshot_ages)
                 metrics.update({"staleness/mean": staleness, "staleness/max": staleness, "time/rollout": rollout.seconds, "time/wait_rollout": waited})

@@ -19,13 +19,17 @@ import time
 from collections import Counter
 from typing import Callable
 
-from ..algorithms import EntropySteering, apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, collapse_metrics, compute_advantages
+from ..algorithms import (
+    CollapseResponse, EntropySteering, apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, collapse_metrics, compute_advantages,
+    importance_weights, weight_advantages,
+)
 from ..integrations import TunerHandle
 from ..logging import ConsoleProgress, RolloutWriter, mean_metrics
 from ..rollout import Episode, RunnerSettings, run_episodes
 from ..types import ModelInput
 from .checkpoint_integrity import check_finite_weights
 from .config import TuneConfig
+from .collapse_response_config import EXPLORATION_METRIC
 from .entropy_target_config import COEF_METRIC
 from .models import TrainingModels, step_seed
 
@@ -40,11 +44,14 @@ async def run_rollout(
 
 async def learn(
     episodes: list[Episode], models: TrainingModels, settings: RunnerSettings, config: TuneConfig, rollouts: RolloutWriter | None, step: int, total_steps: int,
-    entropy: EntropySteering | None = None,
+    entropy: EntropySteering | None = None, collapse: CollapseResponse | None = None,
 ) -> dict[str, float]:
     """Advantages, datums and one optimizer step per trainable model from `episodes` (step `step` of `total_steps`,
     which the learning-rate schedule reads; `entropy` steers the entropy bonus's coefficient from the episodes'
-    entropy, if given); returns the step's metrics."""
+    entropy, `collapse` the next rollout's exploration from their tied groups, if given); returns the step's metrics.
+
+    Episodes drawn wider than the policy (exploration, a raised temperature) weight their advantages by their
+    importance weight (`algorithms.exploration`), so the update is the policy's own gradient."""
     algorithm = config.algorithm
     advantages = compute_advantages(
         episodes,
@@ -54,10 +61,15 @@ async def learn(
         drop_zero_variance=algorithm.drop_zero_variance_groups,
         turn_reward_discount=algorithm.turn_reward_discount,
     )
-    datums = build_datums(episodes, advantages.advantages)
-    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums), **collapse_metrics(episodes)}
+    weights, weight_metrics = importance_weights(episodes, algorithm.importance_weight_cap)
+    weighted = weight_advantages(advantages.advantages, weights) if weight_metrics else advantages.advantages
+    datums = build_datums(episodes, weighted)
+    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums), **collapse_metrics(episodes), **weight_metrics}
+    if collapse is not None:
+        tied = advantages.metrics["advantage/zero_variance_fraction"] if advantages.metrics["advantage/groups"] else None
+        metrics[EXPLORATION_METRIC] = models.rollout_exploration = collapse.step(tied)
     if algorithm.kl_coef > 0:
-        sampled_masks = build_sampled_masks(episodes, advantages.advantages)
+        sampled_masks = build_sampled_masks(episodes, weighted)
         for name, data in datums.items():
             base = await asyncio.gather(*(models.base_sampler.compute_logprobs(ModelInput.from_ints(d.model_input.to_ints() + d.loss_fn_inputs["target_tokens"].tolist()[-1:])) for d in data))
             datums[name], kl_metrics = apply_kl_penalty(data, [scores[1:] for scores in base], sampled_masks[name], algorithm.kl_coef)
@@ -72,7 +84,7 @@ async def learn(
     await check_finite_weights(models.clients, step + 1)  # before anything saves them
     metrics["time/train"] = time.perf_counter() - train_started
     if rollouts is not None:
-        rollouts.write(step, episodes, advantages.advantages, models.tokenizer)
+        rollouts.write(step, episodes, weighted, models.tokenizer)
     return metrics
 
 

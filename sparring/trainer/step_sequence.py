@@ -113,6 +113,10 @@ class StepSequence:
         self.signal = TrainingSignal(trained_before=any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics))
         self.entropy = self.algorithm.entropy_target.steering(previous_metrics) if self.algorithm.entropy_target else None
         """The entropy bonus's steered coefficient (`step.learn` moves it); None without `algorithm.entropy_target`."""
+        self.collapse = self.algorithm.collapse_response.response(self.algorithm.exploration, previous_metrics) if self.algorithm.collapse_response else None
+        """The exploration the collapse response sets (`step.learn` moves it); None without `algorithm.collapse_response`."""
+        if self.collapse is not None:
+            self.models.rollout_exploration = self.collapse.exploration
         self.meter = PrefillMeter(self.models)
         self.record = StepRecord(steps=start_step)
         eval_tasks = run.eval_tasks[: self.algorithm.eval_tasks] if self.algorithm.eval_tasks else run.eval_tasks

@@ -78,7 +78,7 @@ def to_tinker_sampling_params(params: SamplingParams, seed: int | None = None):
     """The SDK's sampling params; `seed` fills in a missing one. A constrained request is refused: never sampled freely."""
     if params.constraint is not None:
         raise ValueError(f"{CANNOT_CONSTRAIN} ({params.constraint.describe()}); sample constrained replies with a local backend")
-    values = params.model_dump(exclude={"constraint"})
+    values = params.model_dump(exclude={"constraint", "exploration"})  # exploration acts on constrained draws only
     if values["seed"] is None:
         values["seed"] = seed
     return tinker_sdk().types.SamplingParams(**values)
