@@ -44,3 +44,13 @@ def test_no_tracked_file_names_a_session():
     assert len(files) > 50, "git ls-files listed almost nothing"
     found = history_lines(files)
     assert not found, "tracked files narrate history by session number (state what holds now, or a date):\n" + "\n".join(found)
+
+
+def test_packaged_configs_have_short_headers():
+    """A packaged config opens with what the game is and how to run it (at most 15 comment lines), not a history."""
+    configs = sorted((ROOT / "sparring" / "envs").glob("*/config.yaml"))
+    assert configs, "no packaged config found"
+    for config in configs:
+        lines = config.read_text().splitlines()
+        header = next(index for index, line in enumerate(lines) if line.strip() and not line.startswith("#"))
+        assert header <= 15, f"{config.relative_to(ROOT)} opens with {header} comment lines (at most 15)"
