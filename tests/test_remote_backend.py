@@ -57,7 +57,7 @@ def test_the_low_level_api_on_a_service_gives_the_in_process_numbers(service, ti
     remote = sparring.ServiceClient(base_url=service.url, api_key=API_KEY)
     got = _low_level_scenario(remote, str(tiny_model_dir))
     # In-process on an engine of its own, as fresh as the service's: the process-wide engine of tiny_model_dir that
-    # earlier tests used samples this scenario's logprobs ~1e-4 apart (session 56), a history this test is not about.
+    # earlier tests used can sample this scenario's logprobs ~1e-4 apart, a history this test is not about.
     local_model = shutil.copytree(tiny_model_dir, tmp_path / "model")
     want = _low_level_scenario(sparring.ServiceClient(base_dir=tmp_path / "checkpoints"), str(local_model))
     assert_same(got, want)

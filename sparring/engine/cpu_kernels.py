@@ -6,12 +6,10 @@ runs dozens of tiny ops whose every call costs more than its arithmetic.
 
 - `row_matmul(x, weight, bias)`: x @ weight^T + bias. oneDNN's packed
   kernels read a block of the weight, then multiply it, one after the other
-  (a step at 8 rows costs the read *plus* the arithmetic: benchmarks/README.md,
-  session 61); this one asks for the weight rows a few tiles ahead while it
-  multiplies the current ones, so the two overlap: a decode step's weight
-  matmuls of SmolLM2-135M ran 1.15-1.3x faster than through oneDNN at 1-32
-  rows on the 2-core AMD machine (session 62), on the plain row-major
-  weight, so a copy with an adapter folded in is one `addmm` with no
+  (a step at 8 rows costs the read *plus* the arithmetic); this one asks
+  for the weight rows a few tiles ahead while it multiplies the current
+  ones, so the two overlap (timings: benchmarks/README.md), on the plain
+  row-major weight, so a copy with an adapter folded in is one `addmm` with no
   reorder after it. Every output is one dot product summed in a fixed
   order, so it does not depend on how many rows or weights are multiplied
   together (a fused projection gives the bits of its parts; a prompt
@@ -25,9 +23,8 @@ runs dozens of tiny ops whose every call costs more than its arithmetic.
 - `decode_layer(hidden, weights, ...)`: a whole Llama decoder layer for a
   decode step (norm, q/k/v, rotary, cache write, attention, o, residual,
   norm, gate/up, SiLU product, down, residual) through the kernels above
-  and a few loops, in one call: run op by op, a step's dozen torch ops a
-  layer and their Python cost 12 ms of a 66 ms step at 8 rows and 25 of
-  ~130 at 32 (session 63, profiled). `DecodeLayerWeights` holds what it reads.
+  and a few loops, in one call, so a step pays no per-op Python cost.
+  `DecodeLayerWeights` holds what it reads.
 - For the learner, forward and backward, rows split between threads:
   `rms_norm_rows` (keeping each row's inverse norm) and `rms_norm_backward`,
   `rotary` (into the [B, H, T, D] layout attention reads, and back),

@@ -17,11 +17,9 @@ logits, and `cache.keep_rows` to drop finished rows):
   (`cpu_kernels.row_matmul`), which also run the norms and a decode step's
   attention, and where every layer allows (Llama-style: fused q/k/v and
   gate/up, SiLU, no q/k norms) run each layer of a decode step in one call
-  (`cpu_kernels.decode_layer`: 1.15-1.2x faster steps at 8-32 rows than the
-  same kernels op by op); with `cpu_kernels=False`, or where they cannot be built,
-  oneDNN's packed copies and torch's ops. Decode steps through oneDNN were
-  1.3-1.8x faster than MKL on the 2-core AMD machine, and 1.3-1.4x faster
-  again through the kernels (8 and 32 rows, session 62). Elsewhere (CUDA,
+  (`cpu_kernels.decode_layer`); with `cpu_kernels=False`, or where they
+  cannot be built, oneDNN's packed copies and torch's ops (timings of each
+  path: benchmarks/README.md). Elsewhere (CUDA,
   bfloat16, `pack_weights=False`) the
   fused weights are made to lie back to back in one buffer once
   (`_shared_buffer`), values unchanged, so a merged adapter, written into the

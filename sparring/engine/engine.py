@@ -57,8 +57,7 @@ class EngineConfig(BaseModel):
     learner_token_budget: int | None = Field(default=None, ge=1)
     """Most tokens per forward/backward micro-batch, counted as trie nodes or padded tokens; None means 4096 on CPU
     and 1024 on CUDA. Activation memory grows with it (~1.7 MB a node for SmolLM2 in float32; ~5 MB for a 7B model
-    in bfloat16); fewer, larger micro-batches compute the prefixes their datums share fewer times: on CPU, 4096
-    trained `make demo`'s recorded steps 1.13x and 32 GRPO completions 1.10x faster than 1024 (session 64)."""
+    in bfloat16); fewer, larger micro-batches compute the prefixes their datums share fewer times."""
     learner_prefix_tree: bool = True
     """Forward/backward runs each micro-batch as a trie of its datums (`prefix_tree`): every prefix they share (a GRPO
     group's prompt, the turns several episodes played alike) is computed once, the same results up to float

@@ -8,10 +8,8 @@ memory each, forward and again backward (the profiler put ~1 s of a 14.6 s
 forward+backward of 32 GRPO completions of SmolLM2-135M there, its own cost
 per op included). `RmsNorm`, `Rotary` and `SiluProduct` compute each in one
 pass forward and one backward through `cpu_kernels`; rotary also writes q
-and k straight into the [B, H, T, D] layout attention reads. Timed, the
-backbone's forward+backward over 998 tokens ran 1.03x faster (6.64 against
-6.84 s, alternating on the 2-core machine, session 64): the matmuls beside
-them are most of the time.
+and k straight into the [B, H, T, D] layout attention reads (timings:
+benchmarks/README.md; the matmuls beside them are most of the time).
 
 `fused_layers(model)` routes the norms, attention and MLP modules of a
 Llama, Qwen2 or Qwen3 model through them for the length of a block (as

@@ -75,8 +75,8 @@ async def warm_start(config: WarmStartConfig, models: TrainingModels, progress: 
         if progress.enabled and ((step + 1) % REPORT_EVERY_STEPS == 0 or step + 1 == config.steps):
             progress.line(f"warm start {step + 1}/{config.steps}: loss per target token {_recent(losses):.3f} (mean of the last {REPORT_EVERY_STEPS} steps)")
     progress.activity = step_activity
-    # RL starts with a fresh optimizer: Adam's moments, scaled to the supervised gradients, shrank its updates to
-    # nothing for 15 steps when they were kept (session 52).
+    # RL starts with a fresh optimizer: Adam's moments, scaled to the supervised gradients, would shrink its updates
+    # to nothing for the first RL steps.
     saved = await client.save_state(WARM_STARTED)
     await client.load_weights(saved.path)
     return {
