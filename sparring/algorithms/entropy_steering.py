@@ -1,8 +1,8 @@
 """Entropy steering: the entropy bonus's coefficient moved every step towards a target entropy.
 
-One fixed `entropy_coef` does not hold a policy's entropy where GRPO keeps learning: on tic-tac-toe (docs/results.md,
-session 46) 0.1 kept one seed at 0.23-0.36 nats per sampled token, left another at 0.39-0.49 for 60 steps (it
-learned late) and let a third sharpen to 0.04. `EntropySteering` adjusts the coefficient instead, as SAC adjusts its
+One fixed `entropy_coef` does not hold a policy's entropy where GRPO keeps learning: on tic-tac-toe one value kept
+one seed sharp, left another loose for 60 steps and let a third collapse (dev/LOG.md, 2026-11-28).
+`EntropySteering` adjusts the coefficient instead, as SAC adjusts its
 temperature: each step, once the step's entropy is measured (`collapse/entropy`) and before its update uses the
 coefficient, log(coefficient) moves by `rate` * (target - entropy), clipped to [`low`, `high`]. A policy sharper
 than the target gets a stronger bonus, one looser than it a weaker one, down to `low`.
