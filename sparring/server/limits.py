@@ -31,7 +31,7 @@ JSON-escaped, and a token id in a JSON list is at most 8 bytes."""
 BATCH_BYTES_PER_TOKEN = 160
 """Bytes of a forward_backward body per token: its id plus the loss inputs of its position (targets, weights,
 logprobs, advantages as JSON numbers)."""
-PROMPT_ROUTES = ("/v1/chat/completions", "/api/v1/asample")
+PROMPT_ROUTES = ("/v1/chat/completions", "/v1/responses", "/api/v1/asample")
 """Routes whose body is a prompt (and its options)."""
 BATCH_ROUTES = ("/api/v1/forward_backward", "/api/v1/forward")
 """Routes whose body is a training batch."""
