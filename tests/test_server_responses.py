@@ -20,7 +20,7 @@ from sparring.server.openai.routes import openai_router
 from sparring.server.openai.served_models import ServedModels
 
 http = openai_http_library()
-WORD = {"type": "object", "properties": {"word": {"enum": ["cat", "dog"]}}, "required": ["word"]}
+WORD = {"type": "object", "properties": {"word": {"enum": ["cat", "dog"]}}, "required": ["word"], "additionalProperties": False}
 TOOL = {"type": "function", "name": "lookup", "description": "Look a word up.", "parameters": WORD}
 TOOL_RESULT = "TOOLRESULT"
 FOLLOW_UP = "FOLLOWUP"
@@ -120,15 +120,14 @@ def test_streaming_gives_the_sdk_the_events_it_expects_and_the_same_reply(served
 def test_a_streamed_function_call_comes_back_whole(served_app):
     async def ask():
         async with sdk(served_app) as client:
-            tool = {**TOOL, "strict": True}
-            async with client.responses.stream(model="tiny", input="Look it up.", tools=[tool], tool_choice="required", max_output_tokens=32) as stream:
+            async with client.responses.stream(model="tiny", input="Look it up.", tools=[TOOL], tool_choice="required", max_output_tokens=32) as stream:
                 arguments = "".join([event.delta async for event in stream if event.type == "response.function_call_arguments.delta"])
                 return arguments, await stream.get_final_response()
 
     arguments, final = asyncio.run(ask())
     (call,) = [item for item in final.output if item.type == "function_call"]
     assert call.name == "lookup" and call.arguments == arguments
-    assert json.loads(arguments)["word"] in ("cat", "dog")
+    assert json.loads(arguments)["word"] in ("cat", "dog")  # forced: held to the tool's schema though it is not strict
 
 
 @pytest.mark.parametrize(
