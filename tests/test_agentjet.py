@@ -137,6 +137,46 @@ def test_agentjet_werewolves_train_a_step_through_the_job_methods(tmp_path, tiny
     assert_trained_werewolves(tmp_path / "run")
 
 
+def test_agentjets_job_arguments_are_mapped_or_noted_in_one_line(tmp_path, tiny_model_dir, caplog):
+    tasks = tmp_path / "werewolves.jsonl"
+    tasks.write_text("".join(json.dumps({"random_number": n}) + "\n" for n in (3, 11)))
+    with caplog.at_level("WARNING", logger="sparring.trainer.job"):
+        # The seed's AgentJetJob(...) call, only the import changed (`from sparring import Job as AgentJetJob`).
+        job = Job(
+            n_gpu=8,
+            backbone="verl",
+            model=str(tiny_model_dir),
+            algorithm="grpo",
+            num_repeat=2,
+            batch_size=2,
+            lr=1e-3,
+            lora_rank=4,
+            max_prompt_length=3000,
+            max_response_length=15000,
+            max_response_length_in_one_turn=4,
+            max_model_len=1024,
+            gpu_memory_utilization=0.85,
+            experiment_dir=tmp_path / "saved_experiments",
+            experiment_name="werewolves",
+            logging="tensorboard",
+            auxiliary_models={"participant": {"model_path": str(tiny_model_dir), "max_tokens": 4, "lora_rank": 4}},
+        )
+    (note,) = [record.getMessage() for record in caplog.records]
+    for name in ("n_gpu=8", "backbone='verl'", "gpu_memory_utilization=0.85", "max_prompt_length=3000", "max_response_length=15000"):
+        assert name in note, note
+    config = job.config
+    assert (config.algorithm.group_size, config.algorithm.batch_size, config.algorithm.learning_rate, config.algorithm.algorithm_type) == (2, 2, 1e-3, "grpo")
+    assert (config.model.lora_rank, config.model.max_tokens, config.model.max_model_len) == (4, 4, 1024) and config.logging.tensorboard
+    assert config.run_dir == str(tmp_path / "saved_experiments" / "werewolves")
+    job.set_workflow(ExampleWerewolves).set_data(type="jsonl", dataset_path=tasks, validation_split=None)
+    job.dump_job_as_yaml(tmp_path / "job.yaml").load_job_from_yaml(tmp_path / "job.yaml", ["train_dataset.total_steps=1", "algorithm.allow_nothing_trained=true"])
+    assert job.tune().steps == 1
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['n_gpus'\]"):
+        Job(n_gpus=8)
+    with pytest.raises(ConfigError, match="lr=0.0002 contradicts algorithm.learning_rate=0.001"):
+        Job(algorithm={"learning_rate": 1e-3}, lr=2e-4)
+
+
 def test_sparring_train_conf_runs_the_dumped_job(tmp_path, tiny_model_dir):
     saved = tmp_path / "werewolves.yaml"
     werewolf_job(tmp_path, tiny_model_dir).dump_job_as_yaml(saved)

@@ -170,25 +170,54 @@ def test_a_closing_text_follows_the_grammar_exactly(client, sampler, prompt):
         OutputConstraint(choices=["a"], closing="b")
 
 
-def test_a_forced_strict_tool_call_holds_its_arguments_to_the_schema(sampler):
-    from sparring.rollout import FrozenChatModel
+def test_a_forced_tool_call_holds_its_arguments_to_the_schema_strict_or_not(sampler):
+    from sparring.rollout import FrozenChatModel, ToolChoice
 
     schema = {"type": "object", "properties": {"vote": {"enum": PLAYERS}, "sure": {"type": "boolean"}}, "required": ["vote", "sure"], "additionalProperties": False}
     model = FrozenChatModel(sampler, defaults={"max_tokens": 48})
     messages = [{"role": "user", "content": "Who is the werewolf?"}]
+    other = {"type": "function", "function": {"name": "pass", "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}
 
-    def arguments(strict: bool) -> list[str]:
-        tools = [{"type": "function", "function": {"name": "vote", "parameters": schema, **({"strict": True} if strict else {})}}]
-        replies = [asyncio.run(model(messages, tools, tool_choice="required", seed=seed)) for seed in range(6)]
-        return [reply.tool_calls[0]["function"]["arguments"] for reply in replies]
+    def calls(strict: bool, tool_choice, extra: list) -> list[dict]:
+        tools = [{"type": "function", "function": {"name": "vote", "parameters": schema, **({"strict": True} if strict else {})}}, *extra]
+        replies = [asyncio.run(model(messages, tools, tool_choice=tool_choice, seed=seed)) for seed in range(6)]
+        return [reply.tool_calls[0]["function"] for reply in replies]
 
-    for held in arguments(strict=True):
-        parsed = json.loads(held)
-        assert set(parsed) == {"vote", "sure"} and parsed["vote"] in PLAYERS and isinstance(parsed["sure"], bool)
-    unheld = arguments(strict=False)  # the tiny random model's free arguments: what strict is for
-    assert not all(_is_valid_vote(text) for text in unheld)
-    with pytest.raises(ValueError, match="strict: true but has no parameters"):
+    named = {"type": "function", "function": {"name": "vote"}}
+    for strict, tool_choice, extra in ((True, "required", []), (False, "required", []), (False, named, [other])):
+        for call in calls(strict, tool_choice, extra):  # LangChain's bind_tools sends no strict: held all the same
+            parsed = json.loads(call["arguments"])
+            assert call["name"] == "vote" and set(parsed) == {"vote", "sure"} and parsed["vote"] in PLAYERS and isinstance(parsed["sure"], bool)
+    for call in calls(False, "required", [other]):  # several tools: a whole call of one of them
+        assert call["name"] in ("vote", "pass") and (call["name"] == "pass" or _is_valid_vote(call["arguments"]))
+    tools = [{"type": "function", "function": {"name": "vote", "parameters": schema}}]
+    assert ToolChoice.of("auto", tools).arguments_schema is None and ToolChoice.of(None, tools).arguments_schema is None  # auto stays free
+    with pytest.raises(ValueError, match="needs a parameters schema"):
         asyncio.run(model(messages, [{"type": "function", "function": {"name": "vote", "strict": True}}], tool_choice="required"))
+
+
+def test_a_model_that_cannot_constrain_samples_a_non_strict_forced_call_freely(sampler):
+    from sparring.rollout import FrozenChatModel
+
+    class Unconstrained:
+        """A sampler like a remote Tinker backend's: it refuses constraints."""
+
+        constrains_output = False
+
+        def get_renderer(self):
+            return sampler.get_renderer()
+
+        async def sample(self, prompt, n, params):
+            if params.constraint is not None:
+                raise ValueError("this backend cannot constrain")
+            return await sampler.sample(prompt, n, params)
+
+    model = FrozenChatModel(Unconstrained(), defaults={"max_tokens": 8})
+    tool = {"type": "function", "function": {"name": "vote", "parameters": {"type": "object"}}}
+    reply = asyncio.run(model([{"role": "user", "content": "Vote."}], [tool], tool_choice="required"))
+    assert reply.tool_calls[0]["function"]["name"] == "vote"
+    with pytest.raises(ValueError, match="cannot constrain"):
+        asyncio.run(model([{"role": "user", "content": "Vote."}], [{**tool, "function": {**tool["function"], "strict": True}}], tool_choice="required"))
 
 
 def _is_valid_vote(text: str) -> bool:

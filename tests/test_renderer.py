@@ -283,6 +283,30 @@ def test_a_forced_reply_is_a_call_of_the_forced_tool_whatever_was_sampled(loaded
         parse_forced_tool_call('{"city": "Paris"}}', "get_time")
 
 
+def test_a_forced_call_cut_by_max_tokens_returns_no_markup(loaded):
+    renderer = loaded.renderer
+    named = renderer.tool_call_prefill("get_weather")
+
+    def forced(sampled: str, prefill: str = named) -> dict:
+        tool = "get_weather" if prefill == named else None
+        return renderer.parse_response(renderer.encode_text(sampled), prefill=prefill, forced_tool=tool)
+
+    for cut in ("}", "}\n", "}\n</", "}\n</tool_", "}\n</tool_call"):  # the issue's `{"city": "Paris", "days": 3}}\n</tool_`
+        (call,) = forced('{"city": "Paris", "days": 3}' + cut)["tool_calls"]
+        assert json.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 3}
+    assert forced('{"city": "Par')["tool_calls"][0]["function"]["arguments"] == '{"city": "Par'  # cut inside: as sampled
+    assert forced('not json}\n</tool_')["tool_calls"][0]["function"]["arguments"] == "not json"
+    # "required" among several tools: the model names the tool; a call cut before its closing tag is still that call
+    required = renderer.tool_call_prefill()
+    whole = forced('{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>', required)
+    assert whole["content"] == "" and whole["tool_calls"][0]["function"] == {"name": "get_time", "arguments": '{"zone": "UTC"}'}
+    cut = forced('{"name": "get_time", "arguments": {"zone": "UTC"}}\n</to', required)
+    assert cut["content"] == "" and cut["tool_calls"][0]["function"] == {"name": "get_time", "arguments": '{"zone": "UTC"}'}
+    assert forced('{"name": "get_time", "arguments": {"zo', required)["tool_calls"][0]["function"]["arguments"] == '{"zo'
+    assert forced('{"name": "get_time",', required)["tool_calls"][0]["function"] == {"name": "get_time", "arguments": ""}
+    assert forced('{"na', required) == {"role": "assistant", "content": ""}  # cut before the name: no call, no markup
+
+
 def test_tool_calls_can_be_left_as_text(loaded):
     renderer = loaded.renderer
     text = 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

@@ -22,6 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sparring.server import create_app
+from sparring.server.limits import ServerLimits
 from sparring.server.openai.prompt_bound import PIECE_CHARS, PromptBound
 from sparring_server import serving
 
@@ -151,3 +152,21 @@ def test_a_prompt_far_over_the_context_is_refused_after_tokenizing_a_piece_of_it
         assert sum(tokenized) <= 2 * PIECE_CHARS and sum(tokenized) < len(just_under) / 2
     finally:
         del tokenizer.encode
+
+
+def test_a_zstd_bomb_under_the_routes_size_limit_is_refused_within_a_second(tiny_model_dir, tmp_path):
+    app = create_app(str(tiny_model_dir), base_dir=tmp_path)  # the default limits: forward_backward takes up to 161 MiB
+    bomb = _bomb(64 << 20)
+    assert len(bomb) < 4096 and (64 << 20) < ServerLimits().body_limit("/api/v1/forward_backward")  # under the size bound
+    client = TestClient(app)  # no `with`: no lifespan, so the engine shared with other tests is left alone
+    protobuf = {"content-type": "application/x-protobuf", "content-encoding": "zstd"}
+    started = time.perf_counter()
+    answer = client.post("/api/v1/forward_backward", content=bomb, headers=protobuf)
+    elapsed = time.perf_counter() - started
+    print(f"\n{len(bomb)} B of zstd inflating to 64 MiB: {answer.status_code} in {elapsed:.3f} s")
+    assert answer.status_code == 413 and "compression bomb" in answer.json()["detail"], answer.text
+    assert elapsed < 1.0
+    import zstandard
+
+    honest = zstandard.ZstdCompressor().compress(b"not protobuf at all, " * 1000)  # inflates within the ratio: decoded, then refused as protobuf
+    assert client.post("/api/v1/forward_backward", content=honest, headers=protobuf).status_code == 400

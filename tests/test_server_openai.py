@@ -471,3 +471,30 @@ def test_a_trained_agent_on_the_openai_sdk_records_its_guided_choices(models):
     for timeline in episode.timelines:
         constrained = [bool(allowed) for allowed in timeline.allowed_tokens]
         assert constrained == [bool(mask) for mask in timeline.loss_mask], "every sampled token of a guided call is constrained, no prompt token is"
+
+
+def test_a_forced_tool_call_without_strict_is_held_to_its_schema_and_a_cut_one_reports_length(served_app):
+    tool = {"type": "function", "function": {"name": "vote", "parameters": VOTE_SCHEMA}}  # no strict, as LangChain's bind_tools
+    named = {"type": "function", "function": {"name": "vote"}}
+
+    async def ask():
+        async with openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0) as client:
+            request = dict(model="tiny", messages=[{"role": "user", "content": "Vote."}], tools=[tool], tool_choice="required", temperature=1.5, seed=1)
+            whole = [client.chat.completions.create(**{**request, "tool_choice": choice, "seed": seed}, max_tokens=48) for seed in range(5) for choice in ("required", named)]
+            whole = await asyncio.gather(*whole)
+            sizes = range(1, whole[2].usage.completion_tokens + 1)  # seed 1's call, cut at every length up to its own
+            return whole, await asyncio.gather(*(client.chat.completions.create(**request, max_tokens=size) for size in sizes))
+
+    whole, cut = asyncio.run(ask())
+    for completion in whole:  # 10/10 valid, strict or not
+        (choice,) = completion.choices
+        vote = json.loads(choice.message.tool_calls[0].function.arguments)
+        assert choice.finish_reason == "tool_calls" and vote["vote"] in PLAYERS and isinstance(vote["sure"], bool)
+    assert [completion.choices[0].finish_reason for completion in cut] == ["length"] * (len(cut) - 1) + ["tool_calls"]
+    cut_in_closing = 0
+    for completion in cut:
+        (choice,) = completion.choices
+        arguments = choice.message.tool_calls[0].function.arguments
+        assert "</" not in arguments and "tool_call" not in arguments and not choice.message.content
+        cut_in_closing += choice.finish_reason == "length" and arguments == whole[2].choices[0].message.tool_calls[0].function.arguments
+    assert cut_in_closing >= 2  # cut after the arguments, inside `}\n</tool_call>`: the arguments whole, no markup

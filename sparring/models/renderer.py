@@ -37,6 +37,7 @@ from typing import Any
 from .tool_calls import (
     format_tool_call,
     parse_forced_tool_call,
+    parse_required_tool_calls,
     parse_tool_calls,
     tool_call_closing,
     tool_call_function,
@@ -123,9 +124,10 @@ class ChatRenderer(abc.ABC):
         """The text that starts a reply which must call a tool (``name``, or one the model picks)."""
         return tool_call_prefill(name)
 
-    def tool_call_closing(self) -> str:
-        """The text that ends a call after its arguments (what a constrained forced call is closed with)."""
-        return tool_call_closing()
+    def tool_call_closing(self, name: str | None = None) -> str:
+        """The text that ends a forced call after its sampled JSON (what a constrained forced call is closed with):
+        after the arguments of ``name``, or after the whole payload when the model picks the tool."""
+        return tool_call_closing(name)
 
     def parse_response(self, completion_tokens: list[int], *, prefill: str = "", forced_tool: str | None = None, tool_calls: bool = True) -> dict:
         """The assistant message for sampled completion tokens (end-of-turn stripped, tool calls parsed).
@@ -140,6 +142,8 @@ class ChatRenderer(abc.ABC):
         text = prefill + self.decode(tokens)
         if forced_tool is not None:
             content, calls = parse_forced_tool_call(text, forced_tool)
+        elif tool_calls and prefill == tool_call_prefill():
+            content, calls = parse_required_tool_calls(text)
         elif tool_calls:
             content, calls = parse_tool_calls(text)
         else:

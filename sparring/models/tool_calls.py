@@ -14,6 +14,8 @@ from typing import Any
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 TOOL_CALL_OPEN = "<tool_call>\n"
 TOOL_CALL_CLOSE = "</tool_call>"
+ARGUMENTS_CLOSING = f"}}\n{TOOL_CALL_CLOSE}"
+"""What follows a call's arguments object: the payload's closing brace and the closing tag."""
 
 
 def tool_call_function(tool_call: dict) -> tuple[str, Any]:
@@ -49,9 +51,11 @@ def tool_call_prefill(name: str | None = None) -> str:
     return f'{TOOL_CALL_OPEN}{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
 
 
-def tool_call_closing() -> str:
-    """What ends a hermes-style call after its arguments: ``format_tool_call``'s text after the arguments object."""
-    return f"}}\n{TOOL_CALL_CLOSE}"
+def tool_call_closing(name: str | None = None) -> str:
+    """What ends a hermes-style call after its sampled JSON: ``format_tool_call``'s text after the arguments
+    object when ``name`` was prefilled (``tool_call_prefill(name)``), else after the whole ``{"name", "arguments"}``
+    payload."""
+    return ARGUMENTS_CLOSING if name is not None else f"\n{TOOL_CALL_CLOSE}"
 
 
 def tools_system_section(tools: list[dict]) -> str:
@@ -91,6 +95,26 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
     return content.strip(), tool_calls
 
 
+_CUT_CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")(\s*,\s*"arguments"\s*:)?', re.DOTALL)
+
+
+def parse_required_tool_calls(text: str) -> tuple[str, list[dict]]:
+    """Like ``parse_tool_calls`` for a reply prefilled with ``tool_call_prefill()`` (a call is required, the model picks
+    the tool). A last call cut before its ``</tool_call>`` (by max_tokens) is still a call of the tool it names, with
+    its arguments as far as they were sampled (empty when cut before them); one cut before its name is dropped: no
+    markup comes back as text.
+    """
+    start = text.rfind(TOOL_CALL_OPEN)
+    if start < 0 or TOOL_CALL_CLOSE in text[start:]:
+        return parse_tool_calls(text)
+    content, calls = parse_tool_calls(text[:start])
+    head = _CUT_CALL_HEAD.match(text, start + len(TOOL_CALL_OPEN))
+    if head is not None:
+        arguments = _forced_arguments(text[head.end() :]) if head.group(2) else ""  # cut before its arguments
+        calls.append(_function_call(len(calls), json.loads(head.group(1)), arguments))
+    return content, calls
+
+
 def _function_call(index: int, name: str, arguments: str) -> dict:
     return {"id": f"call_{index}", "type": "function", "function": {"name": name, "arguments": arguments}}
 
@@ -98,18 +122,28 @@ def _function_call(index: int, name: str, arguments: str) -> dict:
 def _forced_arguments(body: str) -> str:
     """The arguments of a forced call from the text sampled after its prefill (up to ``</tool_call>``).
 
-    A JSON value followed by nothing but the payload's closing brace is the
-    arguments; anything else is kept verbatim (OpenAI's arguments are a string
-    that may not be valid JSON), without that closing brace.
+    A JSON value followed by nothing but (a start of) the call's closing is the
+    arguments, so a call cut by max_tokens inside its closing markup returns its
+    arguments without it; anything else is kept verbatim (OpenAI's arguments are
+    a string that may not be valid JSON), without the payload's closing brace
+    and any cut closing tag.
     """
     text = body.strip()
     try:
         value, end = json.JSONDecoder().raw_decode(text)
     except json.JSONDecodeError:
         value, end = None, -1
-    if end >= 0 and text[end:].strip() in ("", "}"):
+    if end >= 0 and ARGUMENTS_CLOSING.startswith(text[end:].strip()):
         return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text.removesuffix("}").rstrip()
+    return _without_cut_closing(text).removesuffix("}").rstrip()
+
+
+def _without_cut_closing(text: str) -> str:
+    """``text`` without a start of ``</tool_call>`` it ends with (a call cut inside its closing tag)."""
+    for size in range(len(TOOL_CALL_CLOSE), 1, -1):
+        if text.endswith(TOOL_CALL_CLOSE[:size]):
+            return text[:-size].rstrip()
+    return text
 
 
 def parse_forced_tool_call(text: str, name: str) -> tuple[str, list[dict]]:

@@ -201,8 +201,8 @@ class _LocalChatModel(ChatModel):
             raise ValueError(f"a reply constrained by {params.constraint.describe()} cannot also be a forced tool call (tool_choice {tool_choice!r})")
         free_text = choice.mode == "none" or params.constraint is not None  # a constrained reply is its text, never a tool call
         renderer = self.renderer
-        if choice.arguments_schema is not None:
-            params = params.model_copy(update={"constraint": OutputConstraint(json_schema=choice.arguments_schema, closing=renderer.tool_call_closing())})
+        if choice.arguments_schema is not None and (choice.strict or self.constrains_output):  # else sampled freely
+            params = params.model_copy(update={"constraint": OutputConstraint(json_schema=choice.arguments_schema, closing=renderer.tool_call_closing(choice.function))})
         prefill = renderer.tool_call_prefill(choice.function) if choice.forces_call else ""
         prompt, normalised, tools_key = self._prompt(messages, tools, recorder, conversation_key, prefill)
         with sampler_wait():  # the episode's clock counts only its share of the time the shared sampler takes

@@ -13,9 +13,13 @@ the tools of a call and says what the reply must do:
 - `{"type": "function", "function": {"name": NAME}}`: the reply must call
   NAME: the prefill runs up to NAME's arguments, so only they are sampled.
 
-A forced function whose definition says `strict: true` (OpenAI's Structured
-Outputs) has its arguments constrained to its `parameters` schema by local
-models; under "auto" a strict tool is offered like any other.
+A forced call is constrained to its tool's schema, as vLLM's guided decoding
+does, whether or not the tool says `strict: true`: a named (or only) function's
+arguments to its `parameters`, and a "required" call among several tools to a
+whole `{"name", "arguments"}` payload of one of them (`arguments_schema`). A
+model that cannot constrain (a remote Tinker backend) samples a non-strict
+forced call freely, and refuses a strict one. Under "auto" nothing is
+constrained: a strict tool is offered like any other.
 
 The prefill is part of the prompt (never trained); the sampled tokens alone
 are the completion. Forcing needs tools, and a forced name must be one of
@@ -39,8 +43,11 @@ class ToolChoice:
     function: str | None = None
     """The function a 'required' reply must call; None lets the model pick among the tools."""
     arguments_schema: dict | None = None
-    """The forced function's parameters when its definition says `strict: true` (OpenAI's Structured Outputs):
-    a local model's arguments are then constrained to this schema; None samples them freely."""
+    """What a forced call's sampled JSON must match: the forced function's parameters, or, with no function named,
+    a whole call of one of the tools; None (not forced) samples freely."""
+    strict: bool = False
+    """Whether the forced tool says `strict: true`: then a model that cannot constrain refuses instead of sampling
+    the call freely."""
 
     @classmethod
     def of(cls, tool_choice: Any, tools: list[dict] | None) -> ToolChoice:
@@ -51,13 +58,16 @@ class ToolChoice:
         if tool_choice == "required":
             if not names:
                 raise ValueError("tool_choice 'required' needs tools to call, but no tools were given")
-            return cls("required", names[0], _strict_schema(tools[0])) if len(names) == 1 else cls("required")
+            if len(names) == 1:
+                return cls("required", names[0], _arguments_schema(tools[0]), _is_strict(tools[0]))
+            return cls("required", None, _any_call_schema(tools), any(_is_strict(tool) for tool in tools))
         name = _forced_name(tool_choice)
         if not names:
             raise ValueError(f"tool_choice forces function {name!r}, but no tools were given")
         if name not in names:
             raise ValueError(f"tool_choice forces function {name!r}, which is not one of the tools {names}")
-        return cls("required", name, _strict_schema(tools[names.index(name)]))
+        tool = tools[names.index(name)]
+        return cls("required", name, _arguments_schema(tool), _is_strict(tool))
 
     @property
     def forces_call(self) -> bool:
@@ -76,14 +86,30 @@ def tool_names(tools: list[dict] | None) -> list[str]:
     return names
 
 
-def _strict_schema(tool: dict) -> dict | None:
+def _is_strict(tool: dict) -> bool:
+    return bool(tool.get("function", tool).get("strict"))
+
+
+def _arguments_schema(tool: dict) -> dict:
+    """The schema a forced call's arguments are held to: the tool's parameters (any object when it gives none)."""
     function = tool.get("function", tool)
-    if not function.get("strict"):
-        return None
     parameters = function.get("parameters")
+    if parameters is None and not function.get("strict"):
+        return {"type": "object"}
     if not isinstance(parameters, dict):
-        raise ValueError(f"tool {function['name']!r} says strict: true but has no parameters schema to hold its arguments to")
+        name = function["name"]
+        raise ValueError(f"tool {name!r} needs a parameters schema (an object) to hold its forced arguments to")
     return parameters
+
+
+def _any_call_schema(tools: list[dict]) -> dict:
+    """A whole hermes-style call payload, `{"name": NAME, "arguments": ...}`, of any one of the tools."""
+    calls = []
+    for tool in tools:
+        properties = {"name": {"const": tool.get("function", tool)["name"]}, "arguments": _arguments_schema(tool)}
+        required = ["name", "arguments"]
+        calls.append({"type": "object", "properties": properties, "required": required, "additionalProperties": False})
+    return {"anyOf": calls}
 
 
 def _forced_name(tool_choice: Any) -> str:

@@ -15,7 +15,10 @@ request by its share of `max_request_tokens` at a generous number of bytes
 per token, a training batch likewise with its per-token loss inputs, and
 every other route, whose body names a few ids, by `SMALL_BODY_BYTES`; never
 beyond `max_body_bytes`. A compressed body is bounded by the same number
-once inflated.
+once inflated, and by its work: it may inflate to at most
+`MAX_INFLATION_RATIO` times its own size (`inflation_limit`), so a small bomb
+(2 KB of zstd that inflates to 64 MB of zeros) is refused after inflating a
+few hundred KB, not decoded for half a minute.
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ JSON-escaped, and a token id in a JSON list is at most 8 bytes."""
 BATCH_BYTES_PER_TOKEN = 160
 """Bytes of a forward_backward body per token: its id plus the loss inputs of its position (targets, weights,
 logprobs, advantages as JSON numbers)."""
-PROMPT_ROUTES = ("/v1/chat/completions", "/api/v1/asample")
+PROMPT_ROUTES = ("/v1/chat/completions", "/v1/responses", "/api/v1/asample")
 """Routes whose body is a prompt (and its options)."""
 BATCH_ROUTES = ("/api/v1/forward_backward", "/api/v1/forward")
 """Routes whose body is a training batch."""
+MAX_INFLATION_RATIO = 100
+"""Most a compressed body may inflate, as a multiple of its compressed size: a real batch's token ids and loss
+inputs compress a few times (tens at most), a bomb thousands of times."""
 
 
 class LimitExceeded(ValueError):
@@ -78,6 +84,12 @@ class ServerLimits(BaseModel):
     def check_num_samples(self, field: str, count: int) -> None:
         if count > self.max_num_samples:
             raise LimitExceeded(field, f"{count} is above this server's limit of {self.max_num_samples} samples per request")
+
+
+def inflation_limit(route_limit: int, compressed_bytes: int) -> int:
+    """Most bytes a compressed body of `compressed_bytes` may inflate to on a route bounded by `route_limit`:
+    `MAX_INFLATION_RATIO` times its size (a body may always inflate to `SMALL_BODY_BYTES`), never beyond the route's."""
+    return min(route_limit, max(SMALL_BODY_BYTES, MAX_INFLATION_RATIO * compressed_bytes))
 
 
 def check_sampling_room(field: str, prompt_tokens: int, max_tokens: int | None, context: int) -> None:

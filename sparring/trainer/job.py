@@ -9,7 +9,9 @@ command line, and the other way round.
 
 AgentJet's spellings are aliases: ``set_data(type="hf"|"jsonl",
 dataset_path=..., training_split=..., validation_split=...)``,
-``dump_job_as_yaml`` and ``load_job_from_yaml`` (which loads into this job).
+``dump_job_as_yaml`` and ``load_job_from_yaml`` (which loads into this job),
+and its job arguments (``n_gpu=8``, ``num_repeat``, ``lr``, ...) are accepted:
+mapped, or named in one log line as not applying (`agentjet_job`).
 
 YAML names a workflow by import path, so only importable workflows
 (functions or classes at the top level of a module or script) can be saved.
@@ -19,9 +21,11 @@ A lambda or a function defined inside another function still trains through
 
 from __future__ import annotations
 
+import logging as logs
 import os
 from typing import Any, Callable, Sequence
 
+from .agentjet_job import AGENTJET_ARGUMENTS, agentjet_fields
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
 from .config_file import dump_config, load_config_file
 from .imports import import_object, importable_path
@@ -29,6 +33,8 @@ from .league_config import LeagueConfig
 from .schema import ConfigError
 from .validation_config import ValidationConfig
 from .warm_start_config import WarmStartConfig
+
+log = logs.getLogger(__name__)
 
 DatasetSpec = DatasetConfig | dict[str, Any] | list[dict[str, Any]] | str | os.PathLike[str]
 """A dataset as `set_data` takes it: a config, its fields, the tasks themselves, or a path."""
@@ -70,12 +76,22 @@ class Job:
         auxiliary_models: dict[str, TunerModelConfig | dict[str, Any]] | None = None,
         algorithm: AlgorithmConfig | dict[str, Any] | str | None = None,
         run_dir: str | os.PathLike[str] | None = None,
-        logging: LoggingConfig | dict[str, Any] | None = None,
+        logging: LoggingConfig | dict[str, Any] | str | None = None,
         league: LeagueConfig | dict[str, Any] | None = None,
         validation: ValidationConfig | dict[str, Any] | None = None,
         warm_start: WarmStartConfig | dict[str, Any] | None = None,
+        **agentjet: Any,
     ) -> None:
-        """Build the config; a string `model` is a model path and a string `algorithm` an algorithm type."""
+        """Build the config; a string `model` is a model path and a string `algorithm` an algorithm type.
+
+        AgentJet's job arguments are accepted too (`n_gpu=8`, `num_repeat`, `lr`, `experiment_dir`, ...; see
+        `agentjet_job`): mapped onto the config where sparring has the setting, else named in one log line.
+        """
+        unknown = sorted(set(agentjet) - AGENTJET_ARGUMENTS)
+        if unknown:
+            raise TypeError(f"Job() got unexpected keyword arguments {unknown}: neither Job's nor AgentJet's job arguments ({sorted(AGENTJET_ARGUMENTS)})")
+        if isinstance(logging, str):  # AgentJet's backend name
+            agentjet["logging"], logging = logging, None
         fields: dict[str, Any] = {
             "model": {"model_path": model} if isinstance(model, str) else model,
             "models": models,
@@ -87,7 +103,10 @@ class Job:
             "validation": validation,
             "warm_start": warm_start,
         }
+        note = agentjet_fields(fields, agentjet)
         self.config = TuneConfig(**{name: value for name, value in fields.items() if value is not None})
+        if note is not None:
+            log.warning("%s", note)
         self._workflow: Callable[..., Any] | type | None = None
         self._judge: Callable[..., Any] | None = None
 

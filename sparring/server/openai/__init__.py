@@ -1,7 +1,9 @@
 """The OpenAI-compatible chat API (`/v1`): for agents of any framework, and for plain clients.
 
-`routes` serves `/v1/models` and `/v1/chat/completions`, validated by
-`schema`, from a `chat_service` (who answers, and whether the request fits);
+`routes` serves `/v1/models`, `/v1/chat/completions` (validated by `schema`)
+and `/v1/responses` (the Responses API: `responses_schema` translates it into
+a chat-completions request, `responses_body` shapes the reply and its events),
+from a `chat_service` (who answers, and whether the request fits);
 a request's `model` name is looked up in `served_models`, unless it
 carries an episode key (`episode_keys`), which routes it to one agent of one
 episode. `episode_server` is the training process's own endpoint for those

@@ -1,4 +1,4 @@
-"""OpenAI-compatible chat: `/v1/models` and `/v1/chat/completions` over sparring chat models.
+"""OpenAI-compatible chat: `/v1/models`, `/v1/chat/completions` and `/v1/responses` over sparring chat models.
 
 `openai_router(models, episodes, api_key)` answers two kinds of caller:
 
@@ -22,7 +22,12 @@ is sampled cancels the sampling (nobody would read it). Streaming sends the repl
 `chat.completion.chunk` server-sent events ending in `data: [DONE]`; the
 engine samples a reply whole, so the chunks follow once it is sampled.
 
-The two routes are module-level functions of their request and the
+`/v1/responses` (the Responses API) is translated into a chat-completions
+request (`responses_schema`) and answered by the same path (same bounds, same
+recording and timelines); only its reply and events are shaped apart
+(`responses_body`).
+
+The routes are module-level functions of their request and the
 `ChatService` they answer from (the `Chat` dependency), declared once on
 `chat_routes`; `openai_router(...)` mounts them on one `ChatService`, and a test
 calls a handler directly or mounts it alone.
@@ -48,6 +53,8 @@ from ..openapi_body import declared_body, declared_errors
 from ..provided import Provide, provided
 from .chat_service import ChatService, OpenAIError, unauthorised
 from .episode_keys import EpisodeKeys
+from .responses_body import response_body, response_events
+from .responses_schema import ResponsesRequest
 from .schema import ChatCompletionRequest, completion_body, stream_chunks, validation_error_body
 from .served_models import ServedModels
 
@@ -76,7 +83,7 @@ def chat_service(request: Request) -> ChatService:
 Chat = Annotated[ChatService, Depends(chat_service)]
 
 chat_routes = APIRouter(responses=declared_errors(400, 401, 404, 413, 500))
-"""Both routes, declared once; `openai_router` mounts them with their `ChatService`."""
+"""The routes, declared once; `openai_router` mounts them with their `ChatService`."""
 
 
 def openai_router(
@@ -114,10 +121,7 @@ async def chat_completions(request: Request, service: Chat):
     try:
         binding = service.episode_of(request.headers.get("authorization", ""))
         chat = ChatCompletionRequest.model_validate(await _json_body(request))
-        target = _Target(binding.chat_model, binding.recorder) if binding is not None else _Target(await service.served_model(chat.model), None)
-        if binding is None:
-            service.check_bounds(target.chat_model, chat)
-        replies = await _unless_client_leaves(request, _generate(target, chat))
+        target, replies = await _answer(request, service, binding, chat)
     except OpenAIError as error:
         return error.response()
     except ValidationError as error:
@@ -128,6 +132,34 @@ async def chat_completions(request: Request, service: Chat):
     include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
     chunks = stream_chunks(chat.model, replies, chat.logprobs, renderer, include_usage)
     return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+@chat_routes.post("/v1/responses", openapi_extra=declared_body(ResponsesRequest))
+async def responses(request: Request, service: Chat):
+    """The Responses API: the request translated into a chat-completions one, answered (and recorded) by it."""
+    try:
+        binding = service.episode_of(request.headers.get("authorization", ""))
+        asked = ResponsesRequest.model_validate(await _json_body(request))
+        target, (reply,) = await _answer(request, service, binding, asked.chat_request())
+    except OpenAIError as error:
+        return error.response()
+    except ValidationError as error:
+        return JSONResponse(validation_error_body(error), status_code=400)
+    body = response_body(asked, reply, target.chat_model.renderer)
+    if not asked.stream:
+        return body
+    events = response_events(body, reply, target.chat_model.renderer)
+    return StreamingResponse(_sse_events(events), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _answer(request: Request, service: ChatService, binding, chat: ChatCompletionRequest) -> tuple[_Target, list]:
+    """Who answers `chat` (the episode key's agent, or the named model within the server's bounds), and its replies."""
+    if binding is not None:
+        target = _Target(binding.chat_model, binding.recorder)
+    else:
+        target = _Target(await service.served_model(chat.model), None)
+        service.check_bounds(target.chat_model, chat)
+    return target, await _unless_client_leaves(request, _generate(target, chat))
 
 
 async def _json_body(request: Request) -> dict:
@@ -163,6 +195,11 @@ async def _sse(chunks: list[dict]):
     for chunk in chunks:
         yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
     yield "data: [DONE]\n\n"
+
+
+async def _sse_events(events: list[dict]):
+    for event in events:
+        yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
 
 
 async def _unless_client_leaves(request: Request, work: Awaitable[T]) -> T:

@@ -30,6 +30,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from ...types import ForwardBackwardOutput, SampleResponse
+from ..limits import MAX_INFLATION_RATIO, inflation_limit
 from ..openapi_body import declared_body, declared_errors
 from ..provided import Provide, provided
 from . import wire
@@ -89,15 +90,17 @@ async def forward_backward_body(request: Request, max_bytes: int) -> Any:
 
 def _decoded_protobuf(raw: bytes, compressed: bool, max_bytes: int) -> dict:
     if compressed:
-        raw = _inflated(raw, max_bytes)
+        raw = _inflated(raw, inflation_limit(max_bytes, len(raw)), max_bytes)
     try:
         return decode_forward_backward_request(raw)
     except ProtoError as error:
         raise WireError(400, f"invalid protobuf ForwardBackwardRequest: {error}") from None
 
 
-def _inflated(raw: bytes, max_bytes: int) -> bytes:
-    """The zstd body inflated, read a piece at a time so a body that inflates past `max_bytes` is refused (413) there."""
+def _inflated(raw: bytes, max_bytes: int, route_limit: int) -> bytes:
+    """The zstd body inflated, read a piece at a time so a body that inflates past `max_bytes` is refused (413) there.
+
+    `max_bytes` is `inflation_limit`'s: the route's limit, or less for a small body (a bomb stops within a MiB)."""
     try:
         import zstandard
     except ImportError:
@@ -108,11 +111,20 @@ def _inflated(raw: bytes, max_bytes: int) -> bytes:
             while piece := reader.read(INFLATE_PIECE_BYTES):
                 size += len(piece)
                 if size > max_bytes:
-                    raise WireError(413, f"request body inflates past this route's limit of {max_bytes} bytes (it follows serve --max-request-tokens)")
+                    raise WireError(413, _inflation_refusal(len(raw), max_bytes, route_limit))
                 pieces.append(piece)
     except zstandard.ZstdError as error:
         raise WireError(400, f"request body is not valid zstd: {error}") from None
     return b"".join(pieces)
+
+
+def _inflation_refusal(compressed: int, max_bytes: int, route_limit: int) -> str:
+    if max_bytes < route_limit:
+        return (
+            f"request body inflates past {max_bytes} bytes, more than {MAX_INFLATION_RATIO} times its compressed "
+            f"{compressed} bytes: refused as a compression bomb (send it less compressed, or uncompressed)"
+        )
+    return f"request body inflates past this route's limit of {max_bytes} bytes (it follows serve --max-request-tokens)"
 
 
 def result_response(result: Any, protobuf: bool) -> Response:
