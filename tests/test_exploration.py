@@ -12,7 +12,15 @@ import math
 import pytest
 import torch
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerModelConfig, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    LoggingConfig,
+    ServiceClient,
+    TunerModelConfig,
+    WorkflowOutput,
+    tune,
+)
 from sparring.algorithms import CollapseResponse, compute_advantages, importance_weights, weight_advantages
 from sparring.rollout import Episode
 from sparring.rollout.timelines import merge_calls
@@ -32,7 +40,9 @@ def tiny_sampler(tiny_model_dir, tmp_path_factory):
 def draw(sampler, tokenizer, count: int, exploration: float, choices=LETTERS, temperature: float = 1.0):
     prompt = tokenizer.encode("Pick a letter:")
     constraint = OutputConstraint(choices=choices) if choices else None
-    params = SamplingParams(constraint=constraint, exploration=exploration, temperature=temperature, seed=3, max_tokens=4)
+    params = SamplingParams(
+        constraint=constraint, exploration=exploration, temperature=temperature, seed=3, max_tokens=4
+    )
     return prompt, sampler.sample(ModelInput.from_ints(prompt), count, params).result().sequences
 
 
@@ -42,17 +52,24 @@ def test_an_exploring_draw_records_the_mix_it_was_drawn_from_beside_the_models_o
     for sequence in sequences:
         mixed = 0.6 * math.exp(sequence.logprobs[0]) + 0.4 / len(LETTERS)  # four single-token letters allowed first
         assert math.exp(sequence.behaviour_logprobs[0]) == pytest.approx(mixed, rel=1e-4)
-    assert {sequence.tokens[0] for sequence in sequences} == {tokenizer.encode(letter, add_special_tokens=False)[0] for letter in LETTERS}
+    assert {sequence.tokens[0] for sequence in sequences} == {
+        tokenizer.encode(letter, add_special_tokens=False)[0] for letter in LETTERS
+    }
     # Drawn from the model's own distribution: no behaviour logprobs, so no weight; free text never explores.
     assert all(sequence.behaviour_logprobs is None for sequence in draw(sampler, tokenizer, 8, exploration=0.0)[1])
-    assert all(sequence.behaviour_logprobs is None for sequence in draw(sampler, tokenizer, 8, exploration=0.4, choices=None)[1])
+    assert all(
+        sequence.behaviour_logprobs is None
+        for sequence in draw(sampler, tokenizer, 8, exploration=0.4, choices=None)[1]
+    )
 
 
 def bandit_episodes(prompt, sequences, paid: int | None = None) -> list[Episode]:
     """One episode per draw, its timeline merged from the recorded call, rewarded 1 when it drew the token `paid`."""
     episodes = []
     for sequence in sequences:
-        call = ModelCall("p", "policy", prompt, sequence.tokens, sequence.logprobs, [], list(sequence.behaviour_logprobs or []))
+        call = ModelCall(
+            "p", "policy", prompt, sequence.tokens, sequence.logprobs, [], list(sequence.behaviour_logprobs or [])
+        )
         reward = float(sequence.tokens[0] == paid)
         episodes.append(Episode(task={}, group=0, timelines=merge_calls([call]), rewards={"p": reward}))
     return episodes
@@ -62,7 +79,9 @@ def logit_gradient(episodes, advantages, tokens: list[int], probabilities: torch
     """The update's direction in the first token's logits: the mean of A_i * grad log p(a_i) = A_i * (onehot - p)."""
     gradient = torch.zeros(len(tokens), dtype=torch.float64)
     for index, episode in enumerate(episodes):
-        onehot = torch.tensor([float(episode.timelines[0].tokens[-2] == token) for token in tokens], dtype=torch.float64)
+        onehot = torch.tensor(
+            [float(episode.timelines[0].tokens[-2] == token) for token in tokens], dtype=torch.float64
+        )
         gradient += advantages[(index, "p")] * (onehot - probabilities)
     return gradient / len(episodes)
 
@@ -119,6 +138,10 @@ def test_a_run_whose_groups_keep_tying_raises_its_exploration_and_corrects_for_i
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )
-    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"collapse/exploration"' in line]
+    steps = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        if '"collapse/exploration"' in line
+    ]
     assert [record["collapse/exploration"] for record in steps] == pytest.approx([0.0, 0.1, 0.2, 0.4])
     assert "exploration/weight_mean" not in steps[0] and "exploration/weight_mean" in steps[2]  # step 3 drew with 0.1

@@ -12,7 +12,7 @@ import random
 
 from sparring import WorkflowOutput
 
-from common import ask, options_in, random_option, seeded_tasks
+from game_kit import ask, options_in, random_option, seeded_tasks
 
 DEMANDS = {"modest": 2, "easygoing": 3, "firm": 4, "stubborn": 5}
 POTS = [10, 8, 6]
@@ -46,6 +46,8 @@ async def workflow(task: dict, model, auxiliary_models: dict) -> WorkflowOutput:
         if pot - keep >= demand:
             return WorkflowOutput(reward=keep / 10, metrics={"deal": 1.0, "rounds": round_index + 1.0})
         if round_index + 1 < len(POTS):
-            refusal = f"The {task['mood']} buyer refuses; the pot shrinks to {POTS[round_index + 1]}. How many do you keep?"
+            refusal = (
+                f"The {task['mood']} buyer refuses; the pot shrinks to {POTS[round_index + 1]}. How many do you keep?"
+            )
             history += [reply.message, {"role": "user", "content": ask(refusal, _offer(POTS[round_index + 1]))}]
     return WorkflowOutput(reward=0.0, metrics={"deal": 0.0, "rounds": float(len(POTS))})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sparring import WorkflowOutput
 
-from common import ask, random_option, seeded_tasks
+from game_kit import ask, random_option, seeded_tasks
 
 PAIRS = {"red": "C", "green": "A", "blue": "D", "yellow": "B"}
 LETTERS = ["A", "B", "C", "D"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sparring import WorkflowOutput
 
-from common import ask, random_option, seeded_tasks
+from game_kit import ask, random_option, seeded_tasks
 
 ITEMS = ["apple", "ball", "cat"]
 SIGNALS = ["1", "2", "3"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sparring import WorkflowOutput
 
-from common import ask, random_option, seeded_tasks
+from game_kit import ask, random_option, seeded_tasks
 
 MOVES = ["rock", "paper", "scissors"]
 BEATS = {"rock": "scissors", "paper": "rock", "scissors": "paper"}
@@ -17,7 +17,7 @@ QUESTION = ask("We play one round of rock, paper, scissors. Your move?", MOVES)
 METRIC = "reward/mean"
 OPTIMUM = None  # the best reply to the frozen model's mix, which the game does not know in advance
 BASELINES = {"random": random_option}
-AUXILIARY = {"opponent": {"model_path": "smollm2-135m-instruct", "max_tokens": 4}}
+AUXILIARY = {"opponent": {"model_path": "smollm2-135m-instruct"}}
 
 
 def tasks(count: int, seed: int) -> list[dict]:
@@ -29,4 +29,6 @@ async def workflow(task: dict, model, auxiliary_models: dict) -> WorkflowOutput:
     theirs = (await opponent([{"role": "user", "content": QUESTION}], choices=MOVES)).content.strip()
     mine = (await model([{"role": "user", "content": QUESTION}], choices=MOVES)).content.strip()
     reward = 1.0 if BEATS[mine] == theirs else 0.5 if mine == theirs else 0.0
-    return WorkflowOutput(reward=reward, metrics={"win": float(reward == 1.0), **{f"opponent_{m}": float(theirs == m) for m in MOVES}})
+    return WorkflowOutput(
+        reward=reward, metrics={"win": float(reward == 1.0), **{f"opponent_{m}": float(theirs == m) for m in MOVES}}
+    )

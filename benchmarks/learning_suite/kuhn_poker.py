@@ -3,8 +3,13 @@
 Three cards (J < Q < K), one each, ante 1. The learner checks or bets; after a check the opponent may bet, and
 the learner calls or folds. The opponent plays a Nash equilibrium: after a bet it calls with K, with Q one time in
 three, folds J; after a check it bets K, bets J one time in three, checks Q. Against it the first player's best
-value is the game's, -1/18 chip a hand (folding J to a bet, calling with K, betting K); a random player loses
-more. The reward is the chips won. The whole decision hinges on one word of the prompt: the card.
+value is the game's, -1/18 chip a hand; a random player loses more. The decision hinges on one word of the
+prompt: the card.
+
+The reward is the chips the learner's choices win in expectation over the opponent's mixed strategy (its coin
+flips integrated out, exactly), so the same value has far less noise: the learner is asked for its reply to a
+bet whenever the opponent would bet with some probability. The table reports the edge over the equilibrium
+player on the same deal (0 at best, as no first player does better than -1/18 against it).
 """
 
 from __future__ import annotations
@@ -13,47 +18,61 @@ import random
 
 from sparring import WorkflowOutput
 
-from common import ask, options_in, seeded_tasks
+from game_kit import ask, options_in, random_option, seeded_tasks
 
 CARDS = ["J", "Q", "K"]
 NAMES = {"J": "Jack (the lowest)", "Q": "Queen (the middle)", "K": "King (the highest)"}
-METRIC = "reward/mean"
-OPTIMUM = -1 / 18
+METRIC = "workflow/edge"
+OPTIMUM = 0.0  # the equilibrium value, -1/18 chip a hand, is the most the first player can win against it
 RULES = "Kuhn poker: three cards, Jack < Queen < King; each player antes 1 chip and gets one card."
 
 
 def tasks(count: int, seed: int) -> list[dict]:
-    return seeded_tasks(count, seed, lambda rng: dict(zip(("mine", "theirs"), rng.sample(CARDS, 2))))
+    return seeded_tasks(count, seed, lambda rng: dict(zip(("mine", "theirs"), rng.sample(CARDS, 2), strict=True)))
 
 
-def random_option(messages: list[dict], rng: random.Random) -> str:
-    return rng.choice(options_in(messages))
+EQUILIBRIUM_BET = {"J": 1 / 6, "Q": 0.0, "K": 0.5}
+"""The first player's equilibrium chance of betting, by its card (one of a family; every member is worth -1/18)."""
+EQUILIBRIUM_CALL = {"J": 0.0, "Q": 0.5, "K": 1.0}
+"""Its chance of calling a bet after checking, by its card."""
+CALLS = {"K": 1.0, "Q": 1 / 3, "J": 0.0}
+"""The opponent's chance of calling a bet, by its card."""
+BETS = {"K": 1.0, "Q": 0.0, "J": 1 / 3}
+"""The opponent's chance of betting after a check, by its card."""
+
+
+def expected_chips(mine: str, theirs: str, bet: float, call: float) -> float:
+    """The first player's chips in expectation over the opponent's coin flips, betting with chance `bet` and calling
+    a bet after a check with chance `call`."""
+    win = 1.0 if CARDS.index(mine) > CARDS.index(theirs) else -1.0
+    after_bet = CALLS[theirs] * 2 * win + (1 - CALLS[theirs])
+    after_check = BETS[theirs] * (call * 2 * win - (1 - call)) + (1 - BETS[theirs]) * win
+    return bet * after_bet + (1 - bet) * after_check
 
 
 def equilibrium(messages: list[dict], rng: random.Random) -> str:
-    """The first player's equilibrium (bluff J a sixth of the time, bet K half the time, call with Q half the time)."""
+    """The first player's equilibrium strategy."""
     card = next(card for card in CARDS if f"Your card: {NAMES[card]}" in messages[0]["content"])
     if options_in(messages) == ["check", "bet"]:
-        return "bet" if rng.random() < {"J": 1 / 6, "Q": 0.0, "K": 0.5}[card] else "check"
-    return "call" if rng.random() < {"J": 0.0, "Q": 0.5, "K": 1.0}[card] else "fold"
+        return "bet" if rng.random() < EQUILIBRIUM_BET[card] else "check"
+    return "call" if rng.random() < EQUILIBRIUM_CALL[card] else "fold"
 
 
 BASELINES = {"random": random_option, "equilibrium": equilibrium}
 
 
 async def workflow(task: dict, model, auxiliary_models: dict) -> WorkflowOutput:
-    rng = random.Random(task["seed"])
     mine, theirs = task["mine"], task["theirs"]
-    win = 1.0 if CARDS.index(mine) > CARDS.index(theirs) else -1.0
     history = [{"role": "user", "content": ask(f"{RULES} Your card: {NAMES[mine]}. You act first.", ["check", "bet"])}]
-    first = await model(history, choices=["check", "bet"])
-    if first.content.strip() == "bet":
-        calls = theirs == "K" or (theirs == "Q" and rng.random() < 1 / 3)
-        chips = 2 * win if calls else 1.0
-    elif theirs == "K" or (theirs == "J" and rng.random() < 1 / 3):
-        history += [first.message, {"role": "user", "content": ask("Your opponent bets 1 chip.", ["call", "fold"])}]
-        second = await model(history, choices=["call", "fold"])
-        chips = 2 * win if second.content.strip() == "call" else -1.0
-    else:
-        chips = win
-    return WorkflowOutput(reward=chips, metrics={"chips": chips})
+    bet = float((await model(history, choices=["check", "bet"])).content.strip() == "bet")
+    call = 0.0
+    if not bet and BETS[theirs] > 0:
+        history += [
+            {"role": "assistant", "content": "check"},
+            {"role": "user", "content": ask("Your opponent bets 1 chip.", ["call", "fold"])},
+        ]
+        call = float((await model(history, choices=["call", "fold"])).content.strip() == "call")
+    chips = expected_chips(mine, theirs, bet, call)
+    # The edge over the equilibrium player on the same deal: card luck cancels, so it separates with fewer hands.
+    edge = chips - expected_chips(mine, theirs, EQUILIBRIUM_BET[mine], EQUILIBRIUM_CALL[mine])
+    return WorkflowOutput(reward=chips, metrics={"chips": chips, "edge": edge})

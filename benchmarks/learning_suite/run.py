@@ -30,13 +30,15 @@ EVAL_SEED = 10_000
 """Held-out tasks are drawn from this seed whatever the training seed, so every run is scored on the same tasks."""
 
 
-def run_game(name: str, seed: int, steps: int, eval_episodes: int, out: Path, changes: dict) -> dict:
+def run_game(name: str, seed: int, steps: int, eval_episodes: int, out: Path, changes: dict, model_path: str) -> dict:
     """Train one game at one seed and evaluate it; returns its row of the table."""
     game = importlib.import_module(name)
     path = f"{HERE / name}.py"
+    auxiliary = {key: {**value, "model_path": model_path} for key, value in getattr(game, "AUXILIARY", {}).items()}
     config = TuneConfig(
         workflow=f"{path}:workflow",
-        auxiliary_models={key: TunerModelConfig(**value) for key, value in getattr(game, "AUXILIARY", {}).items()},
+        model=TunerModelConfig(model_path=model_path),
+        auxiliary_models={key: TunerModelConfig(**value) for key, value in auxiliary.items()},
         algorithm=AlgorithmConfig(**{**changes, "seed": seed}),
         train_dataset=DatasetConfig(tasks=game.tasks(4096, seed), total_steps=steps),
         eval_dataset=DatasetConfig(tasks=game.tasks(eval_episodes, EVAL_SEED), shuffle=False),
@@ -52,8 +54,18 @@ def run_game(name: str, seed: int, steps: int, eval_episodes: int, out: Path, ch
     learned = columns["trained"].low > columns["untrained"].high
     train_time = sum(record.get("time/step", 0.0) for record in result.history)
     trained_steps = sum(record.get("tokens/trained", 0.0) > 0 for record in result.history)
-    return {"game": name, "seed": seed, "metric": game.METRIC, "optimum": game.OPTIMUM, "columns": cell, "learned": learned,
-            "train_s": train_time, "wall_s": wall, "steps": len(result.history), "steps_that_trained": trained_steps}
+    return {
+        "game": name,
+        "seed": seed,
+        "metric": game.METRIC,
+        "optimum": game.OPTIMUM,
+        "columns": cell,
+        "learned": learned,
+        "train_s": train_time,
+        "wall_s": wall,
+        "steps": len(result.history),
+        "steps_that_trained": trained_steps,
+    }
 
 
 def interval(values: list[float]) -> str:
@@ -62,13 +74,20 @@ def interval(values: list[float]) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| game | seed | metric | untrained | trained | baselines | optimum | learns | train s |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| game | seed | metric | untrained | trained | baselines | optimum | learns | train s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        baselines = "; ".join(f"{label} {interval(v)}" for label, v in row["columns"].items() if label not in ("untrained", "trained"))
+        baselines = "; ".join(
+            f"{label} {interval(v)}" for label, v in row["columns"].items() if label not in ("untrained", "trained")
+        )
         optimum = "-" if row["optimum"] is None else f"{row['optimum']:.3f}"
+        untrained, trained = interval(row["columns"]["untrained"]), interval(row["columns"]["trained"])
+        learns = "yes" if row["learned"] else "no"
         lines.append(
-            f"| {row['game']} | {row['seed']} | {row['metric']} | {interval(row['columns']['untrained'])} | {interval(row['columns']['trained'])} "
-            f"| {baselines} | {optimum} | {'yes' if row['learned'] else 'no'} | {row['train_s']:.0f} |"
+            f"| {row['game']} | {row['seed']} | {row['metric']} | {untrained} | {trained} | {baselines} | {optimum} "
+            f"| {learns} | {row['train_s']:.0f} |"
         )
     learned = sum(row["learned"] for row in rows)
     lines.append(f"\n{learned} of {len(rows)} (game, seed) runs learn: trained's interval entirely above untrained's.")
@@ -82,7 +101,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="training steps of every game (one budget for all)")
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument("--out", type=Path, default=Path("runs/learning_suite"))
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="change an algorithm default (YAML value)")
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="the base model of every game (and opponent)")
+    parser.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="change an algorithm default (YAML value)"
+    )
     args = parser.parse_args()
     changes = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     sys.path.insert(0, str(HERE))
@@ -90,9 +112,11 @@ def main() -> None:
     rows = []
     for name in args.games:
         for seed in args.seeds:
-            rows.append(run_game(name, seed, args.steps, args.eval_episodes, args.out, changes))
+            rows.append(run_game(name, seed, args.steps, args.eval_episodes, args.out, changes, args.model))
             print(json.dumps(rows[-1]), flush=True)
-            (args.out / "results.json").write_text(json.dumps({"changes": changes, "steps": args.steps, "rows": rows}, indent=1))
+            (args.out / "results.json").write_text(
+                json.dumps({"changes": changes, "steps": args.steps, "rows": rows}, indent=1)
+            )
     print(table(rows))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sparring import WorkflowOutput
 
-from common import ask, random_option, seeded_tasks
+from game_kit import ask, random_option, seeded_tasks
 
 GATES = {"red": "north", "green": "south", "blue": "east"}
 CARGO = {"north": "salt", "south": "wool", "east": "iron"}
@@ -31,4 +31,6 @@ async def workflow(task: dict, model, auxiliary_models: dict) -> WorkflowOutput:
     carried = (await courier([{"role": "user", "content": load}], choices=cargo)).content.strip()
     legs = {"navigator": float(gate == GATES[task["colour"]]), "courier": float(carried == CARGO[gate])}
     success = legs["navigator"] * legs["courier"]
-    return WorkflowOutput(reward=legs, metrics={"success": success, **{f"{agent}_right": value for agent, value in legs.items()}})
+    return WorkflowOutput(
+        reward=legs, metrics={"success": success, **{f"{agent}_right": value for agent, value in legs.items()}}
+    )

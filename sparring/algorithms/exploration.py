@@ -41,5 +41,7 @@ def weight_advantages(advantages: Advantages, weights: list[float]) -> Advantage
     weighted: Advantages = {}
     for (episode_index, agent), advantage in advantages.items():
         weight = weights[episode_index]
-        weighted[(episode_index, agent)] = [weight * value for value in advantage] if isinstance(advantage, list) else weight * advantage
+        weighted[(episode_index, agent)] = (
+            [weight * value for value in advantage] if isinstance(advantage, list) else weight * advantage
+        )
     return weighted

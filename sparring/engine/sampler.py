@@ -25,8 +25,11 @@ skip all of it.
 Returned logprobs are the model's own (temperature 1, no top-k/top-p), the
 same quantity the learner computes, so importance ratios start at 1; at
 temperature 1 they reuse the normaliser the draw already computed instead of
-a log_softmax over the vocabulary. Per-row parameters become tensors once,
-and again only when rows are dropped.
+a log_softmax over the vocabulary. Where a row draws from another distribution
+(a temperature, top-k/p, or `exploration`: a constrained row's draw mixed with
+the uniform over its allowed tokens), its `behaviour_logprobs` are that
+distribution's, so the trainer can weight the update back to the policy.
+Per-row parameters become tensors once, and again only when rows are dropped.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     behaviour_logprobs: list[float] = field(default_factory=list)
-    """Logprob of each drawn token under the distribution it was drawn from (equal to `logprobs` where that was the model's)."""
+    """Logprob of each drawn token under the distribution it was drawn from (`logprobs` where that was the model's)."""
     allowed: list[list[int]] = field(default_factory=list)
     """The encoded allowed set of each drawn token (constrained rows only)."""
     stop_reason: str | None = None
@@ -130,7 +133,9 @@ class _RowSettings:
         )
 
 
-def _draw(logits_R_V: torch.Tensor, settings: _RowSettings, uniform_R: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def _draw(
+    logits_R_V: torch.Tensor, settings: _RowSettings, uniform_R: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One token per row, its logprob under the model's own distribution (temperature 1, unfiltered), and its logprob
     under the distribution it was drawn from (None where that is the model's own for every row).
 
@@ -148,7 +153,8 @@ def _draw(logits_R_V: torch.Tensor, settings: _RowSettings, uniform_R: torch.Ten
     if settings.exploration_R is not None:
         allowed_R_V = torch.isfinite(logits_R_V).to(weights_R_V.dtype)
         share_R_1 = settings.exploration_R[:, None]
-        weights_R_V = (1 - share_R_1) * weights_R_V / weights_R_V.sum(-1, keepdim=True) + share_R_1 * allowed_R_V / allowed_R_V.sum(-1, keepdim=True)
+        policy_R_V = weights_R_V / weights_R_V.sum(-1, keepdim=True)
+        weights_R_V = (1 - share_R_1) * policy_R_V + share_R_1 * allowed_R_V / allowed_R_V.sum(-1, keepdim=True)
     drawn_R_V = weights_R_V if settings.exploration_R is not None or scaled_R_V is not logits_R_V else None
     tokens_R, mass_R = _invert_cdf(weights_R_V, uniform_R)
     if settings.greedy_R is not None:
@@ -161,7 +167,7 @@ def _draw(logits_R_V: torch.Tensor, settings: _RowSettings, uniform_R: torch.Ten
     if drawn_R_V is None:
         return tokens_R, logprobs_R, None
     behaviour_R = (drawn_R_V.gather(-1, tokens_R[:, None]).squeeze(-1) / mass_R).log()
-    if settings.greedy_R is not None:  # a greedy row's draw is no distribution to correct for: it counts as the model's
+    if settings.greedy_R is not None:  # a greedy draw is no distribution to correct for: it counts as the model's
         behaviour_R = torch.where(settings.greedy_R, logprobs_R, behaviour_R)
     return tokens_R, logprobs_R, behaviour_R
 
@@ -360,9 +366,10 @@ def generate(
         uniform_R = torch.cat([torch.rand(1, generator=row_generators[i]) for i in live]).to(device)
         logits_R_V, allowed_of_slot = _constrain(logits_R_V, rows, live)
         tokens_R, logprobs_R, behaviour_R = _draw(logits_R_V, settings, uniform_R)
-        behaviours = logprobs_R.tolist() if behaviour_R is None else behaviour_R.tolist()
+        logprobs = logprobs_R.tolist()
+        behaviours = logprobs if behaviour_R is None else behaviour_R.tolist()
         keep = []
-        for slot, (row_index, token, logprob) in enumerate(zip(live, tokens_R.tolist(), logprobs_R.tolist())):
+        for slot, (row_index, token, logprob) in enumerate(zip(live, tokens_R.tolist(), logprobs)):
             row = rows[row_index]
             if row.stop_reason is not None:  # finished, but its cache row is not dropped yet
                 continue
@@ -403,7 +410,10 @@ def generate(
     for job in jobs:
         sequences = [
             SampledSequence(
-                stop_reason=row.stop_reason or "length", tokens=row.tokens, logprobs=row.logprobs, allowed_tokens=row.allowed if job.constraint else None,
+                stop_reason=row.stop_reason or "length",
+                tokens=row.tokens,
+                logprobs=row.logprobs,
+                allowed_tokens=row.allowed if job.constraint else None,
                 behaviour_logprobs=None if row.behaviour_logprobs == row.logprobs else row.behaviour_logprobs,
             )
             for row in rows[cursor : cursor + job.num_samples]

@@ -49,7 +49,7 @@ class RunnerError(RuntimeError):
 class RunnerSettings:
     """How episodes are run."""
 
-    group_size: int = 8
+    group_size: int = 4
     """Episodes per task; they share an advantage baseline."""
     max_concurrency: int = 64
     """Most episodes running at once."""

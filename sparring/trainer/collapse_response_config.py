@@ -40,4 +40,6 @@ class CollapseResponseConfig(ConfigRecord):
         logged = [record[EXPLORATION_METRIC] for record in previous_metrics if EXPLORATION_METRIC in record]
         exploration = logged[-1] if logged else base
         high = max(self.max_exploration, base)
-        return CollapseResponse(base, self.zero_variance_bound, self.patience, self.factor, self.min_exploration, high, exploration)
+        return CollapseResponse(
+            base, self.zero_variance_bound, self.patience, self.factor, self.min_exploration, high, exploration
+        )

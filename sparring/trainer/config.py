@@ -57,7 +57,7 @@ from .schema import ConfigRecord
 if TYPE_CHECKING:
     from ..types import AdamParams
 
-RUNNER_DEFAULTS = {"group_size": 8, "max_concurrency": 64, "episode_timeout_s": 300.0, "error_reward": -0.1}
+RUNNER_DEFAULTS = {"group_size": 4, "max_concurrency": 64, "episode_timeout_s": 300.0, "error_reward": -0.1}
 """`rollout.RunnerSettings`'s defaults, stated here so that this module loads without the rollout package (and torch)."""
 
 _STRUCTURE_ONLY: ContextVar[bool] = ContextVar("structure_only", default=False)
@@ -176,15 +176,17 @@ class AlgorithmConfig(ConfigRecord):
     """Advantage estimator: a name in `sparring.algorithms.ADVANTAGE_ESTIMATORS` (multi_step_grpo credits every turn
     of an episode with its group-relative advantage), or the import path of a function
     `estimator(rewards_G, *, normalize_by_std) -> advantages_G` (see `algorithms.register_estimator`)."""
-    learning_rate: float = Field(default=1e-4, ge=0.0, le=MAX_LEARNING_RATE)
-    """AdamW step size for the LoRA weights (the peak, under a schedule)."""
+    learning_rate: float = Field(default=3e-4, ge=0.0, le=MAX_LEARNING_RATE)
+    """AdamW step size for the LoRA weights (the peak, under a schedule); 3e-4 was chosen on the learning suite
+    (docs/learning-suite.md): 1e-4 let noise turn the policy deterministic before context mattered."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     """How the step size moves over the run's steps: constant, or decaying from `learning_rate` at the first step
     towards 0 after the last, linearly or along a half cosine, so late steps move a trained policy less."""
     group_size: int = Field(default=RUNNER_DEFAULTS["group_size"], ge=1, le=MAX_GROUP_SIZE)
     """Episodes run per task; advantages compare episodes within a group."""
-    batch_size: int = Field(default=4, ge=1, le=MAX_BATCH_SIZE)
-    """Tasks per training step."""
+    batch_size: int = Field(default=16, ge=1, le=MAX_BATCH_SIZE)
+    """Tasks per training step. 16 tasks x 4 episodes, chosen on the learning suite over 4 x 8: an update that sees
+    many prompts moves the reply given the prompt, one that sees few moves the reply to every prompt."""
     loss_fn: str = "ppo"
     """Policy-gradient loss, as the Tinker API names it (one of `engine.losses.advantage_weighted_losses()`), or the
     import path of a function `loss(target_logprobs_M, inputs, config) -> loss_M` or a `LossSpec` (see
