@@ -155,6 +155,11 @@ class AdapterBank:
         save_file(state, str(path / "adapter_model.safetensors"), metadata={"format": "pt"})
         return path
 
+    def state_shapes(self, name: str) -> dict[str, tuple[int, ...]]:
+        """Tensor name -> shape of `name` as `save` writes it (to check a saved adapter fits before loading it)."""
+        state = get_peft_model_state_dict(self.peft_model, adapter_name=name, save_embedding_layers=False)
+        return {key: tuple(value.shape) for key, value in state.items()}
+
     def load_weights_into(self, name: str, path: str | Path) -> None:
         """Overwrite an existing adapter's weights from a PEFT directory of the same shape."""
         state = load_file(str(Path(path) / "adapter_model.safetensors"))

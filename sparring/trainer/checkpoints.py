@@ -12,8 +12,10 @@ atomically, so a run killed mid-save resumes from the previous one. Every
 file is written atomically (a temporary name, then a rename); the temporary
 files and folders a killed save leaves (names starting with '.') are removed
 when a run starts (`clean_interrupted_saves`). Resuming verifies the manifest
-and what the models' states hold before loading anything, and refuses a
-damaged checkpoint in one line naming the bad file. A checkpoint whose step
+and what the models' states hold before loading anything (adapter shapes
+against its config and the model, optimizer state against the adapter, the
+data position's fields: `checkpoint_contents.py`), and refuses a damaged
+checkpoint in one line naming the bad file. A checkpoint whose step
 was saved already (the end of a run whose last step was checkpointed) is not
 written again, so a kill then cannot damage it. When rollouts run ahead, the
 older weights a checkpoint names are deleted once no rollout needs them; the
@@ -48,11 +50,18 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
 from ..clients import RemoteTrainingClient
+from .checkpoint_contents import (
+    check_adapter_fits_model,
+    check_adapter_shapes,
+    check_data_position,
+    check_optimizer_state,
+)
 from .checkpoint_integrity import MANIFEST, CheckpointError, CheckpointSaveError, check_training_state, one_line, verify_manifest, write_atomically, write_manifest
 from .dataset import TaskStream
 
@@ -151,7 +160,7 @@ def final_adapters(run_dir: Path) -> dict[str, Path]:
 def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int, dict[int, dict[str, str]]]:
     """Verify the checkpoint (CheckpointError naming the bad file), then load it into the models, stream and RNGs;
     returns its step and the older weights versions it names."""
-    state = verify_checkpoint(directory)
+    state = verify_checkpoint(directory, lambda key: _model_shapes(models.clients.get(key)))
     unknown = set(state["models"]) ^ set(models.clients)
     if unknown:
         raise CheckpointError(f"checkpoint {directory} holds models {sorted(state['models'])}, the config trains {sorted(models.clients)}")
@@ -164,7 +173,10 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int
         models.load_snapshot(name, snapshot["path"], snapshot["step"])
     if models.league is not None and "league" in state:
         models.league.load_state_dict(state["league"])
-    stream.load_state_dict(state["data"])
+    try:
+        stream.load_state_dict(state["data"])
+    except ValueError as error:  # DatasetError too: another dataset than the run's
+        raise CheckpointError(f"{directory / 'trainer_state.json'}: {one_line(error)}") from None
     rng = _read_rng(directory)
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])
@@ -172,8 +184,12 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int
     return int(state["step"]), {int(version): paths for version, paths in state.get("versions", {}).items()}
 
 
-def verify_checkpoint(directory: Path) -> dict:
-    """The checkpoint's trainer state, once its manifest and its local models' states check out; CheckpointError otherwise."""
+def verify_checkpoint(directory: Path, model_shapes: Callable[[str], dict | None] | None = None) -> dict:
+    """The checkpoint's trainer state, once its manifest and its local models' states check out; CheckpointError
+    otherwise.
+
+    `model_shapes` gives, for a model key, its adapter's tensor shapes (None when unknown): the saved adapter must
+    match them."""
     run_dir = directory.parent.parent
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint {directory} is missing")
@@ -185,11 +201,25 @@ def verify_checkpoint(directory: Path) -> dict:
         step, models = int(state["step"]), dict(state["models"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"{state_file}: unreadable ({type(error).__name__}: {error})") from None
+    check_data_position(state_file, state.get("data"))
     for key, path in models.items():
         if state.get("backends", {}).get(key, "local") == "local":
             check_training_state(Path(path), step)
+            shapes = check_adapter_shapes(Path(path))
+            expected = model_shapes(key) if model_shapes is not None else None
+            if expected is not None:
+                check_adapter_fits_model(Path(path), expected)
+            check_optimizer_state(Path(path), shapes)
     _read_rng(directory)
     return state
+
+
+def _model_shapes(client) -> dict | None:
+    """A local model's adapter tensor shapes, read on its engine; None for a model elsewhere (or unknown)."""
+    engine = getattr(client, "engine", None)
+    if engine is None:
+        return None
+    return engine.call(lambda: engine.bank.state_shapes(client.adapter)).result()
 
 
 def _read_rng(directory: Path) -> dict:
