@@ -119,6 +119,14 @@ def train(
             what = "does not exist" if not resume.exists() else "holds no run (no config.yaml)"
             typer.echo(f"error: --resume {resume}: the folder {what}; give a run directory that `sparring train` wrote", err=True)
             raise typer.Exit(2)
+        if config is not None and not _same_file(config, resume / "config.yaml"):
+            own = resume / "config.yaml"
+            typer.echo(
+                f"error: --resume {resume} runs that run's own config ({own}), so {config} would be ignored: "
+                "drop it to continue the run (change a setting with --set), or drop --resume to start a new run",
+                err=True,
+            )
+            raise typer.Exit(2)
         config = resume / "config.yaml"
     shortcuts = {"train_dataset.total_steps": steps, "algorithm.eval_tasks": eval_tasks}
     overrides = [*overrides, *(f"{field}={value}" for field, value in shortcuts.items() if value is not None)]
@@ -158,6 +166,14 @@ def train(
         typer.echo(f"comparison: {result.run_dir / 'evaluation.json'}")
     typer.echo(f"reward curve: {result.reward_plot_path} (and reward.svg beside it)")
     typer.echo(f"report (open in a browser): {result.report_path}")
+
+
+def _same_file(given: Path, saved: Path) -> bool:
+    """Whether the config given beside --resume is the run's own config.yaml (the same file)."""
+    try:
+        return given.resolve().samefile(saved)
+    except OSError:
+        return False
 
 
 def _saved_so_far(run_dir: Path | None) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from sparring.cli import app
+from sparring.cli import _same_file, app
 from sparring.logging import read_metrics
 
 runner = CliRunner()
@@ -75,6 +75,21 @@ def test_resume_from_the_run_directory_alone(tmp_path, tiny_model_dir):
     assert result.exit_code == 0, result.output
     assert "2 steps" in result.output
     assert [m["step"] for m in read_metrics(tmp_path / "run") if "reward/mean" in m] == [1, 2]
+
+
+def test_resume_with_another_config_file_is_refused_in_one_line_naming_both(tmp_path, tiny_model_dir, monkeypatch):
+    config = write_config(tmp_path, tiny_model_dir)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(config.read_text())
+    result = runner.invoke(app, ["train", str(config), "--resume", str(run)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(config) in lines[0], result.output
+    assert str(run / "config.yaml") in lines[0] and "ignored" in lines[0], result.output
+    monkeypatch.chdir(tmp_path)
+    assert _same_file(Path("run/config.yaml"), run / "config.yaml")  # the run's own config, however spelled
+    assert not _same_file(config, run / "config.yaml")
 
 
 def test_eval_shows_win_rates_per_agent_but_not_their_rewards(tmp_path, tiny_model_dir):
