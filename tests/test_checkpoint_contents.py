@@ -1,6 +1,7 @@
 """What a checkpoint holds is checked before a resume trains on it, even when its manifest matches: an adapter tensor
 of the wrong shape (against its config or the model), an optimizer state of another adapter and a malformed data
-position are each refused in one line naming the file, not a traceback from PEFT, torch or the task stream."""
+position are each refused in one line naming the file, not a traceback from PEFT, torch or the task stream. A torn
+last line of metrics.jsonl is repaired on resume from the step's record the checkpoint kept, and said."""
 
 import json
 import os
@@ -13,7 +14,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
-from sparring.trainer import CheckpointError
+from sparring.logging import read_metrics
+from sparring.trainer import CheckpointError, load_config_file, run_training
 from sparring.trainer.checkpoint_integrity import write_manifest
 from sparring.trainer.checkpoints import latest_checkpoint, verify_checkpoint
 
@@ -136,3 +138,26 @@ def test_sparring_train_resume_refuses_damaged_contents_in_one_line(run_dir, dam
     lines = [line for line in resumed.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), resumed.stderr
     assert str(target) in lines[0], resumed.stderr
+
+
+def test_a_torn_last_metrics_line_is_repaired_on_resume_from_the_checkpoint_and_said(tiny_model_dir, tmp_path, caplog):
+    run = tmp_path / "run"
+    settings = {"group_size": 2, "batch_size": 2, "save_interval_steps": 1, "allow_nothing_trained": True}
+    tune(
+        token_sum,
+        train_dataset=DatasetConfig(tasks=[{"prompt": f"say {i}"} for i in range(4)], total_steps=1),
+        model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=2),
+        algorithm=AlgorithmConfig(learning_rate=1e-2, drop_zero_variance_groups=False, **settings),
+        run_dir=run,
+        logging=LoggingConfig(console=False, tensorboard=False),
+    )
+    metrics = run / "metrics.jsonl"
+    (logged,) = read_metrics(metrics)
+    metrics.write_text(metrics.read_text()[: len(metrics.read_text()) // 2])  # the step's line, cut mid-write
+    with caplog.at_level("WARNING", logger="sparring.logging.metrics"):
+        config = load_config_file(run / "config.yaml", ["train_dataset.total_steps=2"])
+        run_training(config, workflow=token_sum, resume=str(run))
+    records = read_metrics(metrics)
+    assert [record["step"] for record in records] == [1, 2] and records[0] == logged
+    said = [record.message for record in caplog.records if "torn" in record.message]
+    assert len(said) == 1 and "wrote step 1's metrics back from the checkpoint" in said[0], said

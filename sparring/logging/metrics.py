@@ -83,10 +83,40 @@ def mean_metrics(dicts: list[dict[str, float]], prefix: str = "") -> dict[str, f
     return {prefix + key: totals[key] / counts[key] for key in totals}
 
 
+def repair_torn_end(path: Path, step: int, saved: dict | None, checkpoint: Path) -> bool:
+    """On resume from `checkpoint` (after `step` steps): a torn last line of metrics.jsonl (a crash or a full disk
+    mid-write) is dropped, and when the records then lack the checkpoint's own step record (`saved`, the one the
+    checkpoint kept) it is written back; one warning line says what was done. True when the file was torn."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] if path.exists() else []
+    try:
+        if lines:
+            json.loads(lines[-1])
+        return False
+    except json.JSONDecodeError:
+        records = _parse_lines("\n".join(lines[:-1]), path)
+    restored = saved is not None and saved not in records
+    _write_records(path, [*records, saved] if restored else records)
+    if restored:
+        done = f"wrote step {step}'s metrics back from the checkpoint {checkpoint}"
+    elif saved is None and not any(record.get("step") == step for record in records):
+        done = f"step {step}'s metrics are lost: the checkpoint {checkpoint} predates checkpoints keeping them"
+    else:
+        done = "the steps after the checkpoint are re-run"
+    logger.warning("%s: its last line was torn (a crash mid-write): dropped it; %s", path, done)
+    return True
+
+
 def _drop_steps_after(path: Path, last_kept_step: int) -> None:
     """Rewrite ``path`` atomically without the records whose step is after ``last_kept_step``."""
     records = _parse_lines(path.read_text(encoding="utf-8"), path)
     kept = [record for record in records if record.get("step", -1) <= last_kept_step]
+    _write_records(path, kept)
+    if len(kept) < len(records):
+        logger.info("%s: dropped %d step(s) after step %d to resume", path, len(records) - len(kept), last_kept_step)
+
+
+def _write_records(path: Path, kept: list[dict]) -> None:
+    """Rewrite ``path`` atomically with ``kept``, one JSON line each."""
     file_descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(file_descriptor, "w", encoding="utf-8") as file:
@@ -98,8 +128,6 @@ def _drop_steps_after(path: Path, last_kept_step: int) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    if len(kept) < len(records):
-        logger.info("%s: dropped %d step(s) after step %d to resume", path, len(records) - len(kept), last_kept_step)
 
 
 class MetricsLogger:
@@ -159,8 +187,8 @@ class MetricsLogger:
         id_file.write_text(run.id)
         return run
 
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        """Record one step's metrics in every enabled sink."""
+    def log(self, step: int, metrics: dict[str, float]) -> dict:
+        """Record one step's metrics in every enabled sink; returns the record written to metrics.jsonl."""
         record = {"step": step, **{key: _json_scalar(value) for key, value in metrics.items()}}
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
         self._file.flush()
@@ -177,6 +205,7 @@ class MetricsLogger:
             self._wandb_run.log(numbers, step=step)
         if self.console:
             print(f"step {step}: " + " ".join(f"{key}={_format_number(value)}" for key, value in numbers.items()))
+        return record
 
     def close(self) -> None:
         """Flush and close every sink; safe to call twice."""

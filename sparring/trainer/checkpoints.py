@@ -92,14 +92,14 @@ class ResumePoint:
         return cls(data=stream.state_dict(), rng=rng, snapshots=snapshots, league=league)
 
 
-def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint) -> Path:
+def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint, metrics: dict | None = None) -> Path:
     """Write the checkpoint of `step` (unless a complete one is there: the weights have not changed since) and point
-    `latest.json` at it."""
+    `latest.json` at it; `metrics` is the step's metrics.jsonl record, kept to repair a torn last line."""
     directory = run_dir / "checkpoints" / f"step_{step:06d}"
     before = _pointed_at(run_dir)
     try:
         if not (directory / MANIFEST).exists():
-            _write_checkpoint(run_dir, directory, step, models, point)
+            _write_checkpoint(run_dir, directory, step, models, point, metrics)
         write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
     except (OSError, RuntimeError) as error:  # a full disk, a read-only folder, a service that failed to save
         where = getattr(error, "filename", None) or directory
@@ -109,7 +109,9 @@ def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint) -> Pat
     return directory
 
 
-def _write_checkpoint(run_dir: Path, directory: Path, step: int, models, point: ResumePoint) -> None:
+def _write_checkpoint(
+    run_dir: Path, directory: Path, step: int, models, point: ResumePoint, metrics: dict | None
+) -> None:
     """The models' training states, RNGs, trainer state, then the manifest: each file atomically."""
     directory.mkdir(parents=True, exist_ok=True)
     futures = {key: client.save_state(f"run-step-{step:06d}") for key, client in models.clients.items()}
@@ -121,6 +123,8 @@ def _write_checkpoint(run_dir: Path, directory: Path, step: int, models, point: 
     state = {"step": step, "models": model_paths, "backends": backends, "data": point.data, "snapshots": point.snapshots}
     if point.league:
         state["league"] = point.league
+    if metrics is not None:
+        state["metrics"] = metrics
     if point.versions:
         state["versions"] = {str(version): paths for version, paths in sorted(point.versions.items())}
     sources = [directory / "trainer_state.json", directory / "rng.pt", *_local_paths(state)]

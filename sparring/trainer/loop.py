@@ -41,6 +41,7 @@ report (`report.html`, see `sparring.logging.report`) are written.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from typing import Sequence
 
 from ..algorithms import CollapseResponse, EntropySteering
 from ..logging import ConsoleProgress, MetricsLogger, TrainingProgress, read_metrics, write_report, write_reward_plot, write_reward_png
+from ..logging.metrics import METRICS_FILE, repair_torn_end
 from ..rollout import Episode, run_episodes
 from .best_adapter import Validation
 from .checkpoints import clean_interrupted_saves, latest_checkpoint, restore_checkpoint
@@ -135,6 +137,8 @@ async def run_training_async(
         checkpoint = latest_checkpoint(run_dir) if resume else None
         if checkpoint is not None:
             start_step, saved_versions = restore_checkpoint(checkpoint, run.models, run.stream)
+            saved_metrics = json.loads((checkpoint / "trainer_state.json").read_text()).get("metrics")
+            repair_torn_end(run_dir / METRICS_FILE, start_step, saved_metrics, checkpoint)
             log.info("resumed %s at step %d", run_dir, start_step)
         every_hook = [*run.step_hooks, *hooks]
         teach_first = config.warm_start is not None and checkpoint is None  # a checkpoint holds the warm start's result

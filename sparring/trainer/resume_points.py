@@ -3,7 +3,8 @@
 `ResumePoints` records the `ResumePoint` of a step (the task stream, RNGs and
 opponents as its rollout is about to start: `checkpoints.py`) the first time
 the run reaches it, and forgets it once a later step has finished. The
-checkpoint after `s` steps holds the point of step `s`, from which a resumed
+checkpoint after `s` steps holds the point of step `s` (and the metrics
+record of step `s`, to repair a torn metrics.jsonl), from which a resumed
 run goes on exactly; with rollouts running ahead of training the pipeline
 adds the older weights its pending rollouts sample (`FrozenVersions`). With
 `keep_checkpoints` only the newest checkpoints stay (`prune_oldest`).
@@ -41,6 +42,8 @@ class ResumePoints:
         """Step -> where its rollout starts, for each step reached and not yet outdated by a later finished step."""
         self.frozen: FrozenVersions | None = None
         """The pipeline's older weights, when rollouts run ahead of training; None on-policy."""
+        self.logged: dict[int, dict] = {}
+        """Steps finished -> the record metrics.jsonl got for it, kept in its checkpoint (to repair a torn line)."""
         self.reach(first_step)
 
     def reach(self, step: int) -> None:
@@ -48,18 +51,21 @@ class ResumePoints:
         evaluation and tasks."""
         self.reached.setdefault(step, ResumePoint.now(self.stream, self.models))
 
-    def advance(self, steps: int) -> None:
-        """`steps` steps have finished: reach the next one and forget the points of those before it."""
+    def advance(self, steps: int, logged: dict | None = None) -> None:
+        """`steps` steps have finished (`logged`: the metrics record of the last): reach the next one and forget the
+        points of those before it."""
         self.reach(steps)
         for outdated in [step for step in self.reached if step < steps]:
             del self.reached[outdated]
+        if logged is not None:
+            self.logged = {steps: logged}
 
     def checkpoint(self, steps: int) -> Path:
         """Write the checkpoint after `steps` steps."""
         point = self.reached[steps]
         if self.frozen is not None:
             point = dataclasses.replace(point, versions=self.frozen.pending_versions(steps))
-        saved = save_checkpoint(self.run_dir, steps, self.models, point)
+        saved = save_checkpoint(self.run_dir, steps, self.models, point, self.logged.get(steps))
         if self.keep is not None:
             prune_oldest(self.run_dir, self.keep)
         return saved

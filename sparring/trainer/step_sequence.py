@@ -160,10 +160,10 @@ class StepSequence:
             metrics.update(await call_hook(hook.after_training, StepEnd(step, dict(metrics), episodes)) or {})
         metrics.update(self.meter.take().metrics())
         self.record.history.append(metrics)
-        self.logger.log(step + 1, metrics)
+        logged = self.logger.log(step + 1, metrics)
         self.progress.update(step + 1, metrics)
         self.record.steps = step + 1
-        self.points.advance(step + 1)
+        self.points.advance(step + 1, logged)
         if self.algorithm.save_interval_steps and (step + 1) % self.algorithm.save_interval_steps == 0:
             if self.points.frozen is None:
                 self.points.checkpoint(step + 1)
