@@ -140,3 +140,32 @@ def test_raising_hanging_and_blocking_episodes_become_errors_and_the_rest_trains
     metrics = read_metrics(tmp_path / "run")[0]
     assert metrics["episode/error_rate"] == pytest.approx(0.75) and metrics["tokens/trained"] > 0 and "train/loss" in metrics
     assert metrics["time/rollout"] < 120  # the hanging and blocked workers (600 s) were abandoned, the step went on
+
+
+async def exits_the_process(task, model, auxiliary_models):
+    said = await model([{"role": "user", "content": task["topic"]}])
+    if task["topic"] == "os._exit":
+        os._exit(3)  # in process this would end the run; on Ray it ends only this episode's worker
+    return WorkflowOutput(reward=float(len(said.tokens)))
+
+
+def test_os_exit_in_an_episode_on_ray_ends_only_its_worker_and_is_an_error_episode(cluster, tiny_model_dir, tmp_path):
+    topics = ["fine", "os._exit"]
+    result = tune(
+        workflow_func=exits_the_process,
+        train_dataset=DatasetConfig(tasks=[{"task_id": topic, "topic": topic} for topic in topics], total_steps=2),
+        model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
+        algorithm=AlgorithmConfig(
+            algorithm_type="reinforce", drop_zero_variance_groups=False, group_size=2, batch_size=2,
+            episode_timeout_s=30, error_reward=-0.5, runner="ray",
+        ),
+        run_dir=tmp_path / "run",
+        logging=QUIET,
+    )
+    assert result.steps == 2 and not result.interrupted
+    for step in (0, 1):
+        rows = read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")
+        errors = {row["task_id"]: row["error"] for row in rows}
+        assert errors["fine"] is None and errors["os._exit"], errors
+        assert {row["task_id"]: row["error_kind"] for row in rows}["os._exit"] == "exception"
+        assert errors["os._exit"].startswith("WorkerCrashedError"), errors
