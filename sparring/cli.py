@@ -400,6 +400,12 @@ def serve(
     adapter: List[str] = typer.Option([], help="NAME=PATH: also serve the PEFT adapter at PATH as model NAME on the OpenAI API (repeatable)."),
     max_request_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a forward_backward batch (default 1048576)."),
     drain_s: Optional[float] = typer.Option(None, min=0.0, help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server exits (default 10)."),
+    header_timeout_s: Optional[float] = typer.Option(
+        None, min=0.001, help="Seconds a client may take to send a request's headers; then it is closed (default 10)."
+    ),
+    body_timeout_s: Optional[float] = typer.Option(
+        None, min=0.001, help="Seconds a client may take to send a request's body after its headers (default 120)."
+    ),
     tokenizer_cache: Optional[Path] = typer.Option(
         None,
         help="Hugging Face hub cache to write each served name's tokenizer into (default $SPARRING_HOME/hub), so a client "
@@ -413,6 +419,7 @@ def serve(
     """
     from .models import sparring_home
     from .server import ServerLimits, create_app, parse_served_base, serve_until_stopped
+    from .server.read_timeouts import ReadTimeouts
 
     host = host.removeprefix("[").removesuffix("]")  # [::1] as a URL writes it
     if not _is_loopback(host) and not api_key:
@@ -423,6 +430,7 @@ def serve(
         typer.echo(f"error: --adapter takes NAME=PATH, got {adapter}", err=True)
         raise typer.Exit(2)
     given = {"max_request_tokens": max_request_tokens, "drain_s": drain_s}
+    given |= {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s}
     limits = ServerLimits(**{name: value for name, value in given.items() if value is not None})
     tokenizer_cache = tokenizer_cache or sparring_home() / "hub"
     try:
@@ -439,7 +447,8 @@ def serve(
         typer.echo(f"tokenizer of {entry.name}: not written, {entry.skipped}" if entry.skipped else f"tokenizer of {entry.name}: {entry.snapshot}{markers}")
     if any(not entry.skipped for entry in server_app.state.tokenizer_entries):
         typer.echo(f"clients find these tokenizers by name offline with: HF_HUB_CACHE={tokenizer_cache} HF_HUB_OFFLINE=1")
-    serve_until_stopped(server_app, host, port, server_app.state.drain_clock)
+    timeouts = ReadTimeouts(header_s=limits.header_timeout_s, body_s=limits.body_timeout_s)
+    serve_until_stopped(server_app, host, port, server_app.state.drain_clock, timeouts)
 
 
 def _is_loopback(host: str) -> bool:

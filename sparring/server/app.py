@@ -29,6 +29,7 @@ from typing import Mapping, Sequence
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
 from ..clients import ServiceClient
 from ..engine import EngineConfig
@@ -155,6 +156,13 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(WireError)
     async def wire_error(request: Request, error: WireError):
         return JSONResponse({"detail": error.message}, status_code=error.status)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, error: ClientDisconnect):
+        # the client left (or was closed for sending its body too slowly, `read_timeouts.py`): nobody reads this
+        path = request.url.path
+        logger.info("%s %s: the client disconnected before its request body was complete", request.method, path)
+        return JSONResponse({"detail": "the client disconnected before its request body was complete"}, status_code=400)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError):

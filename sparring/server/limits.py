@@ -65,6 +65,10 @@ class ServerLimits(BaseModel):
     max_body_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
     """Largest request body accepted on any route (HTTP 413 beyond it); each route's own bound (`body_limit`) is lower."""
     drain_s: float = Field(default=10.0, ge=0.0)
+    header_timeout_s: float = Field(default=10.0, gt=0.0)
+    """Seconds a client may take to send a request's headers (from connecting, or the last response); then closed."""
+    body_timeout_s: float = Field(default=120.0, gt=0.0)
+    """Seconds a client may take to send a request's body once its headers are in; then its connection is closed."""
     """On SIGTERM, how long in-flight requests may still finish before they are cancelled and the server exits."""
 
     def body_limit(self, path: str) -> int:

@@ -8,6 +8,8 @@ cancels the rest (a sampling request stops at its next decode step), and the
 process exits. Whatever still holds it past the deadline plus
 `HARD_EXIT_GRACE_S` (an operation that cannot be interrupted, such as one
 long forward pass) is cut short: the process exits anyway, with status 1.
+While it serves, a connection that sends a request's headers or body too
+slowly is closed (`read_timeouts.py`, `serve --header-timeout-s/--body-timeout-s`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+
+from .limits import ServerLimits
+from .read_timeouts import ReadTimeouts, read_timeout_protocol
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +49,24 @@ class DrainClock:
         return max(self.deadline - time.monotonic(), 0.0)
 
 
-def serve_until_stopped(app, host: str, port: int, clock: DrainClock) -> None:
-    """Serve `app` with uvicorn until SIGTERM/SIGINT, then drain for `clock.drain_s` and return (or exit hard)."""
+def uvicorn_config(app, host: str, port: int, drain_s: float, timeouts: ReadTimeouts):
+    """How `sparring serve` runs uvicorn: h11, closing connections that send requests too slowly (`read_timeouts`)."""
     import uvicorn
+
+    return uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=max(drain_s, 0.1),
+        http=read_timeout_protocol(timeouts),
+    )
+
+
+def serve_until_stopped(app, host: str, port: int, clock: DrainClock, timeouts: ReadTimeouts | None = None) -> None:
+    """Serve `app` with uvicorn until SIGTERM/SIGINT, then drain for `clock.drain_s` and return (or exit hard);
+    `timeouts` bound how long a client may take to send a request (the `ServerLimits` defaults without it)."""
+    import uvicorn
+
+    if timeouts is None:
+        defaults = ServerLimits()
+        timeouts = ReadTimeouts(header_s=defaults.header_timeout_s, body_s=defaults.body_timeout_s)
 
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
@@ -58,8 +78,7 @@ def serve_until_stopped(app, host: str, port: int, clock: DrainClock) -> None:
                 watchdog.start()
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=max(clock.drain_s, 0.1))
-    DrainingServer(config).run()
+    DrainingServer(uvicorn_config(app, host, port, clock.drain_s, timeouts)).run()
 
 
 def _exit_now(after_s: float) -> None:
