@@ -28,7 +28,8 @@ async def echo_length(scope, receive, send):
         if not message.get("more_body"):
             break
     answer = str(len(body)).encode()
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", str(len(answer)).encode())]})
+    headers = [(b"content-length", str(len(answer)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": answer})
 
 
@@ -89,14 +90,15 @@ def test_requests_sent_in_time_are_answered_on_one_connection(port):
 
 
 @pytest.mark.timeout(200)
-def test_sparring_serve_closes_slow_header_and_slow_body_connections_at_its_configured_timeouts(tiny_model_dir, tmp_path):
+def test_sparring_serve_closes_slow_header_and_slow_body_connections_at_its_timeouts(tiny_model_dir, tmp_path):
     from sparring_server import serving
 
     timeouts = ("--header-timeout-s", "1", "--body-timeout-s", "1.5")
     with serving(tiny_model_dir, tmp_path, api_key="k", extra_args=timeouts) as served:
         port = int(served.url.rsplit(":", 1)[1])
         assert 0.8 <= seconds_until_closed(port, b"GET /api/v1/healthz HTTP/1.1\r\nHost: a\r\n") < 2.5
-        headers = b"POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\nContent-Length: 100\r\n\r\n"
+        headers = b"POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\n"
+        headers += b"Content-Length: 100\r\n\r\n"
         assert 1.2 <= seconds_until_closed(port, headers + b'{"model": "') < 3.0
         with socket.create_connection(("127.0.0.1", port), timeout=5) as client:  # still serving
             client.sendall(b"GET /api/v1/healthz HTTP/1.1\r\nHost: a\r\n\r\n")
