@@ -21,7 +21,8 @@ stopped because every episode failed (`EpisodesFailingError`: too many such
 steps in a row, or all of them), because no step trained a token
 (`NothingTrainedError`), because a checkpoint is damaged or weights went NaN
 (`CheckpointError`) or because a file could not be written (a full disk) is
-one line with the reason and exit code 1. Ctrl-C / SIGTERM stop a run with a
+one line with the reason and exit code 1, and so is a `sparring run` in which
+episodes failed (a run in which no trainable agent spoke warns). Ctrl-C / SIGTERM stop a run with a
 checkpoint of its last completed step, one line with the resume command and
 exit code 130 / 143. The config is read and checked before torch and the
 trainer are imported (the commands import what they need), so a malformed one
@@ -190,6 +191,23 @@ def run(config: Path = CONFIG, overrides: List[str] = OVERRIDES, tasks: int = ty
     for episode in episodes:
         typer.echo(format_transcript(episode))
         typer.echo("")
+    _check_debug_episodes(episodes)
+
+
+def _check_debug_episodes(episodes) -> None:
+    """After `sparring run`'s transcripts: exit code 1 when episodes failed (how many, the first reason), a warning
+    when no trainable agent spoke (training on such episodes would learn nothing)."""
+    failed = [episode for episode in episodes if episode.failed]
+    if failed:
+        kind, reason = failed[0].failure
+        typer.echo(f"error: {len(failed)} of {len(episodes)} episodes failed (first: {(reason.splitlines() or [''])[0]} [{kind}]); fix the workflow", err=True)
+        raise typer.Exit(1)
+    if not any(episode.timelines for episode in episodes):
+        typer.echo(
+            "warning: no trainable agent spoke in any episode, so training on them would learn nothing; "
+            "the workflow must call the model it is given (or an agent of a trainable model)",
+            err=True,
+        )
 
 
 @app.command("eval")
