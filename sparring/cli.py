@@ -52,10 +52,23 @@ from .trainer.schema import ConfigError
 # Everything else (torch, transformers, the engine, the trainer) is imported inside the commands, after the config
 # checked out: a bad config is reported in a fraction of a second, not after seconds of imports.
 
+def _flags_without_a_type(option_class: type) -> None:
+    """`--help` lists a flag (`--overwrite`, `--help`) bare, not as `--overwrite <bool>`: it takes no value."""
+    shown = option_class.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    option_class.display_type_rich = display_type_rich
+
+
+if hasattr(typer.core, "TyperOption") and hasattr(typer.core.TyperOption, "display_type_rich"):
+    _flags_without_a_type(typer.core.TyperOption)
+
 app = typer.Typer(add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True)
 
 CONFIG = typer.Argument(..., help=f"The job's YAML config, or a game's name for its default config ({', '.join(GAMES)}).")
-OVERRIDES = typer.Option([], "--set", help="Override a field: --set algorithm.learning_rate=3e-5 (repeatable).")
+OVERRIDES = typer.Option([], "--set", metavar="<field=value>", help="Override a field: --set algorithm.learning_rate=3e-5 (repeatable).")
 
 
 def _show_version(shown: bool) -> None:
@@ -216,6 +229,7 @@ def evaluate(
     overrides: List[str] = OVERRIDES,
     adapter: Optional[List[Path]] = typer.Option(
         None,
+        metavar="<path>",
         help="A saved PEFT adapter to evaluate instead of the base model, at its own LoRA rank (configs with one trainable model). Repeat it to "
         "compare several, e.g. a run's snapshots, in one table: a column each, named by its folder; ▲ / ▼ compare the last.",
     ),
@@ -386,6 +400,7 @@ def export(
 def serve(
     model: List[str] = typer.Option(
         ["smollm2-135m-instruct"],
+        metavar="<model>",
         help="Base model: catalogue name, Hugging Face directory or .gguf file; NAME=SOURCE serves it under NAME "
         "(repeatable: every NAME answers with the one model loaded, e.g. --model Qwen/Qwen3.5-9B=smollm2-135m-instruct).",
     ),
@@ -399,7 +414,7 @@ def serve(
     ),
     device: str = typer.Option("cpu", help="torch device for the model ('cpu', 'cuda')."),
     base_dir: Optional[Path] = typer.Option(None, help="Where checkpoints saved through the API go (default $SPARRING_HOME/server); no client can read or write outside it."),
-    adapter: List[str] = typer.Option([], help="NAME=PATH: also serve the PEFT adapter at PATH as model NAME on the OpenAI API (repeatable)."),
+    adapter: List[str] = typer.Option([], metavar="<name=path>", help="NAME=PATH: also serve the PEFT adapter at PATH as model NAME on the OpenAI API (repeatable)."),
     max_request_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a forward_backward batch (default 1048576)."),
     drain_s: Optional[float] = typer.Option(None, min=0.0, help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server exits (default 10)."),
     tokenizer_cache: Optional[Path] = typer.Option(

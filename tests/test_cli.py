@@ -132,3 +132,11 @@ def test_steps_and_eval_tasks_make_a_short_run(tmp_path, tiny_model_dir):
     records = read_metrics(tmp_path / "run")
     assert [m["step"] for m in records if "reward/mean" in m] == [1, 2]
     assert [m["eval/episodes"] for m in records if "eval/episodes" in m] == [1, 1], "before and after training, one task each"
+
+
+def test_help_shows_flags_bare_and_list_options_by_their_items():
+    for command in ([], ["train"], ["run"], ["eval"], ["view"], ["export"], ["serve"], ["new"]):
+        shown = runner.invoke(app, [*command, "--help"], terminal_width=160)
+        assert shown.exit_code == 0, shown.output
+        assert "<bool>" not in shown.output and "list[" not in shown.output, shown.output
+    assert "--set               <field=value>" in runner.invoke(app, ["train", "--help"], terminal_width=160).output
