@@ -356,7 +356,7 @@ def test_two_training_steps_on_the_tiny_model(tiny_model_dir, tmp_path, opponent
     assert agents <= {"x", "o"} and agents
     windows = load_benchmark("tictactoe_tactics").tactics_in_rollouts(tmp_path / "run", window=1)
     policy_moves = [sum("completions" in row for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")) for step in (1, 2)]
-    assert [(w.first_step, w.moves) for w in windows] == [(0, policy_moves[0]), (1, policy_moves[1])]  # every move's board read back
+    assert [(w.first_step, w.moves) for w in windows] == [(1, policy_moves[0]), (2, policy_moves[1])]  # every move's board read back
     assert all(w.perfect <= w.tactical <= w.moves and w.uniform <= w.tactical for w in windows)
 
 
