@@ -75,7 +75,8 @@ def tactics_in_rollouts(run_dir: Path, window: int) -> list[TacticWindow]:
     """Per window of `window` steps, the tactical positions the trained side met in `run_dir`'s rollouts."""
     windows: dict[int, TacticWindow] = {}
     files = {int(path.stem.split("_")[1]): path for path in (run_dir / "rollouts").glob("step_*.jsonl")}
-    for number, step in sorted(one_based(sorted(files)).items(), key=lambda item: item[1]):  # steps from 1, old runs too
+    steps = one_based(sorted(files))  # steps from 1, older runs' step_0 files too
+    for number, step in sorted(steps.items(), key=lambda item: item[1]):
         path, index = files[number], (step - 1) // window
         counts = windows.setdefault(index, TacticWindow(first_step=index * window + 1))
         for row in read_rollouts(path):

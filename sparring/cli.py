@@ -213,7 +213,9 @@ def _check_debug_episodes(episodes) -> None:
     failed = [episode for episode in episodes if episode.failed]
     if failed:
         kind, reason = failed[0].failure
-        typer.echo(f"error: {len(failed)} of {len(episodes)} episodes failed (first: {(reason.splitlines() or [''])[0]} [{kind}]); fix the workflow", err=True)
+        first = (reason.splitlines() or [""])[0]
+        counted = f"{len(failed)} of {len(episodes)} episodes failed"
+        typer.echo(f"error: {counted} (first: {first} [{kind}]); fix the workflow", err=True)
         raise typer.Exit(1)
     if not any(episode.timelines for episode in episodes):
         typer.echo(

@@ -96,7 +96,8 @@ def read_run(run_dir: str | Path, rollout_steps: int | None = None) -> RunRecord
         records.metrics = read_metrics(run_dir)
     if (run_dir / EVALUATION_FILE).exists():
         records.evaluation = json.loads((run_dir / EVALUATION_FILE).read_text(encoding="utf-8"))
-    files = {int(found.group(1)): path for path in (run_dir / ROLLOUTS_DIR).glob("step_*.jsonl") if (found := _STEP_FILE.search(path.name))}
+    found_files = ((_STEP_FILE.search(path.name), path) for path in (run_dir / ROLLOUTS_DIR).glob("step_*.jsonl"))
+    files = {int(found.group(1)): path for found, path in found_files if found}
     steps = {number: files[found] for found, number in one_based(sorted(files)).items()}
     records.rollout_steps_total = len(steps)
     records.rollouts = {step: read_rollouts(steps[step]) for step in spread_steps(sorted(steps), rollout_steps)}

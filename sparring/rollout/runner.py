@@ -80,7 +80,8 @@ async def run_episodes(
 
     async def bounded(task: dict, group: int, sampling_seed: int | None) -> Episode:
         async with slots:
-            episode = await run_episode(episode_fn, task, group, make_tuner(), settings, judge, sampling_seed, warn=False)
+            tuner = make_tuner()
+            episode = await run_episode(episode_fn, task, group, tuner, settings, judge, sampling_seed, warn=False)
         if on_episode is not None:
             on_episode(episode)
         return episode
@@ -93,7 +94,8 @@ async def run_episodes(
 
 
 def warn_failures(episodes: list[Episode]) -> None:
-    """One warning per kind of failure among `episodes` (how many, on which tasks, the first error), not one an episode."""
+    """One warning per kind of failure among `episodes` (how many, on which tasks, the first error), not one an
+    episode."""
     by_kind: dict[str, list[Episode]] = {}
     for episode in episodes:
         if episode.error is not None:
@@ -104,12 +106,15 @@ def warn_failures(episodes: list[Episode]) -> None:
         others = len({episode.error for episode in failed}) - 1
         also = f" (and {others} other message{'s' * (others > 1)})" if others else ""
         plural = "s" * (len(tasks) > 1)
-        log.warning("%d of %d episodes failed (%s), task%s %s: %s%s", len(failed), len(episodes), kind, plural, shown, failed[0].error, also)
+        log.warning(
+            "%d of %d episodes failed (%s), task%s %s: %s%s",
+            len(failed), len(episodes), kind, plural, shown, failed[0].error, also,
+        )
 
 
 async def run_episode(
-    episode_fn: EpisodeFn, task: dict, group: int, tuner: ModelRouter, settings: RunnerSettings, judge: Callable | None, sampling_seed: int | None = None,
-    warn: bool = True,
+    episode_fn: EpisodeFn, task: dict, group: int, tuner: ModelRouter, settings: RunnerSettings, judge: Callable | None,
+    sampling_seed: int | None = None, warn: bool = True,
 ) -> Episode:
     """One episode; a failed one is logged (unless `warn` is off: `run_episodes` collapses its episodes' failures)."""
     recorder = EpisodeRecorder(sampling_seed=sampling_seed)

@@ -132,7 +132,9 @@ async def run_training_async(
             claim_run_folder(run_dir, resume=bool(resume), overwrite=overwrite)
             clean_interrupted_saves(run_dir)
 
-        run = resolve_run(config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume, checked=claim)
+        run = resolve_run(
+            config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume, checked=claim
+        )
         run_dir.mkdir(parents=True, exist_ok=True)
         start_step, saved_versions = 0, {}
         checkpoint = latest_checkpoint(run_dir) if resume else None

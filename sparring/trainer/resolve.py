@@ -71,8 +71,8 @@ class ResolvedRun:
 
 
 def resolve_run(
-    config: TuneConfig, workflow=None, judge=None, *, run_dir: Path, training: bool = False, evaluation: bool = False, write_config: bool = False,
-    checked: Callable[[], None] | None = None,
+    config: TuneConfig, workflow=None, judge=None, *, run_dir: Path, training: bool = False, evaluation: bool = False,
+    write_config: bool = False, checked: Callable[[], None] | None = None,
 ) -> ResolvedRun:
     """Import, load and build everything `config` names; `workflow`/`judge` objects take the place of its import paths.
 

@@ -126,7 +126,7 @@ def _valid_keys_at(root: type[BaseModel], location: Sequence[Any]) -> list[str]:
 
 
 def unknown_field(key: str, valid: Sequence[str], where: str) -> str:
-    """'unknown field; did you mean X?' with the closest valid name, else the valid names `where` (e.g. 'at algorithm')."""
+    """'unknown field; did you mean X?' with the closest valid name, else the valid names `where` ('at algorithm')."""
     close = difflib.get_close_matches(key, valid, n=1)
     if close:
         return f"unknown field; did you mean {close[0]}?"
