@@ -26,6 +26,7 @@ from pathlib import Path
 from sparring.algorithms.intervals import wilson_interval
 from sparring.envs.tictactoe.rules import Board, best_moves, is_tactical
 from sparring.logging import read_rollouts
+from sparring.logging.report import one_based
 
 _GRID = re.compile(r"([XO1-9])\|([XO1-9])\|([XO1-9])\n([XO1-9])\|([XO1-9])\|([XO1-9])\n([XO1-9])\|([XO1-9])\|([XO1-9])\n")
 
@@ -73,8 +74,11 @@ class TacticWindow:
 def tactics_in_rollouts(run_dir: Path, window: int) -> list[TacticWindow]:
     """Per window of `window` steps, the tactical positions the trained side met in `run_dir`'s rollouts."""
     windows: dict[int, TacticWindow] = {}
-    for step, path in sorted((int(path.stem.split("_")[1]), path) for path in (run_dir / "rollouts").glob("step_*.jsonl")):
-        counts = windows.setdefault(step // window, TacticWindow(first_step=step // window * window))
+    files = {int(path.stem.split("_")[1]): path for path in (run_dir / "rollouts").glob("step_*.jsonl")}
+    steps = one_based(sorted(files))  # steps from 1, older runs' step_0 files too
+    for number, step in sorted(steps.items(), key=lambda item: item[1]):
+        path, index = files[number], (step - 1) // window
+        counts = windows.setdefault(index, TacticWindow(first_step=index * window + 1))
         for row in read_rollouts(path):
             if "completions" not in row:
                 continue  # a scripted opponent's turns

@@ -21,7 +21,8 @@ stopped because every episode failed (`EpisodesFailingError`: too many such
 steps in a row, or all of them), because no step trained a token
 (`NothingTrainedError`), because a checkpoint is damaged or weights went NaN
 (`CheckpointError`) or because a file could not be written (a full disk) is
-one line with the reason and exit code 1. Ctrl-C / SIGTERM stop a run with a
+one line with the reason and exit code 1, and so is a `sparring run` in which
+episodes failed (a run in which no trainable agent spoke warns). Ctrl-C / SIGTERM stop a run with a
 checkpoint of its last completed step, one line with the resume command and
 exit code 130 / 143. The config is read and checked before torch and the
 trainer are imported (the commands import what they need), so a malformed one
@@ -51,10 +52,23 @@ from .trainer.schema import ConfigError
 # Everything else (torch, transformers, the engine, the trainer) is imported inside the commands, after the config
 # checked out: a bad config is reported in a fraction of a second, not after seconds of imports.
 
+def _flags_without_a_type(option_class: type) -> None:
+    """`--help` lists a flag (`--overwrite`, `--help`) bare, not as `--overwrite <bool>`: it takes no value."""
+    shown = option_class.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    option_class.display_type_rich = display_type_rich
+
+
+if hasattr(typer.core, "TyperOption") and hasattr(typer.core.TyperOption, "display_type_rich"):
+    _flags_without_a_type(typer.core.TyperOption)
+
 app = typer.Typer(add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True)
 
 CONFIG = typer.Argument(..., help=f"The job's YAML config, or a game's name for its default config ({', '.join(GAMES)}).")
-OVERRIDES = typer.Option([], "--set", help="Override a field: --set algorithm.learning_rate=3e-5 (repeatable).")
+OVERRIDES = typer.Option([], "--set", metavar="<field=value>", help="Override a field: --set algorithm.learning_rate=3e-5 (repeatable).")
 
 
 def _show_version(shown: bool) -> None:
@@ -206,6 +220,25 @@ def run(config: Path = CONFIG, overrides: List[str] = OVERRIDES, tasks: int = ty
     for episode in episodes:
         typer.echo(format_transcript(episode))
         typer.echo("")
+    _check_debug_episodes(episodes)
+
+
+def _check_debug_episodes(episodes) -> None:
+    """After `sparring run`'s transcripts: exit code 1 when episodes failed (how many, the first reason), a warning
+    when no trainable agent spoke (training on such episodes would learn nothing)."""
+    failed = [episode for episode in episodes if episode.failed]
+    if failed:
+        kind, reason = failed[0].failure
+        first = (reason.splitlines() or [""])[0]
+        counted = f"{len(failed)} of {len(episodes)} episodes failed"
+        typer.echo(f"error: {counted} (first: {first} [{kind}]); fix the workflow", err=True)
+        raise typer.Exit(1)
+    if not any(episode.timelines for episode in episodes):
+        typer.echo(
+            "warning: no trainable agent spoke in any episode, so training on them would learn nothing; "
+            "the workflow must call the model it is given (or an agent of a trainable model)",
+            err=True,
+        )
 
 
 @app.command("eval")
@@ -214,6 +247,7 @@ def evaluate(
     overrides: List[str] = OVERRIDES,
     adapter: Optional[List[Path]] = typer.Option(
         None,
+        metavar="<path>",
         help="A saved PEFT adapter to evaluate instead of the base model, at its own LoRA rank (configs with one trainable model). Repeat it to "
         "compare several, e.g. a run's snapshots, in one table: a column each, named by its folder; ▲ / ▼ compare the last.",
     ),
@@ -384,6 +418,7 @@ def export(
 def serve(
     model: List[str] = typer.Option(
         ["smollm2-135m-instruct"],
+        metavar="<model>",
         help="Base model: catalogue name, Hugging Face directory or .gguf file; NAME=SOURCE serves it under NAME "
         "(repeatable: every NAME answers with the one model loaded, e.g. --model Qwen/Qwen3.5-9B=smollm2-135m-instruct).",
     ),
@@ -397,7 +432,7 @@ def serve(
     ),
     device: str = typer.Option("cpu", help="torch device for the model ('cpu', 'cuda')."),
     base_dir: Optional[Path] = typer.Option(None, help="Where checkpoints saved through the API go (default $SPARRING_HOME/server); no client can read or write outside it."),
-    adapter: List[str] = typer.Option([], help="NAME=PATH: also serve the PEFT adapter at PATH as model NAME on the OpenAI API (repeatable)."),
+    adapter: List[str] = typer.Option([], metavar="<name=path>", help="NAME=PATH: also serve the PEFT adapter at PATH as model NAME on the OpenAI API (repeatable)."),
     max_request_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a forward_backward batch (default 1048576)."),
     drain_s: Optional[float] = typer.Option(None, min=0.0, help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server exits (default 10)."),
     header_timeout_s: Optional[float] = typer.Option(

@@ -115,7 +115,7 @@ def werewolf_job(tmp_path, tiny_model_dir) -> Job:
 def assert_trained_werewolves(run_dir) -> None:
     (record,) = [row for row in read_metrics(run_dir) if "reward/mean" in row]
     assert 0.0 <= record["workflow/success_rate"] <= 1.0 and "train/loss" in record
-    rows = read_rollouts(run_dir / "rollouts" / "step_0.jsonl")
+    rows = read_rollouts(run_dir / "rollouts" / "step_1.jsonl")
     trained = [row for row in rows if "agent" in row]
     assert not [row["error"] for row in trained if row["error"]]
     # Only werewolves train: 3 a game (the one on HTTP among them), each with a night call and a vote, 4 games.

@@ -359,7 +359,7 @@ def test_a_react_agent_workflow_trains_end_to_end(tiny_model_dir, tmp_path):
         logging=LoggingConfig(console=False, tensorboard=False),
     )
     assert result.steps == 2
-    rows = [row for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl") if "agent" in row]
+    rows = [row for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl") if "agent" in row]
     assert rows and {row["agent"] for row in rows} == {"solver"} and not any(row["error"] for row in rows)
     assert all(sum(row["loss_mask"]) > 0 and '"name": "multiply"' in row["text"] for row in rows)
     (path,) = result.sampler_paths.values()

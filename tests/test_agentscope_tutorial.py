@@ -110,7 +110,7 @@ def test_the_tutorial_trains_one_step_on_the_tiny_model(tiny_model_dir, tmp_path
     assert result.steps == 1
     (metrics,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"workflow/success"' in line]
     assert metrics["workflow/success"] == 1.0 and metrics["train/datums"] > 0  # every game played through, then trained
-    rows = [row for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl") if "agent" in row]
+    rows = [row for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl") if "agent" in row]
     assert len(rows) == 4 and not any(row["error"] for row in rows)  # 2 games x 2 werewolves, one sequence each
     assert all(row["num_calls"] >= 3 and sum(row["loss_mask"]) > 0 for row in rows)  # night, speech, vote at least
 

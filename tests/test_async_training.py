@@ -53,7 +53,8 @@ def checkpoint_adapter(run_dir: Path, step: int) -> Path:
 
 
 def sampled(run_dir: Path, step: int) -> list[tuple[list[int], list[int], list[float]]]:
-    """Each trained sequence of step `step`'s rollout: its tokens, where the policy sampled, and the sampler's logprobs."""
+    """Each trained sequence of step `step`'s rollout (1-based, as metrics.jsonl): its tokens, where the policy sampled,
+    and the sampler's logprobs."""
     rows = [row for row in read_rollouts(run_dir / "rollouts" / f"step_{step}.jsonl") if "agent" in row]
     return [(row["tokens"], [i for start, end in sampled_spans(row["loss_mask"]) for i in range(start, end)], row["logprobs"]) for row in rows]
 
@@ -86,13 +87,13 @@ def test_each_rollout_samples_the_weights_of_n_steps_before_and_evaluations_are_
     assert all(m["staleness/mean"] == m["staleness/max"] for m in metrics)
     assert [e["step"] for e in result.evaluations] == [0, 3, 5]
     scorer = ServiceClient(base_dir=tmp_path / "scoring").create_lora_training_client(str(tiny_model_dir), rank=4)
-    for step, version in [(1, 0), (2, 1), (4, 3)]:
+    for step, version in [(2, 0), (3, 1), (5, 3)]:
         sequences = sampled(run_dir, step)
         assert sequences
-        if version:  # the weights after `version` steps sampled this rollout; the newer weights of `step` did not
+        if version:  # the weights after `version` steps sampled this rollout; the newer weights of step - 1 did not
             assert largest_gap(scorer.create_sampling_client(str(checkpoint_adapter(run_dir, version))), sequences) < 2e-3
-        assert largest_gap(scorer.create_sampling_client(str(checkpoint_adapter(run_dir, step))), sequences) > 2e-2
-    assert largest_gap(scorer.create_sampling_client(str(checkpoint_adapter(run_dir, 3))), sampled(run_dir, 3)) < 2e-3  # a barrier: fresh weights
+        assert largest_gap(scorer.create_sampling_client(str(checkpoint_adapter(run_dir, step - 1))), sequences) > 2e-2
+    assert largest_gap(scorer.create_sampling_client(str(checkpoint_adapter(run_dir, 3))), sampled(run_dir, 4)) < 2e-3  # a barrier: fresh weights
     saved_versions = sorted(p.name for p in Path(json.loads((run_dir / "checkpoints" / "latest.json").read_text())["path"]).parent.parent.glob("lora-*/sampler_weights/version-*"))
     assert len(saved_versions) <= 3, saved_versions  # versions no rollout, snapshot or checkpoint needs are deleted
 
@@ -111,7 +112,7 @@ def test_a_resumed_run_with_rollouts_in_flight_is_the_run_never_stopped(tiny_mod
     assert [m["step"] for m in runs[1]] == [1, 2, 3, 4, 5]
     for key in ("reward/mean", "staleness/max", "snapshot/rival/age_steps", "train/loss"):
         assert [m[key] for m in runs[0]] == pytest.approx([m[key] for m in runs[1]], rel=1e-5, abs=1e-5), key  # float order: see below
-    for step in range(3, 5):  # the rollouts sampled after the resume
+    for step in range(4, 6):  # the rollouts sampled after the resume
         rows = [sampled(tmp_path / name, step) for name in ("straight", "stopped")]
         assert [(tokens, positions) for tokens, positions, _ in rows[0]] == [(tokens, positions) for tokens, positions, _ in rows[1]]
         # Which rows share a sampling batch can differ after a resume, and with it the float order: ~1e-6 apart.

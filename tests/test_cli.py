@@ -37,6 +37,16 @@ def test_run_prints_transcripts_without_training(tmp_path, tiny_model_dir):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+def test_run_exits_1_when_episodes_failed_and_warns_when_no_trainable_agent_spoke(tmp_path, tiny_model_dir):
+    config = str(write_config(tmp_path, tiny_model_dir))
+    failing = runner.invoke(app, ["run", config, "--tasks", "3", "--set", "workflow=tests.test_faults:always_raises"])
+    assert failing.exit_code == 1, failing.output
+    assert "error: 3 of 3 episodes failed (first: " in failing.output and "broken workflow" in failing.output
+    silent = runner.invoke(app, ["run", config, "--set", "workflow=tests.test_training_signal:nobody_trainable_speaks"])
+    assert silent.exit_code == 0, silent.output
+    assert "warning: no trainable agent spoke in any episode" in silent.output
+
+
 def test_train_with_overrides_then_eval_the_adapter(tmp_path, tiny_model_dir):
     config = write_config(tmp_path, tiny_model_dir)
     result = runner.invoke(app, ["train", str(config), "--set", "train_dataset.total_steps=2", "--set", "algorithm.eval_interval_steps=2"])
@@ -137,3 +147,11 @@ def test_steps_and_eval_tasks_make_a_short_run(tmp_path, tiny_model_dir):
     records = read_metrics(tmp_path / "run")
     assert [m["step"] for m in records if "reward/mean" in m] == [1, 2]
     assert [m["eval/episodes"] for m in records if "eval/episodes" in m] == [1, 1], "before and after training, one task each"
+
+
+def test_help_shows_flags_bare_and_list_options_by_their_items():
+    for command in ([], ["train"], ["run"], ["eval"], ["view"], ["export"], ["serve"], ["new"]):
+        shown = runner.invoke(app, [*command, "--help"], terminal_width=160)
+        assert shown.exit_code == 0, shown.output
+        assert "<bool>" not in shown.output and "list[" not in shown.output, shown.output
+    assert "--set               <field=value>" in runner.invoke(app, ["train", "--help"], terminal_width=160).output

@@ -131,7 +131,7 @@ def test_every_fault_is_an_error_episode_of_its_kind_and_the_healthy_ones_train(
         assert metrics.get(f"episode/error_kind/{kind}", 0.0) == pytest.approx(expected), kind
     assert metrics["episode/error_rate"] == pytest.approx(2 * len(FAULTS) / episodes)
     assert metrics["workflow/length"] > 0 and metrics["workflow/won"] == 1.0  # the healthy episodes' metrics
-    rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl")
+    rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl")
     assert sorted(row["task_id"] for row in rows) == sorted(task["task_id"] for task in tasks for _ in range(2))
     for row in rows:
         fault = row["task_id"]
@@ -305,7 +305,7 @@ def test_an_episode_blocking_the_loop_past_its_time_is_interrupted_there_and_the
     # It ends at its own timeout + grace (its share of the sampler wait before it blocked counts), not 600 s later.
     assert TIMEOUT_S + CANCEL_GRACE_S <= metrics["time/rollout"] < TIMEOUT_S + CANCEL_GRACE_S + 5.0
     assert metrics["episode/error_kind/timeout"] == pytest.approx(1 / 8) and metrics["episode/error_rate"] == pytest.approx(1 / 8)  # counted once
-    rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl")
+    rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl")
     (blocked,) = [row for row in rows if row["error"]]
     line = "time.sleep(600)" if fault == "sleep_forever" else "while True:"
     assert blocked["error_kind"] == "timeout" and blocked["reward"] == -0.5

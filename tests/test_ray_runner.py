@@ -134,7 +134,7 @@ def test_raising_hanging_and_blocking_episodes_become_errors_and_the_rest_trains
         logging=QUIET,
     )
     assert result.steps == 1
-    rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl")
+    rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl")
     assert {row["task_id"]: row["error"] for row in rows} == {"fine": None, "raise": "ValueError: scripted failure", "hang": "timed out after 3s", "block": "timed out after 3s"}
     assert {row["task_id"]: row["advantage"] for row in rows} == {"fine": 1.0, "raise": -0.5, "hang": -0.5, "block": -0.5}  # reinforce: the reward
     metrics = read_metrics(tmp_path / "run")[0]

@@ -125,7 +125,7 @@ def test_tune_trains_on_a_service_on_exactly_what_it_sampled(service, tiny_model
     assert result.steps == 2 and result.sampler_paths["policy"].startswith("tinker://")
     assert [m["step"] for m in read_metrics(tmp_path / "run")] == [1, 2]
 
-    rows = [row for step in (0, 1) for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl") if "agent" in row]
+    rows = [row for step in (1, 2) for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl") if "agent" in row]
     recorded = [(row["tokens"][start:end], row["logprobs"][start:end]) for row in rows for start, end in sampled_spans(row["loss_mask"])]
     # Every call's sampled tokens and logprobs are recorded as the service returned them, and nothing else is.
     assert recorded and sorted(recorded) == sorted(returned)

@@ -136,7 +136,7 @@ def test_the_report_holds_every_curve_the_evaluation_and_every_token_offline(tra
             assert {"above": "▲", "below": "▼"}[marker] in html_text, (side, metric)
 
     steps = json.loads(page.scripts["rollout-data"])
-    assert [step["step"] for step in steps] == [0, 1]
+    assert [step["step"] for step in steps] == [1, 2], "numbered as metrics.jsonl and the console"
     for step in steps:
         rows = read_rollouts(run_dir / "rollouts" / f"step_{step['step']}.jsonl")
         timelines = [row for row in rows if "agent" in row]
@@ -248,4 +248,16 @@ def test_view_serve_answers_with_the_report_rendered_afresh(trained_run):
         server.shutdown()
         server.server_close()
     assert '<meta http-equiv="refresh"' in page and "rollouts of <b>1 of 2</b> steps" in page
-    assert [step["step"] for step in json.loads(page.split('id="rollout-data">')[1].split("</script>")[0])] == [1]
+    assert [step["step"] for step in json.loads(page.split('id="rollout-data">')[1].split("</script>")[0])] == [2]  # the last step
+
+
+def test_rollouts_of_older_runs_numbered_from_0_read_as_steps_from_1(tmp_path):
+    from sparring.logging.report import one_based, read_run
+
+    assert one_based([1, 2, 3]) == {1: 1, 2: 2, 3: 3}
+    assert one_based([0, 1, 2]) == {0: 1, 1: 2, 2: 3}
+    assert one_based([0, 1, 3, 4]) == {0: 1, 1: 2, 3: 3, 4: 4}, "an old run resumed since: its new files are 1-based"
+    (tmp_path / "rollouts").mkdir()
+    for number in (0, 1):
+        (tmp_path / "rollouts" / f"step_{number}.jsonl").write_text(f'{{"step": {number}, "episode": 0}}\n')
+    assert sorted(read_run(tmp_path).rollouts) == [1, 2]

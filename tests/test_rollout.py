@@ -129,6 +129,19 @@ def test_crashes_and_timeouts_become_penalised_episodes(policy_and_helper):
     assert hung.error.startswith("timed out") and hung.rewards == {"policy": -0.1}
 
 
+def test_repeated_episode_failures_are_one_warning_with_a_count(policy_and_helper, caplog):
+    async def crashes(task, model, auxiliary_models):
+        raise RuntimeError(f"board exploded on {task['task_id']}")
+
+    tasks = [{"task_id": str(n)} for n in range(9)]
+    with caplog.at_level("WARNING", logger="sparring.rollout"):
+        episodes = run(crashes, policy_and_helper, tasks=tasks, group_size=2)
+    assert len(episodes) == 18 and all(episode.failed for episode in episodes)
+    (warning,) = [record.getMessage() for record in caplog.records if "failed" in record.getMessage()]
+    assert warning.startswith("18 of 18 episodes failed (exception), tasks 0, 1, 2, 3, 4 and 4 more: RuntimeError: board exploded on 0")
+    assert warning.endswith("(and 8 other messages)")
+
+
 def test_a_workflow_that_swallows_the_timeout_still_times_out(policy_and_helper):
     async def stubborn(task, model, auxiliary_models):
         await model([{"role": "user", "content": "hi"}])

@@ -40,14 +40,26 @@ def test_a_second_run_into_a_run_folder_is_refused_and_overwrite_replaces_it(tmp
     assert [m["step"] for m in read_metrics(tmp_path / "run")] == [1], "one run's steps, not 1, 2, 1"
 
 
-def test_tune_refuses_a_run_folder_before_any_model_loads(tmp_path):
-    from sparring import Job
+def test_tune_refuses_a_run_folder_before_any_model_loads(tmp_path, tiny_model_dir, monkeypatch):
+    from sparring.envs import load_config
+    from sparring.trainer import resolve
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text("")
-    job = Job(model={"model_path": "does-not-exist"}, run_dir=str(tmp_path / "run")).set_workflow("tests.test_training_signal:same_reward_every_time")
+    monkeypatch.setattr(resolve, "build_models", lambda *args: pytest.fail("a model loaded"))
     with pytest.raises(ConfigError, match=r"already holds a run.*overwrite=True"):
-        run_training(job.config)
+        run_training(load_config(write_config(tmp_path, tiny_model_dir)))
+
+
+def test_a_config_error_comes_before_the_run_folder_check(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path, tiny_model_dir)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("")
+    for bad, named in (("model.model_path=does-not-exist", "does-not-exist"), ("workflow=tests.nowhere:f", "tests.nowhere")):
+        result = runner.invoke(app, ["train", str(config), "--set", bad, "--overwrite"])
+        assert result.exit_code == 2, result.output
+        assert "already holds a run" not in result.output and named in result.output, result.output
+        assert (tmp_path / "run" / "metrics.jsonl").exists(), "--overwrite deleted nothing for a config that cannot run"
 
 
 def test_overwrite_never_deletes_a_folder_that_holds_no_run(tmp_path):

@@ -116,7 +116,7 @@ def test_sdk_and_raw_http_agents_train_through_a_loopback_server(tiny_model_dir,
         logging=LoggingConfig(console=False, tensorboard=False),
     )
     assert result.steps == 2
-    rows = [row for step in (0, 1) for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")]
+    rows = [row for step in (1, 2) for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")]
     assert not [row["error"] for row in rows if row.get("error")]
     assert sorted(row["agent"] for row in rows) == ["raw"] * 8 + ["sdk"] * 8
     spans_seen = {"sdk": [], "raw": []}

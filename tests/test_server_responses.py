@@ -203,7 +203,7 @@ def test_agents_on_the_responses_api_train_two_steps_with_merged_timelines(tiny_
         logging=LoggingConfig(console=False, tensorboard=False),
     )
     assert result.steps == 2
-    rows = [row for step in (0, 1) for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")]
+    rows = [row for step in (1, 2) for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")]
     assert not [row["error"] for row in rows if row.get("error")]
     assert sorted(row["agent"] for row in rows) == ["http"] * 8 + ["inproc"] * 8
     for row in rows:

@@ -352,11 +352,11 @@ def test_two_training_steps_on_the_tiny_model(tiny_model_dir, tmp_path, opponent
     assert {"role/player/win_rate", "role/player/reward", "workflow/invalid_action_rate", f"vs_{opponent}/win_rate"} <= set(train[0])
     assert [m["snapshot/snapshot/age_steps"] for m in train] == [0, 0]  # retaken every step
     assert result.evaluations and "eval/vs_minimax/win_rate" in result.evaluations[-1]
-    agents = {row["agent"] for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl") if "agent" in row}
+    agents = {row["agent"] for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl") if "agent" in row}
     assert agents <= {"x", "o"} and agents
     windows = load_benchmark("tictactoe_tactics").tactics_in_rollouts(tmp_path / "run", window=1)
-    policy_moves = [sum("completions" in row for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")) for step in (0, 1)]
-    assert [(w.first_step, w.moves) for w in windows] == [(0, policy_moves[0]), (1, policy_moves[1])]  # every move's board read back
+    policy_moves = [sum("completions" in row for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")) for step in (1, 2)]
+    assert [(w.first_step, w.moves) for w in windows] == [(1, policy_moves[0]), (2, policy_moves[1])]  # every move's board read back
     assert all(w.perfect <= w.tactical <= w.moves and w.uniform <= w.tactical for w in windows)
 
 

@@ -60,7 +60,7 @@ def test_both_styles_train_and_only_the_trainable_agent_gets_loss(tiny_model_dir
     metrics = read_metrics(tmp_path / "run")
     assert [m["step"] for m in metrics] == [1, 2]
     assert {"reward/mean", f"agent/{trained_agent}/reward", "time/rollout", "time/train", "timeline/merge_rate", "tokens/trained"} <= set(metrics[0])
-    rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl")
+    rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl")
     assert rows and {row["agent"] for row in rows if "agent" in row} == {trained_agent}
     for row in rows:
         if "agent" in row:

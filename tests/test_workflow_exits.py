@@ -35,7 +35,7 @@ def test_system_exit_and_keyboard_interrupt_from_a_workflow_are_error_episodes(t
     assert result.steps == 2 and not result.interrupted and result.sampler_paths
     for metrics in read_metrics(tmp_path / "run"):
         assert metrics["episode/error_rate"] == pytest.approx(4 / 6) and metrics["episode/error_kind/exception"] == pytest.approx(4 / 6)
-    rows = {row["task_id"]: row for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_0.jsonl")}
+    rows = {row["task_id"]: row for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl")}
     assert "SystemExit(3)" in rows["sys.exit"]["error"] and rows["sys.exit"]["reward"] == -0.5
     assert "KeyboardInterrupt()" in rows["KeyboardInterrupt"]["error"] and rows["KeyboardInterrupt"]["reward"] == -0.5
     assert rows["healthy"]["error"] is None

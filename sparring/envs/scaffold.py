@@ -8,9 +8,8 @@ players), `config.yaml` (the job) and `data/` (train and eval tasks made by
 repeat a word and scores the reply by its similarity to the word, a reward
 with partial credit, so even an untrained model's episodes differ and the
 first run trains (a reward of only 0 and 1 often gives a small model nothing
-to compare). The config names the workflow and baselines by files beside it
-(they resolve against its folder) and its dataset paths relative to the
-working directory `new_game` ran in, as in any YAML of one's own.
+to compare). The config names the workflow, baselines and data by files
+beside it (they resolve against its folder), so it runs from any directory.
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ def random_letters(messages: list[dict], rng: random.Random) -> str:
     "config.yaml": '''# {name}: a game of your own, made by `sparring new {name}`.
 #   sparring run {folder}/config.yaml --tasks 2                     # episodes and transcripts, no training
 #   sparring train {folder}/config.yaml --steps 2 --eval-tasks 8    # a short run
-# Import paths name files beside this config; dataset paths are relative to the directory `sparring new` ran in.
+# Its paths (workflow, baselines, data) name files beside this config: it runs from any directory.
 workflow: workflow.py:{name}
 run_dir: runs/{name}
 baselines:
@@ -94,10 +93,10 @@ model:
 algorithm:                     # the defaults, chosen on the learning suite (docs/learning-suite.md): 16 tasks x 4
   seed: 0                      # episodes a step, learning rate 3e-4, exploration 0.1 on constrained replies
 train_dataset:
-  path: {folder}/data/train.jsonl
+  path: data/train.jsonl
   total_steps: 8
 eval_dataset:
-  path: {folder}/data/eval.jsonl
+  path: data/eval.jsonl
   shuffle: false
 logging:
   tensorboard: false

@@ -73,6 +73,16 @@ def spread_steps(steps: list[int], most: int | None) -> list[int]:
     return sorted({steps[round(index * (len(steps) - 1) / (most - 1))] for index in range(most)})
 
 
+def one_based(numbers: list[int]) -> dict[int, int]:
+    """Rollout file number -> its step, counted from 1 as metrics.jsonl counts. Older runs wrote step_0.jsonl for
+    step 1: where a step_0 file is there, the files up to the first missing number (a run resumed since then
+    writes on from its next step, 1-based) are moved up by one."""
+    if 0 not in numbers:
+        return {number: number for number in numbers}
+    old = next(index for index, number in enumerate([*numbers, None]) if number != index)
+    return {number: number + 1 if index < old else number for index, number in enumerate(numbers)}
+
+
 def read_run(run_dir: str | Path, rollout_steps: int | None = None) -> RunRecords:
     """Read every record of ``run_dir`` the report needs; files a run has not written (yet) are left empty.
 
@@ -86,7 +96,9 @@ def read_run(run_dir: str | Path, rollout_steps: int | None = None) -> RunRecord
         records.metrics = read_metrics(run_dir)
     if (run_dir / EVALUATION_FILE).exists():
         records.evaluation = json.loads((run_dir / EVALUATION_FILE).read_text(encoding="utf-8"))
-    steps = {int(found.group(1)): path for path in (run_dir / ROLLOUTS_DIR).glob("step_*.jsonl") if (found := _STEP_FILE.search(path.name))}
+    found_files = ((_STEP_FILE.search(path.name), path) for path in (run_dir / ROLLOUTS_DIR).glob("step_*.jsonl"))
+    files = {int(found.group(1)): path for found, path in found_files if found}
+    steps = {number: files[found] for found, number in one_based(sorted(files)).items()}
     records.rollout_steps_total = len(steps)
     records.rollouts = {step: read_rollouts(steps[step]) for step in spread_steps(sorted(steps), rollout_steps)}
     if (run_dir / CONFIG_FILE).exists():

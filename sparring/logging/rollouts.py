@@ -1,7 +1,8 @@
 """What the policy actually saw and said: rollout dumps and readable transcripts.
 
 `RolloutWriter` writes one JSON-lines file per training step,
-`run_dir/rollouts/step_{step}.jsonl`, with one line per `Timeline` (the exact
+`run_dir/rollouts/step_{step}.jsonl`, numbered from 1 as the console and
+metrics.jsonl number steps, with one line per `Timeline` (the exact
 token ids, loss mask, sampler logprobs, the call each token came from and the
 advantage that went into the update, plus the decoded text, whole and per
 token, so a human or `sparring view` can read it without a tokenizer), one
@@ -66,7 +67,8 @@ class RolloutWriter:
     def write(
         self, step: int, episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]], tokenizer
     ) -> Path:
-        """Dump ``episodes`` of ``step`` atomically; ``advantages[(episode_index, agent)]`` is absent if dropped."""
+        """Dump ``episodes`` of ``step`` (1-based, as metrics.jsonl) atomically; ``advantages[(episode_index, agent)]``
+        is absent if dropped."""
         lines = []
         for index, episode in enumerate(episodes):
             episode_fields = {"step": step, "episode": index, "group": episode.group, "task_id": _task_id(episode.task)}

@@ -80,18 +80,43 @@ async def run_episodes(
 
     async def bounded(task: dict, group: int, sampling_seed: int | None) -> Episode:
         async with slots:
-            episode = await run_episode(episode_fn, task, group, make_tuner(), settings, judge, sampling_seed)
+            tuner = make_tuner()
+            episode = await run_episode(episode_fn, task, group, tuner, settings, judge, sampling_seed, warn=False)
         if on_episode is not None:
             on_episode(episode)
         return episode
 
     runs = [(task, group) for group, task in enumerate(tasks) for _ in range(settings.group_size)]
-    return list(await asyncio.gather(*(bounded(task, group, None if seed is None else derived_seed(seed, index)) for index, (task, group) in enumerate(runs))))
+    seeds = [None if seed is None else derived_seed(seed, index) for index in range(len(runs))]
+    episodes = list(await asyncio.gather(*(bounded(task, group, seed) for (task, group), seed in zip(runs, seeds))))
+    warn_failures(episodes)
+    return episodes
+
+
+def warn_failures(episodes: list[Episode]) -> None:
+    """One warning per kind of failure among `episodes` (how many, on which tasks, the first error), not one an
+    episode."""
+    by_kind: dict[str, list[Episode]] = {}
+    for episode in episodes:
+        if episode.error is not None:
+            by_kind.setdefault(episode.error_kind or "exception", []).append(episode)
+    for kind, failed in by_kind.items():
+        tasks = list(dict.fromkeys(str(episode.task.get("task_id")) for episode in failed))
+        shown = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+        others = len({episode.error for episode in failed}) - 1
+        also = f" (and {others} other message{'s' * (others > 1)})" if others else ""
+        plural = "s" * (len(tasks) > 1)
+        log.warning(
+            "%d of %d episodes failed (%s), task%s %s: %s%s",
+            len(failed), len(episodes), kind, plural, shown, failed[0].error, also,
+        )
 
 
 async def run_episode(
-    episode_fn: EpisodeFn, task: dict, group: int, tuner: ModelRouter, settings: RunnerSettings, judge: Callable | None, sampling_seed: int | None = None
+    episode_fn: EpisodeFn, task: dict, group: int, tuner: ModelRouter, settings: RunnerSettings, judge: Callable | None,
+    sampling_seed: int | None = None, warn: bool = True,
 ) -> Episode:
+    """One episode; a failed one is logged (unless `warn` is off: `run_episodes` collapses its episodes' failures)."""
     recorder = EpisodeRecorder(sampling_seed=sampling_seed)
     error = error_kind = outcome = None
     with recording(recorder):
@@ -106,7 +131,7 @@ async def run_episode(
             error, error_kind = str(fault), fault.kind
         except Exception as exc:  # noqa: BLE001 - an episode's failure is data (penalty reward + error metric)
             error, error_kind = f"{type(exc).__name__}: {exc}", "exception"
-    if outcome is None:
+    if outcome is None and warn:
         log.warning("episode of task %s failed (%s): %s", task.get("task_id"), error_kind, error)
     rewards = outcome.rewards if outcome else {agent: settings.error_reward for agent in _trained_agents(recorder)}
     return Episode(

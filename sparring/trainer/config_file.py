@@ -85,8 +85,9 @@ def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()
     """Read a job YAML file, apply ``--set`` style overrides and validate it; errors name the file.
 
     `dataset_root` is the folder the file's own relative dataset paths are read from (a packaged game's
-    folder, so its config works from any directory); without it they stay relative to the working
-    directory, as in a user's file. Paths given in `overrides` are never rebased.
+    folder, so its config works from any directory); without it a relative dataset path names the file
+    or folder beside the config when there is one (as its import paths do), else stays relative to the
+    working directory. Paths given in `overrides` are never rebased.
     """
     path = Path(path)
     try:
@@ -105,6 +106,8 @@ def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()
         raise ConfigError(f"{path}: the top level must be a mapping of config sections, not {type(data).__name__}")
     if dataset_root is not None:
         _rebase_dataset_paths(data, Path(dataset_root))
+    else:
+        _rebase_dataset_paths(data, path.parent, only_existing=True)
     _rebase_import_paths(data, path.parent)
     for override in overrides:
         try:
@@ -139,13 +142,18 @@ def _describe_yaml_error(path: Path, err: yaml.YAMLError) -> str:
     return f"{where}: invalid YAML: {problem}"
 
 
-def _rebase_dataset_paths(data: dict[str, Any], root: Path) -> None:
-    """Make the relative `path` of each dataset section in a config dict relative to `root` (absolute ones stay)."""
+def _rebase_dataset_paths(data: dict[str, Any], root: Path, only_existing: bool = False) -> None:
+    """Make the relative `path` of each dataset section in a config dict relative to `root` (absolute ones stay);
+    with `only_existing`, only the paths that exist under `root`, made absolute (the others stay as they are)."""
     validation, warm_start = data.get("validation"), data.get("warm_start")
     nested = [section.get("dataset") for section in (validation, warm_start) if isinstance(section, dict)]
     for dataset in [data.get("train_dataset"), data.get("eval_dataset"), *nested]:
         if isinstance(dataset, dict) and isinstance(dataset.get("path"), str):
-            dataset["path"] = str(root / dataset["path"])
+            given = Path(dataset["path"])
+            if not only_existing:
+                dataset["path"] = str(root / given)
+            elif not given.is_absolute() and (root / given).exists():
+                dataset["path"] = str((root / given).resolve())
 
 
 def _rebase_import_paths(data: dict[str, Any], folder: Path) -> None:

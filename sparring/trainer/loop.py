@@ -129,9 +129,14 @@ async def run_training_async(
     stop.install()  # before the models load: a signal meanwhile stops the run at its first step boundary
     try:
         run_dir = Path(resume) if resume else Path(config.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-        claim_run_folder(run_dir, resume=bool(resume), overwrite=overwrite)
-        clean_interrupted_saves(run_dir)
-        run = resolve_run(config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume)
+
+        def claim() -> None:  # after the config checked out: its own error comes first, and --overwrite deletes nothing
+            claim_run_folder(run_dir, resume=bool(resume), overwrite=overwrite)
+            clean_interrupted_saves(run_dir)
+
+        run = resolve_run(
+            config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume, checked=claim
+        )
         run_dir.mkdir(parents=True, exist_ok=True)
         start_step, saved_versions = 0, {}
         checkpoint = latest_checkpoint(run_dir) if resume else None

@@ -70,7 +70,10 @@ class ResolvedRun:
     """The config's step hooks, built (those given in Python are added by `run_training`)."""
 
 
-def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path, training: bool = False, evaluation: bool = False, write_config: bool = False) -> ResolvedRun:
+def resolve_run(
+    config: TuneConfig, workflow=None, judge=None, *, run_dir: Path, training: bool = False, evaluation: bool = False,
+    write_config: bool = False, checked: Callable[[], None] | None = None,
+) -> ResolvedRun:
     """Import, load and build everything `config` names; `workflow`/`judge` objects take the place of its import paths.
 
     For `training`, episodes run `algorithm.group_size` per task and the
@@ -78,7 +81,9 @@ def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path,
     episodes) one per task; for `evaluation` there must be eval tasks. With
     `write_config` the config is saved as `run_dir/config.yaml` once
     everything but loading the models has been checked; the folders that
-    writing it created are removed if loading fails.
+    writing it created are removed if loading fails. `checked` runs once
+    everything but loading the models has been checked, before anything is
+    written (the run-folder check: a config error is reported first).
     """
     episode_fn, judge = _workflow_and_judge(config, workflow, judge)
     algorithm = config.algorithm
@@ -94,6 +99,8 @@ def resolve_run(config: TuneConfig, workflow=None, judge=None, *, run_dir: Path,
     stream = TaskStream.from_config(config.train_dataset, algorithm.batch_size, tasks=train_tasks) if training else None
     validation_tasks = load_section("validation.dataset", config.validation.dataset) if training and config.validation else []
     check_models(config)
+    if checked is not None:
+        checked()
     created = next((folder for folder in reversed([run_dir, *run_dir.parents]) if not folder.exists()), None) if write_config else None
     try:
         if write_config:

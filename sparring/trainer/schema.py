@@ -8,11 +8,13 @@ algorithm.group_size: Input should be less than or equal to 1024 (got
 1000000000000)``; several problems share that line, separated by ``; ``.
 `child_annotation` walks the schema one dotted key at a time, so an unknown
 field -- in a validation error or a ``--set`` override -- is reported with
-the keys that would have worked.
+the closest valid key ("did you mean"), or the keys that would have worked
+when none is close.
 """
 
 from __future__ import annotations
 
+import difflib
 import types
 from typing import Annotated, Any, Sequence, Union, get_args, get_origin
 
@@ -72,7 +74,7 @@ def describe_validation_error(err: ValidationError, root: type[BaseModel]) -> li
         if error["type"] == "value_error":
             message = message.removeprefix("Value error, ")
         elif error["type"] == "extra_forbidden":
-            message = f"unknown field; valid fields here: {_valid_keys_at(root, error['loc'][:-1])}"
+            message = unknown_field(str(error["loc"][-1]), _valid_keys_at(root, error["loc"][:-1]), "here")
         elif error["type"] != "missing":
             message = f"{message} (got {short_repr(error['input'])})"
         lines.append(f"{location}: {message}" if location else message)
@@ -106,7 +108,7 @@ def child_annotation(annotation: Any, key: str, path: Sequence[str]) -> Any:
     if _is_config_class(annotation):
         if key not in annotation.model_fields:
             parent = ".".join(path[:-1]) or "the top level"
-            raise ConfigError(f"{dotted}: unknown field; valid fields at {parent}: {', '.join(annotation.model_fields)}")
+            raise ConfigError(f"{dotted}: {unknown_field(key, list(annotation.model_fields), f'at {parent}')}")
         return annotation.model_fields[key].annotation
     if annotation is dict or annotation is Any:
         return Any
@@ -115,9 +117,17 @@ def child_annotation(annotation: Any, key: str, path: Sequence[str]) -> Any:
     raise ConfigError(f"{dotted}: {'.'.join(path[:-1])} holds a single value, not fields")
 
 
-def _valid_keys_at(root: type[BaseModel], location: Sequence[Any]) -> str:
+def _valid_keys_at(root: type[BaseModel], location: Sequence[Any]) -> list[str]:
     annotation: Any = root
     for depth, key in enumerate(location):
         annotation = child_annotation(annotation, str(key), [str(part) for part in location[: depth + 1]])
     annotation = _unwrap_optional(annotation)
-    return ", ".join(annotation.model_fields) if _is_config_class(annotation) else "any"
+    return list(annotation.model_fields) if _is_config_class(annotation) else []
+
+
+def unknown_field(key: str, valid: Sequence[str], where: str) -> str:
+    """'unknown field; did you mean X?' with the closest valid name, else the valid names `where` ('at algorithm')."""
+    close = difflib.get_close_matches(key, valid, n=1)
+    if close:
+        return f"unknown field; did you mean {close[0]}?"
+    return f"unknown field; valid fields {where}: {', '.join(valid) or 'any'}"

@@ -84,7 +84,7 @@ async def learn(
     await check_finite_weights(models.clients, step + 1)  # before anything saves them
     metrics["time/train"] = time.perf_counter() - train_started
     if rollouts is not None:
-        rollouts.write(step, episodes, weighted, models.tokenizer)
+        rollouts.write(step + 1, episodes, weighted, models.tokenizer)  # numbered as the console and metrics.jsonl
     return metrics
 
 
