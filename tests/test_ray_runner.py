@@ -163,7 +163,7 @@ def test_os_exit_in_an_episode_on_ray_ends_only_its_worker_and_is_an_error_episo
         logging=QUIET,
     )
     assert result.steps == 2 and not result.interrupted
-    for step in (0, 1):
+    for step in (1, 2):  # rollout files are numbered from 1, as the console and metrics.jsonl
         rows = read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")
         errors = {row["task_id"]: row["error"] for row in rows}
         assert errors["fine"] is None and errors["os._exit"], errors
