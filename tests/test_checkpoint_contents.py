@@ -27,8 +27,12 @@ async def token_sum(task, model, auxiliary_models):
 
 @pytest.fixture(scope="module")
 def run_dir(tiny_model_dir, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("contents") / "run"
-    settings = {"group_size": 4, "batch_size": 2, "save_interval_steps": 1, "allow_nothing_trained": True}
+    return one_step_run(tmp_path_factory.mktemp("contents") / "run", tiny_model_dir, group_size=4)
+
+
+def one_step_run(folder, tiny_model_dir, group_size: int):
+    """A one-step run of `token_sum` on the tiny model, a checkpoint after its step; returns its folder."""
+    settings = {"group_size": group_size, "batch_size": 2, "save_interval_steps": 1, "allow_nothing_trained": True}
     tune(
         token_sum,
         train_dataset=DatasetConfig(tasks=[{"prompt": f"say {i}"} for i in range(4)], total_steps=1),
@@ -141,16 +145,7 @@ def test_sparring_train_resume_refuses_damaged_contents_in_one_line(run_dir, dam
 
 
 def test_a_torn_last_metrics_line_is_repaired_on_resume_from_the_checkpoint_and_said(tiny_model_dir, tmp_path, caplog):
-    run = tmp_path / "run"
-    settings = {"group_size": 2, "batch_size": 2, "save_interval_steps": 1, "allow_nothing_trained": True}
-    tune(
-        token_sum,
-        train_dataset=DatasetConfig(tasks=[{"prompt": f"say {i}"} for i in range(4)], total_steps=1),
-        model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=2),
-        algorithm=AlgorithmConfig(learning_rate=1e-2, drop_zero_variance_groups=False, **settings),
-        run_dir=run,
-        logging=LoggingConfig(console=False, tensorboard=False),
-    )
+    run = one_step_run(tmp_path / "run", tiny_model_dir, group_size=2)
     metrics = run / "metrics.jsonl"
     (logged,) = read_metrics(metrics)
     metrics.write_text(metrics.read_text()[: len(metrics.read_text()) // 2])  # the step's line, cut mid-write

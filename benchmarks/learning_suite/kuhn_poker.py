@@ -64,13 +64,11 @@ BASELINES = {"random": random_option, "equilibrium": equilibrium}
 async def workflow(task: dict, model, auxiliary_models: dict) -> WorkflowOutput:
     mine, theirs = task["mine"], task["theirs"]
     history = [{"role": "user", "content": ask(f"{RULES} Your card: {NAMES[mine]}. You act first.", ["check", "bet"])}]
-    bet = float((await model(history, choices=["check", "bet"])).content.strip() == "bet")
+    first = await model(history, choices=["check", "bet"])
+    bet = float(first.content.strip() == "bet")
     call = 0.0
     if not bet and BETS[theirs] > 0:
-        history += [
-            {"role": "assistant", "content": "check"},
-            {"role": "user", "content": ask("Your opponent bets 1 chip.", ["call", "fold"])},
-        ]
+        history += [first.message, {"role": "user", "content": ask("Your opponent bets 1 chip.", ["call", "fold"])}]
         call = float((await model(history, choices=["call", "fold"])).content.strip() == "call")
     chips = expected_chips(mine, theirs, bet, call)
     # The edge over the equilibrium player on the same deal: card luck cancels, so it separates with fewer hands.

@@ -51,7 +51,7 @@ def run_game(name: str, seed: int, steps: int, eval_episodes: int, out: Path, ch
     wall = time.perf_counter() - started
     columns = {column.label: column.estimates[game.METRIC] for column in result.comparison.columns}
     cell = {label: [found.mean, found.low, found.high] for label, found in columns.items()}
-    learned = columns["trained"].low > columns["untrained"].high
+    learned = result.comparison.markers()["untrained"].get(game.METRIC) == "above"
     train_time = sum(record.get("time/step", 0.0) for record in result.history)
     trained_steps = sum(record.get("tokens/trained", 0.0) > 0 for record in result.history)
     return {

@@ -20,8 +20,16 @@ from collections import Counter
 from typing import Callable
 
 from ..algorithms import (
-    CollapseResponse, EntropySteering, apply_kl_penalty, assembly_metrics, build_datums, build_sampled_masks, collapse_metrics, compute_advantages,
-    importance_weights, weight_advantages,
+    CollapseResponse,
+    EntropySteering,
+    apply_kl_penalty,
+    assembly_metrics,
+    build_datums,
+    build_sampled_masks,
+    collapse_metrics,
+    compute_advantages,
+    importance_weights,
+    weight_advantages,
 )
 from ..integrations import TunerHandle
 from ..logging import ConsoleProgress, RolloutWriter, mean_metrics
@@ -64,7 +72,8 @@ async def learn(
     weights, weight_metrics = importance_weights(episodes, algorithm.importance_weight_cap)
     weighted = weight_advantages(advantages.advantages, weights) if weight_metrics else advantages.advantages
     datums = build_datums(episodes, weighted)
-    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums), **collapse_metrics(episodes), **weight_metrics}
+    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums)}
+    metrics |= {**collapse_metrics(episodes), **weight_metrics}
     if collapse is not None:
         tied = advantages.metrics["advantage/zero_variance_fraction"] if advantages.metrics["advantage/groups"] else None
         metrics[EXPLORATION_METRIC] = models.rollout_exploration = collapse.step(tied)

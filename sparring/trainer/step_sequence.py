@@ -113,7 +113,8 @@ class StepSequence:
         self.signal = TrainingSignal(trained_before=any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics))
         self.entropy = self.algorithm.entropy_target.steering(previous_metrics) if self.algorithm.entropy_target else None
         """The entropy bonus's steered coefficient (`step.learn` moves it); None without `algorithm.entropy_target`."""
-        self.collapse = self.algorithm.collapse_response.response(self.algorithm.exploration, previous_metrics) if self.algorithm.collapse_response else None
+        response = self.algorithm.collapse_response
+        self.collapse = response.response(self.algorithm.exploration, previous_metrics) if response else None
         """The exploration the collapse response sets (`step.learn` moves it); None without `algorithm.collapse_response`."""
         if self.collapse is not None:
             self.models.rollout_exploration = self.collapse.exploration
