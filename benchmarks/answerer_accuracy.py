@@ -29,7 +29,11 @@ from sparring.envs.twenty_questions.rules import ANSWER_CHOICES, answerer_prompt
 
 def hand_labelled() -> list[dict]:
     """The 50 hand-labelled rows: word, question, answer (Yes / No)."""
-    text = resources.files("sparring.envs.twenty_questions").joinpath("data/answerer_sample.jsonl").read_text(encoding="utf-8")
+    text = (
+        resources.files("sparring.envs.twenty_questions")
+        .joinpath("data/answerer_sample.jsonl")
+        .read_text(encoding="utf-8")
+    )
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -49,7 +53,12 @@ def halving_rows(seed: int = 0) -> list[dict]:
 async def accuracy(answerer: FrozenChatModel, rows: list[dict]) -> tuple[float, float]:
     """(share of correct answers, share of Yes answers) over `rows`."""
     replies = await asyncio.gather(
-        *(answerer([{"role": "user", "content": answerer_prompt(row["word"], row["question"])}], choices=ANSWER_CHOICES) for row in rows)
+        *(
+            answerer(
+                [{"role": "user", "content": answerer_prompt(row["word"], row["question"])}], choices=ANSWER_CHOICES
+            )
+            for row in rows
+        )
     )
     said = [normalise_answer(reply.content) for reply in replies]
     return sum(s == row["answer"] for s, row in zip(said, rows)) / len(rows), said.count("Yes") / len(rows)
@@ -57,10 +66,17 @@ async def accuracy(answerer: FrozenChatModel, rows: list[dict]) -> tuple[float, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="the answerer's base model (catalogue name or path)")
+    parser.add_argument(
+        "--model", default="smollm2-135m-instruct", help="the answerer's base model (catalogue name or path)"
+    )
     model = parser.parse_args().model
-    answerer = FrozenChatModel(ServiceClient().create_sampling_client(base_model=model), defaults={"temperature": 0.0, "max_tokens": 4})
-    for name, rows in (("hand-labelled sample (50)", hand_labelled()), ("halving questions (2 per held-out word)", halving_rows())):
+    answerer = FrozenChatModel(
+        ServiceClient().create_sampling_client(base_model=model), defaults={"temperature": 0.0, "max_tokens": 4}
+    )
+    for name, rows in (
+        ("hand-labelled sample (50)", hand_labelled()),
+        ("halving questions (2 per held-out word)", halving_rows()),
+    ):
         correct, yes = asyncio.run(accuracy(answerer, rows))
         truth_yes = sum(row["answer"] == "Yes" for row in rows) / len(rows)
         print(f"{name}: accuracy {correct:.2f} over {len(rows)} (answered Yes {yes:.2f}; truly Yes {truth_yes:.2f})")

@@ -70,7 +70,12 @@ def packed_matmul_ceiling_gflops(size: int = 2048, repeats: int = 5) -> float | 
         return None
     left_N_N = torch.randn(size, size)
     packed_N_N = torch.ops.mkldnn._reorder_linear_weight(torch.randn(size, size))
-    return 2 * size**3 / best_seconds(lambda: torch.ops.mkldnn._linear_pointwise(left_N_N, packed_N_N, None, "none", [], ""), repeats) / 1e9
+    return (
+        2
+        * size**3
+        / best_seconds(lambda: torch.ops.mkldnn._linear_pointwise(left_N_N, packed_N_N, None, "none", [], ""), repeats)
+        / 1e9
+    )
 
 
 def matmul_parameter_count(model: torch.nn.Module) -> int:
@@ -106,7 +111,12 @@ def decode_matmul_seconds(model: torch.nn.Module, rows: int, repeats: int = 10, 
 
     def matmuls():
         for layer in decoder.layers:
-            layer.qkv_proj(hidden_R_H), layer.o_proj(attention_R_A), layer.gate_up_proj(hidden_R_H), layer.down_proj(intermediate_R_I)
+            (
+                layer.qkv_proj(hidden_R_H),
+                layer.o_proj(attention_R_A),
+                layer.gate_up_proj(hidden_R_H),
+                layer.down_proj(intermediate_R_I),
+            )
         decoder.lm_head(hidden_R_H)
 
     return best_seconds(matmuls, repeats)
@@ -125,7 +135,11 @@ def grpo_data(prompts: list[list[int]], group_size: int, completion_tokens: int,
             data.append(
                 types.Datum(
                     model_input=types.ModelInput.from_ints(tokens[:-1]),
-                    loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [-2.0] * (len(tokens) - 1), "advantages": [0.0] * (len(prompt) - 1) + [advantage] * completion_tokens},
+                    loss_fn_inputs={
+                        "target_tokens": tokens[1:],
+                        "logprobs": [-2.0] * (len(tokens) - 1),
+                        "advantages": [0.0] * (len(prompt) - 1) + [advantage] * completion_tokens,
+                    },
                 )
             )
     return data
@@ -143,7 +157,9 @@ class TensorLayout:
     """Its element type."""
 
     def fresh(self) -> torch.Tensor:
-        storage = 1 + sum((size - 1) * stride for size, stride in zip(self.shape, self.stride)) if all(self.shape) else 0
+        storage = (
+            1 + sum((size - 1) * stride for size, stride in zip(self.shape, self.stride)) if all(self.shape) else 0
+        )
         return torch.randn(storage, dtype=self.dtype).as_strided(self.shape, self.stride)
 
 
@@ -163,7 +179,16 @@ class MatmulRecorder(TorchDispatchMode):
 
     LINEAR = torch.ops.mkldnn._linear_pointwise.default
     """x @ W^T through a packed weight: its second operand is [out, in]."""
-    OPERATIONS = {torch.ops.aten.mm.default, torch.ops.aten.mm.out, torch.ops.aten.addmm.default, torch.ops.aten.addmm.out, torch.ops.aten.addmm_.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default, LINEAR}
+    OPERATIONS = {
+        torch.ops.aten.mm.default,
+        torch.ops.aten.mm.out,
+        torch.ops.aten.addmm.default,
+        torch.ops.aten.addmm.out,
+        torch.ops.aten.addmm_.default,
+        torch.ops.aten.bmm.default,
+        torch.ops.aten.baddbmm.default,
+        LINEAR,
+    }
 
     def __init__(self):
         super().__init__()
@@ -173,7 +198,9 @@ class MatmulRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in self.OPERATIONS:
-            self.calls[(func, tuple(map(_layout, args)), tuple((key, _layout(value)) for key, value in sorted(kwargs.items())))] += 1
+            self.calls[
+                (func, tuple(map(_layout, args)), tuple((key, _layout(value)) for key, value in sorted(kwargs.items())))
+            ] += 1
         return func(*args, **kwargs)
 
     def flops(self) -> float:
@@ -192,26 +219,44 @@ class MatmulRecorder(TorchDispatchMode):
         """Every recorded call's best time alone on fresh tensors of its layouts, times how often it ran, summed."""
         total = 0.0
         for (func, args, kwargs), count in self.calls.items():
-            fresh_args = [a.fresh() if isinstance(a, (TensorLayout, PackedWeightLayout)) else list(a) if isinstance(a, tuple) else a for a in args]
-            fresh_kwargs = {key: value.fresh() if isinstance(value, (TensorLayout, PackedWeightLayout)) else value for key, value in kwargs}
+            fresh_args = [
+                a.fresh()
+                if isinstance(a, (TensorLayout, PackedWeightLayout))
+                else list(a)
+                if isinstance(a, tuple)
+                else a
+                for a in args
+            ]
+            fresh_kwargs = {
+                key: value.fresh() if isinstance(value, (TensorLayout, PackedWeightLayout)) else value
+                for key, value in kwargs
+            }
             total += count * best_seconds(lambda: func(*fresh_args, **fresh_kwargs), repeats)
         return total
 
 
 def _layout(value):
     if isinstance(value, torch.Tensor):
-        return PackedWeightLayout(tuple(value.shape)) if value.is_mkldnn else TensorLayout(tuple(value.shape), tuple(value.stride()), value.dtype)
+        return (
+            PackedWeightLayout(tuple(value.shape))
+            if value.is_mkldnn
+            else TensorLayout(tuple(value.shape), tuple(value.stride()), value.dtype)
+        )
     return tuple(value) if isinstance(value, list) else value  # hashable: _linear_pointwise takes a list of scalars
 
 
-def learner_matmul_seconds(base_model: str, questions: list[str], group_size: int, completion_tokens: int, repeats: int = 10) -> tuple[float, float]:
+def learner_matmul_seconds(
+    base_model: str, questions: list[str], group_size: int, completion_tokens: int, repeats: int = 10
+) -> tuple[float, float]:
     """The best time of a GRPO batch's forward+backward matmuls alone, and their GFLOP: every matmul call of one real
     forward+backward of sparring's learner (`MatmulRecorder`; ppo, LoRA r=16 on every projection; `group_size`
     random completions of `completion_tokens` tokens to each chat-rendered question), each replayed alone."""
     from sparring import ServiceClient
     from sparring.engine import operations
 
-    client = ServiceClient(base_dir=tempfile.mkdtemp(prefix="sparring-floors-")).create_lora_training_client(base_model, rank=16, seed=0)
+    client = ServiceClient(base_dir=tempfile.mkdtemp(prefix="sparring-floors-")).create_lora_training_client(
+        base_model, rank=16, seed=0
+    )
     engine, renderer = client.engine, client.get_renderer()
     prompts = [renderer.render([{"role": "user", "content": question}]) for question in questions]
     data = grpo_data(prompts, group_size, completion_tokens, engine.vocab_size)
@@ -230,7 +275,10 @@ def learner_matmul_seconds(base_model: str, questions: list[str], group_size: in
 
 def chat_prompts(renderer, count: int) -> list[list[int]]:
     """`count` chat-rendered short user prompts (cycling through SHORT_USER_PROMPTS)."""
-    return [renderer.render([{"role": "user", "content": SHORT_USER_PROMPTS[i % len(SHORT_USER_PROMPTS)]}]) for i in range(count)]
+    return [
+        renderer.render([{"role": "user", "content": SHORT_USER_PROMPTS[i % len(SHORT_USER_PROMPTS)]}])
+        for i in range(count)
+    ]
 
 
 def resolve_model_name(name: str, quick: bool) -> str:
@@ -244,7 +292,13 @@ def resolve_model_name(name: str, quick: bool) -> str:
 
 def print_table(headers: list[str], rows: list[list]) -> None:
     """A plain-text table with right-aligned columns."""
-    cells = [headers] + [[f"{c:.3g}" if isinstance(c, float) and abs(c) < 10 else f"{c:.0f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    cells = [headers] + [
+        [
+            f"{c:.3g}" if isinstance(c, float) and abs(c) < 10 else f"{c:.0f}" if isinstance(c, float) else str(c)
+            for c in row
+        ]
+        for row in rows
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for index, row in enumerate(cells):
         print("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))

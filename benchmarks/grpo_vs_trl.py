@@ -63,7 +63,6 @@ of one forward+backward of the step's batch as its learner runs it, each replaye
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
@@ -238,12 +237,17 @@ def run_trl(completions: int, group_size: int, steps: int, max_tokens: int, work
             )
 
     def reward(completions, answer, **kwargs):
-        return [reward_of(work, completion[-1]["content"], int(expected)) for completion, expected in zip(completions, answer)]
+        return [
+            reward_of(work, completion[-1]["content"], int(expected))
+            for completion, expected in zip(completions, answer)
+        ]
 
     directory = local_model_dir()
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": t["question"]}], "answer": t["answer"]} for t in arithmetic_tasks(256)])
+    dataset = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": t["question"]}], "answer": t["answer"]} for t in arithmetic_tasks(256)]
+    )
     config = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-vs-sparring-"),
         use_cpu=True,
@@ -265,9 +269,18 @@ def run_trl(completions: int, group_size: int, steps: int, max_tokens: int, work
         dataloader_num_workers=0,
         seed=0,
         shuffle_dataset=work == "free",
-        generation_kwargs={"min_new_tokens": max_tokens} if work == "equal" else None,  # end-of-turn suppressed: every reply max_tokens long
+        generation_kwargs={"min_new_tokens": max_tokens}
+        if work == "equal"
+        else None,  # end-of-turn suppressed: every reply max_tokens long
     )
-    peft_config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=LORA_MODULES, bias="none", task_type="CAUSAL_LM")
+    peft_config = LoraConfig(
+        r=LORA_RANK,
+        lora_alpha=LORA_ALPHA,
+        lora_dropout=0.0,
+        target_modules=LORA_MODULES,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     trainer = TimedGRPOTrainer(
         model=model,
         reward_funcs=reward,
@@ -296,7 +309,9 @@ def measure(framework: str, completions: int, args) -> dict:
     process = subprocess.Popen(command, stdout=output, stderr=output)
     _, status, usage = os.wait4(process.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{framework} worker at {completions} completions failed (exit {os.waitstatus_to_exitcode(status)}); rerun with --verbose")
+        raise SystemExit(
+            f"{framework} worker at {completions} completions failed (exit {os.waitstatus_to_exitcode(status)}); rerun with --verbose"
+        )
     records = json.loads(Path(result_file).read_text())
     os.unlink(result_file)
     peak_gb = usage.ru_maxrss * 1024 / 1e9  # Linux reports kilobytes
@@ -305,7 +320,10 @@ def measure(framework: str, completions: int, args) -> dict:
 
 def summarize(runs: list[dict]) -> dict:
     records = [record for run in runs for record in run["records"]]
-    median = {key: statistics.median(r[key] for r in records) for key in ("step", "sampling", "scoring", "train", "completion_tokens", "tokens", "reward", "zero_variance")}
+    median = {
+        key: statistics.median(r[key] for r in records)
+        for key in ("step", "sampling", "scoring", "train", "completion_tokens", "tokens", "reward", "zero_variance")
+    }
     median["sampled_tokens_per_s"] = statistics.median(r["completion_tokens"] / r["sampling"] for r in records)
     median["trained_tokens_per_s"] = statistics.median(r["completion_tokens"] / r["train"] for r in records)
     median["peak_rss_gb"] = max(run["peak_rss_gb"] for run in runs)
@@ -330,7 +348,9 @@ def report(size: int, summaries: dict[str, dict]) -> None:
             f"{s['reward']:7.2f} {s['zero_variance']:9.2f} {s['steps']:6d}"
         )
     trl, ours = summaries["trl"], summaries["sparring"]
-    print(f"TRL / sparring: step {trl['step'] / ours['step']:.2f}x, sampling {trl['sampling'] / ours['sampling']:.2f}x, train {trl['train'] / ours['train']:.2f}x")
+    print(
+        f"TRL / sparring: step {trl['step'] / ours['step']:.2f}x, sampling {trl['sampling'] / ours['sampling']:.2f}x, train {trl['train'] / ours['train']:.2f}x"
+    )
 
 
 def floors(summaries_by_size: dict[int, dict[str, dict]], args) -> None:
@@ -341,7 +361,13 @@ def floors(summaries_by_size: dict[int, dict[str, dict]], args) -> None:
     plus the same training FLOPs at the ceiling; and the step's matmuls as sparring runs them, sampler and learner
     (every matmul of one forward+backward of the step's batch, replayed alone: `learner_matmul_seconds`)."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from common import decode_matmul_seconds, learner_matmul_seconds, matmul_ceiling_gflops, matmul_weights, weight_read_seconds
+    from common import (
+        decode_matmul_seconds,
+        learner_matmul_seconds,
+        matmul_ceiling_gflops,
+        matmul_weights,
+        weight_read_seconds,
+    )
 
     from sparring.models import load_base_model
 
@@ -351,25 +377,43 @@ def floors(summaries_by_size: dict[int, dict[str, dict]], args) -> None:
     backbone = sum(w.numel() for w in matmul_weights(model) if w.data_ptr() not in tied_or_head)
     ceiling, read_s = matmul_ceiling_gflops(), weight_read_seconds(model)
     decode_steps = args.max_tokens - 1  # the first token of a completion comes from the prefill
-    print(f"\nfloors on this host: every weight read once {read_s * 1e3:.1f} ms; fp32 matmul ceiling {ceiling:.0f} GFLOP/s")
+    print(
+        f"\nfloors on this host: every weight read once {read_s * 1e3:.1f} ms; fp32 matmul ceiling {ceiling:.0f} GFLOP/s"
+    )
     for size, summaries in summaries_by_size.items():
         ours, trl = summaries["sparring"], summaries["trl"]
         completion = ours["completion_tokens"]
         prompt_once = (ours["tokens"] - completion) / args.group_size
         train_gflop = 4 * (backbone * (prompt_once + completion) + head * completion) / 1e9
         train_s, matmul_s = train_gflop / ceiling, decode_matmul_seconds(model, size)
-        questions = [task["question"] for task in arithmetic_tasks(256)[: size // args.group_size]]  # the first step's prompts
+        questions = [
+            task["question"] for task in arithmetic_tasks(256)[: size // args.group_size]
+        ]  # the first step's prompts
         learner_s, learner_gflop = learner_matmul_seconds(MODEL, questions, args.group_size, args.max_tokens)
         target = trl["step"] / 3
         # A decode step reads every weight and multiplies by it: no less than either at its best rate.
         bound_s = max(read_s, 2 * (backbone + head) * size / 1e9 / ceiling)
         lines = (
-            ("weights read or multiplied at the ceiling", f"{decode_steps} x {bound_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the ceiling {train_s:.2f} s", decode_steps * bound_s + train_s),
-            ("weight matmuls as sparring runs them", f"{decode_steps} x {matmul_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the ceiling {train_s:.2f} s", decode_steps * matmul_s + train_s),
-            ("all matmuls as sparring runs them", f"{decode_steps} x {matmul_s * 1e3:.1f} ms + the learner's matmuls alone {learner_s:.2f} s ({learner_gflop:.4g} GFLOP)", decode_steps * matmul_s + learner_s),
+            (
+                "weights read or multiplied at the ceiling",
+                f"{decode_steps} x {bound_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the ceiling {train_s:.2f} s",
+                decode_steps * bound_s + train_s,
+            ),
+            (
+                "weight matmuls as sparring runs them",
+                f"{decode_steps} x {matmul_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the ceiling {train_s:.2f} s",
+                decode_steps * matmul_s + train_s,
+            ),
+            (
+                "all matmuls as sparring runs them",
+                f"{decode_steps} x {matmul_s * 1e3:.1f} ms + the learner's matmuls alone {learner_s:.2f} s ({learner_gflop:.4g} GFLOP)",
+                decode_steps * matmul_s + learner_s,
+            ),
         )
         for name, parts, floor in lines:
-            print(f"{size} completions, {name}: {parts} = {floor:.2f} s a step; 3x TRL ({trl['step']:.1f} s) needs <= {target:.2f} s: {'within reach' if floor <= target else 'out of reach'}")
+            print(
+                f"{size} completions, {name}: {parts} = {floor:.2f} s a step; 3x TRL ({trl['step']:.1f} s) needs <= {target:.2f} s: {'within reach' if floor <= target else 'out of reach'}"
+            )
 
 
 def main() -> None:
@@ -380,8 +424,17 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first, per process")
     parser.add_argument("--rounds", type=int, default=1, help="processes per framework and size (A B, B A, ...)")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--work", choices=WORKS, default="equal", help="equal: same prompts, forced lengths, a reward with variance in every group")
-    parser.add_argument("--floors", action="store_true", help="then measure what a step cannot go below on this host, beside a third of TRL's")
+    parser.add_argument(
+        "--work",
+        choices=WORKS,
+        default="equal",
+        help="equal: same prompts, forced lengths, a reward with variance in every group",
+    )
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="then measure what a step cannot go below on this host, beside a third of TRL's",
+    )
     parser.add_argument("--verbose", action="store_true", help="show the workers' output")
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--completions", type=int, help=argparse.SUPPRESS)
@@ -407,12 +460,17 @@ def main() -> None:
             order = FRAMEWORKS if round_index % 2 == 0 else FRAMEWORKS[::-1]
             for framework in order:
                 runs[framework].append(measure(framework, size, args))
-        summaries = {framework: {**summarize(framework_runs), "group_size": args.group_size} for framework, framework_runs in runs.items()}
+        summaries = {
+            framework: {**summarize(framework_runs), "group_size": args.group_size}
+            for framework, framework_runs in runs.items()
+        }
         report(size, summaries)
         summaries_by_size[size] = summaries
     if args.floors:
         floors(summaries_by_size, args)
-    print(f"\n1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; {time.perf_counter() - started:.0f} s in all")
+    print(
+        f"\n1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; {time.perf_counter() - started:.0f} s in all"
+    )
 
 
 if __name__ == "__main__":

@@ -34,13 +34,13 @@ import statistics
 import tempfile
 import time
 
+from common import print_table, resolve_model_name
+
 from sparring import EngineConfig, types
 from sparring.engine import get_engine
 from sparring.engine.prefix_cache import PrefillCounts
 from sparring.envs import load_config
 from sparring.trainer.loop import run_evaluation, run_training
-
-from common import print_table, resolve_model_name
 
 GAMES = ("werewolf", "twenty_questions", "guess_number", "conversations")
 RULES = (
@@ -65,7 +65,9 @@ def models_on(game: str, model: str, mib: float, device: str) -> list[str]:
     return [f"{field}.{key}={value}" for key, value in settings.items() for field in fields]
 
 
-def evaluate_once(game: str, model: str, device: str, tasks: int, mib: float, seed: int, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
+def evaluate_once(
+    game: str, model: str, device: str, tasks: int, mib: float, seed: int, overrides: list[str]
+) -> tuple[PrefillCounts, float, float]:
     """One `sparring eval`-equivalent run of `game` on `tasks` tasks with a `mib` MiB prefix cache (0: off): what it
     prefilled, its wall time and the process's CPU time (less sensitive to other jobs on a shared machine)."""
     config = load_config(game, [*models_on(game, model, mib, device), "logging.console=false", *overrides])
@@ -78,21 +80,37 @@ def evaluate_once(game: str, model: str, device: str, tasks: int, mib: float, se
     return engine.prefill_counts - before, time.perf_counter() - started, time.process_time() - cpu_started
 
 
-def train_once(game: str, model: str, device: str, steps: int, mib: float, overrides: list[str]) -> tuple[PrefillCounts, float, float]:
+def train_once(
+    game: str, model: str, device: str, steps: int, mib: float, overrides: list[str]
+) -> tuple[PrefillCounts, float, float]:
     """`sparring train game` for `steps` steps with every model's prefix cache at `mib` MiB (0: off): what its steps
     prefilled, their wall time (`time/step`) and their rollouts' (`time/rollout`)."""
     with tempfile.TemporaryDirectory() as run_dir:
-        config = load_config(game, [
-            f"run_dir={run_dir}/run", "logging.console=false", "logging.tensorboard=false", "eval_dataset=null", "algorithm.save_interval_steps=0", "algorithm.allow_nothing_trained=true",
-            f"train_dataset.total_steps={steps}", *models_on(game, model, mib, device), *overrides,
-        ])
+        config = load_config(
+            game,
+            [
+                f"run_dir={run_dir}/run",
+                "logging.console=false",
+                "logging.tensorboard=false",
+                "eval_dataset=null",
+                "algorithm.save_interval_steps=0",
+                "algorithm.allow_nothing_trained=true",
+                f"train_dataset.total_steps={steps}",
+                *models_on(game, model, mib, device),
+                *overrides,
+            ],
+        )
         history = run_training(config).history
 
     def total(key: str) -> float:
         return sum(step[key] for step in history)
 
     cached = round(sum(step["engine/prefix_hit_rate"] * step["engine/prompt_tokens"] for step in history))
-    counts = PrefillCounts(prompt_tokens=int(total("engine/prompt_tokens")), cached_tokens=cached, prefilled_tokens=int(total("engine/prefilled_tokens")))
+    counts = PrefillCounts(
+        prompt_tokens=int(total("engine/prompt_tokens")),
+        cached_tokens=cached,
+        prefilled_tokens=int(total("engine/prefilled_tokens")),
+    )
     return counts, total("time/step"), total("time/rollout")
 
 
@@ -122,17 +140,39 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=4, help="held-out tasks (games) per evaluation")
     parser.add_argument("--repeats", type=int, default=1, help="off/on pairs per game")
     parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--device", default="cpu", help="every model's torch device ('cuda': bfloat16 weights, as `model.device: cuda` gives)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="every model's torch device ('cuda': bfloat16 weights, as `model.device: cuda` gives)",
+    )
     parser.add_argument("--quick", action="store_true", help="the tiny random model: a smoke test, not a measurement")
-    parser.add_argument("--cache-mib", type=float, default=None, help="the prefix cache's budget in the 'on' runs (MiB); default: the game config's model.prefix_cache_mib")
-    parser.add_argument("--train-steps", type=int, default=0, help="time this many training steps per run instead of an evaluation (third time column: rollouts)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="a config override for every game, as `sparring eval --set`")
+    parser.add_argument(
+        "--cache-mib",
+        type=float,
+        default=None,
+        help="the prefix cache's budget in the 'on' runs (MiB); default: the game config's model.prefix_cache_mib",
+    )
+    parser.add_argument(
+        "--train-steps",
+        type=int,
+        default=0,
+        help="time this many training steps per run instead of an evaluation (third time column: rollouts)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every game, as `sparring eval --set`",
+    )
     args = parser.parse_args()
     model = resolve_model_name(args.model, args.quick)
     third = "rollouts" if args.train_steps else "CPU"
     rows = []
     for game in args.games.split(","):
         runs: dict[str, list[tuple[PrefillCounts, float, float]]] = {"off": [], "on": []}
+
         def measure(mib: float, seed: int, warm_up: bool = False) -> tuple[PrefillCounts, float, float]:
             if game == "conversations":
                 return converse_once(model, args.device, 5, mib)
@@ -147,16 +187,50 @@ def main() -> None:
                 counts, seconds, cpu = measure(mib, seed=repeat)
                 runs[setting].append((counts, seconds, cpu))
                 hit_rate = counts.metrics()["engine/prefix_hit_rate"]
-                print(f"{game} cache {setting}: {counts.prompt_tokens} prompt tokens, {counts.prefilled_tokens} prefilled, hit rate {hit_rate:.2f}, {seconds:.1f} s, {third} {cpu:.1f} s", flush=True)
+                print(
+                    f"{game} cache {setting}: {counts.prompt_tokens} prompt tokens, {counts.prefilled_tokens} prefilled, hit rate {hit_rate:.2f}, {seconds:.1f} s, {third} {cpu:.1f} s",
+                    flush=True,
+                )
         prefilled = {s: statistics.median(c.prefilled_tokens for c, _, _ in runs[s]) for s in runs}
         prompt = {s: statistics.median(c.prompt_tokens for c, _, _ in runs[s]) for s in runs}
         wall = {s: min(t for _, t, _ in runs[s]) for s in runs}
         cpu = {s: min(t for _, _, t in runs[s]) for s in runs}
         fewer = f"{prefilled['off'] / max(prefilled['on'], 1):.2f}x"
-        size = "7x5 turns" if game == "conversations" else f"{args.train_steps} steps" if args.train_steps else args.tasks
-        rows.append([game, size, prompt["off"], prompt["on"], prefilled["off"], prefilled["on"], fewer, wall["off"], wall["on"], f"{wall['off'] / wall['on']:.2f}x", f"{cpu['off'] / cpu['on']:.2f}x"])
+        size = (
+            "7x5 turns" if game == "conversations" else f"{args.train_steps} steps" if args.train_steps else args.tasks
+        )
+        rows.append(
+            [
+                game,
+                size,
+                prompt["off"],
+                prompt["on"],
+                prefilled["off"],
+                prefilled["on"],
+                fewer,
+                wall["off"],
+                wall["on"],
+                f"{wall['off'] / wall['on']:.2f}x",
+                f"{cpu['off'] / cpu['on']:.2f}x",
+            ]
+        )
     print()
-    print_table(["game", "steps" if args.train_steps else "tasks", "prompt off", "prompt on", "prefilled off", "prefilled on", "fewer", "s off", "s on", "faster", third], rows)
+    print_table(
+        [
+            "game",
+            "steps" if args.train_steps else "tasks",
+            "prompt off",
+            "prompt on",
+            "prefilled off",
+            "prefilled on",
+            "fewer",
+            "s off",
+            "s on",
+            "faster",
+            third,
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from sparring import ServiceClient, TunerHandle, WorkflowOutput
-from sparring.runners.ray import ray_runner
 from sparring.models import build_tiny_model
 from sparring.rollout import PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
+from sparring.runners.ray import ray_runner
 
 
 async def no_calls(task, model, auxiliary_models):

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from common import print_table
 
 from sparring import ServiceClient, types
 from sparring.algorithms import build_datums
@@ -28,14 +29,27 @@ from sparring.engine.prefix_tree import plan_tree_batches
 from sparring.logging import read_rollouts
 from sparring.rollout import Episode, Timeline
 
-from common import print_table
-
 
 def recorded_datums(path: Path) -> list[types.Datum]:
     """The step's trained timelines as the trainer assembled them (`build_datums`), from the recorded dump."""
     records = [record for record in read_rollouts(path) if record["advantage"] is not None]
     episodes = [
-        Episode(task={}, group=0, rewards={}, timelines=[Timeline(agent=r["agent"], model=r["model"], tokens=r["tokens"], loss_mask=r["loss_mask"], logprobs=r["logprobs"], num_calls=r["num_calls"], call_index=r["call_index"])])
+        Episode(
+            task={},
+            group=0,
+            rewards={},
+            timelines=[
+                Timeline(
+                    agent=r["agent"],
+                    model=r["model"],
+                    tokens=r["tokens"],
+                    loss_mask=r["loss_mask"],
+                    logprobs=r["logprobs"],
+                    num_calls=r["num_calls"],
+                    call_index=r["call_index"],
+                )
+            ],
+        )
         for r in records
     ]
     advantages = {(index, record["agent"]): record["advantage"] for index, record in enumerate(records)}
@@ -62,7 +76,10 @@ def main() -> None:
         data = recorded_datums(path)
         tokens = [torch.tensor(d.model_input.to_ints()) for d in data]
         nodes = sum(len(batch.tokens_N) for batch in plan_tree_batches(tokens, engine.config.token_budget()))
-        padded = sum(max(len(tokens[i]) for i in batch.indices) * len(batch.indices) for batch in micro_batches([len(t) for t in tokens], engine.config.token_budget()))
+        padded = sum(
+            max(len(tokens[i]) for i in batch.indices) * len(batch.indices)
+            for batch in micro_batches([len(t) for t in tokens], engine.config.token_budget())
+        )
         best = {True: float("inf"), False: float("inf")}
         for repeat in range(args.repeats + 1):  # the first round warms up
             for tree in (True, False) if repeat % 2 else (False, True):
@@ -72,14 +89,35 @@ def main() -> None:
                 if repeat:
                     best[tree] = min(best[tree], time.perf_counter() - start)
         datum_tokens = sum(len(t) for t in tokens)
-        rows.append([path.stem, len(data), datum_tokens, nodes, padded, best[True], best[False], best[False] / best[True]])
-        for key, value in (("tokens", datum_tokens), ("nodes", nodes), ("padded", padded), (True, best[True]), (False, best[False])):
+        rows.append(
+            [path.stem, len(data), datum_tokens, nodes, padded, best[True], best[False], best[False] / best[True]]
+        )
+        for key, value in (
+            ("tokens", datum_tokens),
+            ("nodes", nodes),
+            ("padded", padded),
+            (True, best[True]),
+            (False, best[False]),
+        ):
             totals[key] += value
         print(f"{path.stem}: {best[True]:.2f} s as trees, {best[False]:.2f} s whole", flush=True)
     engine.config.learner_prefix_tree = True
-    rows.append(["all", "", totals["tokens"], totals["nodes"], totals["padded"], totals[True], totals[False], totals[False] / totals[True]])
+    rows.append(
+        [
+            "all",
+            "",
+            totals["tokens"],
+            totals["nodes"],
+            totals["padded"],
+            totals[True],
+            totals[False],
+            totals[False] / totals[True],
+        ]
+    )
     print(f"\nRecorded training batches of {run_dir}, forward+backward (ppo), best of {args.repeats}\n")
-    print_table(["batch", "datums", "datum tokens", "trie nodes", "padded tokens", "trees s", "whole s", "speed-up"], rows)
+    print_table(
+        ["batch", "datums", "datum tokens", "trie nodes", "padded tokens", "trees s", "whole s", "speed-up"], rows
+    )
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import httpx
+from common import print_table, resolve_model_name
 
 from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig
 from sparring.envs.guess_number import guess_number, make_tasks
@@ -41,8 +42,6 @@ from sparring.trainer import TuneConfig
 from sparring.trainer.loop import train_step
 from sparring.trainer.models_from_config import build_models
 
-from common import print_table, resolve_model_name
-
 API_KEY = "tml-benchmark"
 
 
@@ -50,7 +49,20 @@ def start_server(model: str, directory: Path) -> tuple[subprocess.Popen, str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "sparring.cli", "serve", "--model", model, "--port", str(port), "--api-key", API_KEY, "--base-dir", str(directory / "server")]
+    command = [
+        sys.executable,
+        "-m",
+        "sparring.cli",
+        "serve",
+        "--model",
+        model,
+        "--port",
+        str(port),
+        "--api-key",
+        API_KEY,
+        "--base-dir",
+        str(directory / "server"),
+    ]
     process = subprocess.Popen(command, stdout=open(directory / "server.log", "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -67,16 +79,26 @@ def start_server(model: str, directory: Path) -> tuple[subprocess.Popen, str]:
 
 
 def job(model: TunerModelConfig, args, run_dir: Path) -> TuneConfig:
-    algorithm = AlgorithmConfig(group_size=args.group, batch_size=args.batch, learning_rate=5e-4, drop_zero_variance_groups=False)
+    algorithm = AlgorithmConfig(
+        group_size=args.group, batch_size=args.batch, learning_rate=5e-4, drop_zero_variance_groups=False
+    )
     dataset = DatasetConfig(tasks=[{"secret": 1}], workflow_args={"low": 1, "high": 16, "max_turns": args.turns})
-    return TuneConfig(model=model, algorithm=algorithm, train_dataset=dataset, run_dir=str(run_dir), logging=LoggingConfig(console=False, tensorboard=False))
+    return TuneConfig(
+        model=model,
+        algorithm=algorithm,
+        train_dataset=dataset,
+        run_dir=str(run_dir),
+        logging=LoggingConfig(console=False, tensorboard=False),
+    )
 
 
 async def measure(args, model_name: str, url: str, directory: Path) -> dict[str, list[dict]]:
     common = {"model_path": model_name, "max_tokens": args.max_tokens, "lora_rank": 16}
     configs = {
         "local": job(TunerModelConfig(**common), args, directory / "local"),
-        "remote": job(TunerModelConfig(**common, backend="tinker", base_url=url, api_key=API_KEY), args, directory / "remote"),
+        "remote": job(
+            TunerModelConfig(**common, backend="tinker", base_url=url, api_key=API_KEY), args, directory / "remote"
+        ),
     }
     models = {name: build_models(config, directory / name) for name, config in configs.items()}
     episode_fn = as_episode_fn(guess_number)
@@ -90,9 +112,19 @@ async def measure(args, model_name: str, url: str, directory: Path) -> dict[str,
         for name in ("local", "remote"):
             models[name].reseed(0, step)
             started = time.perf_counter()
-            metrics = await train_step(episode_fn, batch, models[name], settings, None, configs[name], None, step, args.steps + 1)
-            row = {"step_s": time.perf_counter() - started, "rollout_s": metrics["time/rollout"], "train_s": metrics["time/train"], "tokens": metrics.get("tokens/trained", 0.0)}
-            print(f"step {step} {name:6s} {row['step_s']:.2f} s (rollout {row['rollout_s']:.2f}, train {row['train_s']:.2f})", flush=True)
+            metrics = await train_step(
+                episode_fn, batch, models[name], settings, None, configs[name], None, step, args.steps + 1
+            )
+            row = {
+                "step_s": time.perf_counter() - started,
+                "rollout_s": metrics["time/rollout"],
+                "train_s": metrics["time/train"],
+                "tokens": metrics.get("tokens/trained", 0.0),
+            }
+            print(
+                f"step {step} {name:6s} {row['step_s']:.2f} s (rollout {row['rollout_s']:.2f}, train {row['train_s']:.2f})",
+                flush=True,
+            )
             if step > 0:  # the first step of each warms up
                 timings[name].append(row)
     return timings
@@ -120,12 +152,18 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
     print(f"load average after: {os.getloadavg()}")
-    median = {name: {key: statistics.median(row[key] for row in rows) for key in rows[0]} for name, rows in timings.items()}
+    median = {
+        name: {key: statistics.median(row[key] for row in rows) for key in rows[0]} for name, rows in timings.items()
+    }
     rows = [[name, m["step_s"], m["rollout_s"], m["train_s"]] for name, m in median.items()]
-    print(f"\nguess the number on {args.model if not args.quick else 'the tiny model'}: group {args.group} x batch {args.batch}, {args.turns} turns, max_tokens {args.max_tokens}; median of {args.steps} steps")
+    print(
+        f"\nguess the number on {args.model if not args.quick else 'the tiny model'}: group {args.group} x batch {args.batch}, {args.turns} turns, max_tokens {args.max_tokens}; median of {args.steps} steps"
+    )
     print_table(["backend", "s/step", "rollout s", "train s"], rows)
-    print(f"remote / local: {median['remote']['step_s'] / median['local']['step_s']:.2f}x per step "
-          f"(rollout {median['remote']['rollout_s'] / median['local']['rollout_s']:.2f}x, train {median['remote']['train_s'] / median['local']['train_s']:.2f}x)")
+    print(
+        f"remote / local: {median['remote']['step_s'] / median['local']['step_s']:.2f}x per step "
+        f"(rollout {median['remote']['rollout_s'] / median['local']['rollout_s']:.2f}x, train {median['remote']['train_s'] / median['local']['train_s']:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -38,12 +38,6 @@ import tempfile
 import time
 
 import torch
-from peft import LoraConfig, get_peft_model
-
-from sparring import EngineConfig, ServiceClient, types
-from sparring.engine.adapters import DEFAULT_LORA_ALPHA, linear_layer_groups
-from sparring.models import load_base_model
-
 from common import (
     chat_prompts,
     decode_matmul_seconds,
@@ -55,6 +49,11 @@ from common import (
     resolve_model_name,
     weight_read_seconds,
 )
+from peft import LoraConfig, get_peft_model
+
+from sparring import EngineConfig, ServiceClient, types
+from sparring.engine.adapters import DEFAULT_LORA_ALPHA, linear_layer_groups
+from sparring.models import load_base_model
 
 LORA_RANK = 16
 # Long enough that every concurrent `sample` call joins the first batch.
@@ -94,7 +93,9 @@ def time_hf_generate(model, pad_token_id: int, prompts: list[list[int]], new_tok
 def time_sparring(sampling_client, prompts: list[list[int]], new_tokens: int) -> float:
     params = types.SamplingParams(max_tokens=new_tokens, temperature=1.0, stop=[])
     start = time.perf_counter()
-    futures = [sampling_client.sample(types.ModelInput.from_ints(p), num_samples=1, sampling_params=params) for p in prompts]
+    futures = [
+        sampling_client.sample(types.ModelInput.from_ints(p), num_samples=1, sampling_params=params) for p in prompts
+    ]
     responses = [future.result() for future in futures]
     elapsed = time.perf_counter() - start
     assert all(len(r.sequences[0].tokens) == new_tokens for r in responses)
@@ -120,10 +121,17 @@ def main() -> None:
     plain = load_base_model(model_name)
     with_lora = load_base_model(model_name)
     groups = linear_layer_groups(with_lora.model)
-    lora_config = LoraConfig(r=LORA_RANK, lora_alpha=DEFAULT_LORA_ALPHA, lora_dropout=0.0, target_modules=sorted(groups["attn"] | groups["mlp"]))
+    lora_config = LoraConfig(
+        r=LORA_RANK,
+        lora_alpha=DEFAULT_LORA_ALPHA,
+        lora_dropout=0.0,
+        target_modules=sorted(groups["attn"] | groups["mlp"]),
+    )
     hf_lora_model = get_peft_model(with_lora.model, lora_config).eval()
 
-    service = ServiceClient(base_dir=tempfile.mkdtemp(prefix="sparring-bench-"), engine_config=EngineConfig(batch_window_s=BATCH_WINDOW_S))
+    service = ServiceClient(
+        base_dir=tempfile.mkdtemp(prefix="sparring-bench-"), engine_config=EngineConfig(batch_window_s=BATCH_WINDOW_S)
+    )
     training_client = service.create_lora_training_client(model_name, rank=LORA_RANK, seed=0)
     sampling_client = training_client.save_weights_and_get_sampling_client(kind="inflight")
 
@@ -159,10 +167,14 @@ def main() -> None:
                 best_s[name, batch] = min(best_s.get((name, batch), float("inf")), run(prompts))
     tokens_per_s = {key: key[1] * new_tokens / seconds for key, seconds in best_s.items()}
 
-    print(f"\nsampling {model_name}: {new_tokens} new tokens per row, temperature 1, LoRA r={LORA_RANK}, torch threads {torch.get_num_threads()}")
+    print(
+        f"\nsampling {model_name}: {new_tokens} new tokens per row, temperature 1, LoRA r={LORA_RANK}, torch threads {torch.get_num_threads()}"
+    )
     print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s (torch.matmul), {packed_ceiling:.0f} GFLOP/s (oneDNN-packed weight); "
           f"model: {parameters / 1e6:.1f} M parameters, {2 * parameters / 1e9:.3f} GFLOP per token")  # fmt: skip
-    print(f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other processes share the cores)\n")
+    print(
+        f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other processes share the cores)\n"
+    )
     rows = []
     for batch in batches:
         for name in paths:
@@ -170,8 +182,12 @@ def main() -> None:
             gflops = 2 * parameters * rate / 1e9
             versus_hf = rate / tokens_per_s["hf generate", batch]
             versus_hf_lora = rate / tokens_per_s["hf generate + lora", batch]
-            rows.append([batch, name, rate, versus_hf, versus_hf_lora, gflops, gflops / ceiling, gflops / packed_ceiling])
-    print_table(["batch", "path", "tokens/s", "vs hf", "vs hf+lora", "GFLOP/s", "of ceiling", "of oneDNN ceiling"], rows)
+            rows.append(
+                [batch, name, rate, versus_hf, versus_hf_lora, gflops, gflops / ceiling, gflops / packed_ceiling]
+            )
+    print_table(
+        ["batch", "path", "tokens/s", "vs hf", "vs hf+lora", "GFLOP/s", "of ceiling", "of oneDNN ceiling"], rows
+    )
 
     # What a decode step cannot go below: reading every weight once, and the weight matmuls as the sampler runs them.
     weight_bytes = sum(w.numel() * w.element_size() for w in matmul_weights(plain.model))

@@ -42,9 +42,9 @@ from pathlib import Path
 
 from sparring import ServiceClient, types
 from sparring.envs.tictactoe import TicTacToe
-from sparring.envs.tictactoe.workflow import VIEWS
 from sparring.envs.tictactoe.rules import Board, best_moves, reached, tactical_positions
 from sparring.envs.tictactoe.tasks import hold_out
+from sparring.envs.tictactoe.workflow import VIEWS
 from sparring.trainer.warm_start import weighted_datum
 
 
@@ -112,7 +112,9 @@ async def held_out_scores(client, renderer, boards: list[Board], view: str, exam
     for first in range(0, len(data), 64):
         result = await client.forward_async(data[first : first + 64], loss_fn="cross_entropy").result_async()
         for move, datum, output in zip(moves[first : first + 64], data[first : first + 64], result.loss_fn_outputs):
-            chances[move] = math.exp(float((output["logprobs"].to_torch() * datum.loss_fn_inputs["weights"].to_torch()).sum()))
+            chances[move] = math.exp(
+                float((output["logprobs"].to_torch() * datum.loss_fn_inputs["weights"].to_torch()).sum())
+            )
     loss, sampled, greedy = 0.0, 0.0, 0
     for board in boards:
         best = best_moves(board)
@@ -131,7 +133,10 @@ async def score(args: argparse.Namespace) -> None:
         if adapter != "untrained":
             await client.load_weights(adapter).result_async()
         scores = await held_out_scores(client, client.get_renderer(), held_out, args.board_view, not args.no_example)
-        print(f"{adapter}: held-out loss/position {scores.loss:.3f}, perfect move {scores.perfect_sampled:.3f} sampled, {scores.perfect_greedy:.3f} greedy ({len(held_out)} positions)", flush=True)
+        print(
+            f"{adapter}: held-out loss/position {scores.loss:.3f}, perfect move {scores.perfect_sampled:.3f} sampled, {scores.perfect_greedy:.3f} greedy ({len(held_out)} positions)",
+            flush=True,
+        )
 
 
 async def train(args: argparse.Namespace) -> None:
@@ -140,7 +145,9 @@ async def train(args: argparse.Namespace) -> None:
     renderer, boards = client.get_renderer(), POSITIONS[args.positions]()
     boards, held_out = hold_out(boards, args.held_out, args.seed)
     data = perfect_move_data(renderer, boards, args.board_view, not args.no_example)
-    print(f"{len(boards)} positions, {len(data)} datums ({sum(len(d.model_input.to_ints()) for d in data)} tokens), batch {args.batch}, learning rate {args.learning_rate}")
+    print(
+        f"{len(boards)} positions, {len(data)} datums ({sum(len(d.model_input.to_ints()) for d in data)} tokens), batch {args.batch}, learning rate {args.learning_rate}"
+    )
     rng, start, step, epoch = random.Random(args.seed), time.perf_counter(), 0, 0
 
     async def report_held_out() -> None:
@@ -157,7 +164,9 @@ async def train(args: argparse.Namespace) -> None:
     if held_out:
         uniform, floor = reference_losses(held_out)
         chance = sum(len(best_moves(board)) / len(board.free()) for board in held_out) / len(held_out)
-        print(f"{len(held_out)} held-out positions: uniform over the free cells: loss {uniform:.3f}, perfect move {chance:.3f}; floor {floor:.3f}")
+        print(
+            f"{len(held_out)} held-out positions: uniform over the free cells: loss {uniform:.3f}, perfect move {chance:.3f}; floor {floor:.3f}"
+        )
         await report_held_out()
     recent_losses = []  # loss per datum of the last 10 steps: one batch's is too noisy to read a trend from
     deadlines = sorted(args.minutes)
@@ -167,17 +176,24 @@ async def train(args: argparse.Namespace) -> None:
         rng.shuffle(order)
         epoch += 1
         for first in range(0, len(order), args.batch):
-            result = await client.forward_backward_async(order[first : first + args.batch], loss_fn="cross_entropy").result_async()
+            result = await client.forward_backward_async(
+                order[first : first + args.batch], loss_fn="cross_entropy"
+            ).result_async()
             await client.optim_step_async(types.AdamParams(learning_rate=args.learning_rate)).result_async()
             step += 1
             minutes = (time.perf_counter() - start) / 60
             recent_losses = [*recent_losses[-9:], result.loss / min(args.batch, len(order) - first)]
             if step % 10 == 0:
-                print(f"epoch {epoch} step {step} {minutes:.1f} min loss/datum {sum(recent_losses) / len(recent_losses):.3f} (mean of the last 10 steps)", flush=True)
+                print(
+                    f"epoch {epoch} step {step} {minutes:.1f} min loss/datum {sum(recent_losses) / len(recent_losses):.3f} (mean of the last 10 steps)",
+                    flush=True,
+                )
             if held_out and step % args.held_out_every == 0:
                 await report_held_out()
             while deadlines and minutes >= deadlines[0]:
-                saved = (await client.save_weights_for_sampler_async(name=f"minute-{deadlines[0]:g}").result_async()).path
+                saved = (
+                    await client.save_weights_for_sampler_async(name=f"minute-{deadlines[0]:g}").result_async()
+                ).path
                 target = out / f"minute-{deadlines[0]:g}"
                 shutil.rmtree(target, ignore_errors=True)
                 shutil.copytree(saved, target)
@@ -189,7 +205,13 @@ async def train(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, nargs="+", default=[10, 20, 30, 45], help="save the adapter after these minutes of training")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        nargs="+",
+        default=[10, 20, 30, 45],
+        help="save the adapter after these minutes of training",
+    )
     parser.add_argument("--out", default="runs/ttt-supervised", help="folder for the saved adapters")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--rank", type=int, default=16, help="LoRA rank (the shipped config's)")
@@ -198,10 +220,22 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--board-view", choices=VIEWS, default="grid", help="the workflow's board_view")
     parser.add_argument("--no-example", action="store_true", help="the workflow's example: false")
-    parser.add_argument("--positions", choices=POSITIONS, default="perfect-play", help="the positions met against perfect play, or every position with a win or block to find")
-    parser.add_argument("--held-out", type=int, default=0, help="positions kept out of training, their loss printed as it trains")
+    parser.add_argument(
+        "--positions",
+        choices=POSITIONS,
+        default="perfect-play",
+        help="the positions met against perfect play, or every position with a win or block to find",
+    )
+    parser.add_argument(
+        "--held-out", type=int, default=0, help="positions kept out of training, their loss printed as it trains"
+    )
     parser.add_argument("--held-out-every", type=int, default=50, help="optimizer steps between held-out losses")
-    parser.add_argument("--score", nargs="+", metavar="ADAPTER", help="train nothing: print the held-out scores of these adapters ('untrained': the base model)")
+    parser.add_argument(
+        "--score",
+        nargs="+",
+        metavar="ADAPTER",
+        help="train nothing: print the held-out scores of these adapters ('untrained': the base model)",
+    )
     args = parser.parse_args()
     asyncio.run(score(args) if args.score else train(args))
 

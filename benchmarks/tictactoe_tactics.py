@@ -28,14 +28,16 @@ from sparring.envs.tictactoe.rules import Board, best_moves, is_tactical
 from sparring.logging import read_rollouts
 from sparring.logging.report import one_based
 
-_GRID = re.compile(r"([XO1-9])\|([XO1-9])\|([XO1-9])\n([XO1-9])\|([XO1-9])\|([XO1-9])\n([XO1-9])\|([XO1-9])\|([XO1-9])\n")
+_GRID = re.compile(
+    r"([XO1-9])\|([XO1-9])\|([XO1-9])\n([XO1-9])\|([XO1-9])\|([XO1-9])\n([XO1-9])\|([XO1-9])\|([XO1-9])\n"
+)
 
 
 def tactic_bound(accuracy: float, opponent: str) -> float:
     """The best win rate against `opponent` "random" or non-loss rate against "minimax" (uniform among its perfect
     moves) of a policy whose tactical moves are perfect with probability `accuracy`, both seats averaged."""
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def score(cells: tuple[str, ...], seat: str) -> float:
         board = Board(cells)
         if board.winner() is not None:
@@ -50,7 +52,9 @@ def tactic_bound(accuracy: float, opponent: str) -> float:
             return max(after.values())
         best = best_moves(board)
         others = [cell for cell in board.free() if cell not in best]
-        return accuracy * sum(after[cell] for cell in best) / len(best) + (1 - accuracy) * sum(after[cell] for cell in others) / len(others)
+        return accuracy * sum(after[cell] for cell in best) / len(best) + (1 - accuracy) * sum(
+            after[cell] for cell in others
+        ) / len(others)
 
     return (score(Board().cells, "X") + score(Board().cells, "O")) / 2
 
@@ -104,13 +108,17 @@ def main() -> None:
     if args.command == "bound":
         print("| tactical accuracy | best win rate vs random_legal | best non-loss vs minimax |\n|---|---|---|")
         for accuracy in (0.0, 0.3, 0.4, 0.45, 0.5, 0.6, 0.65, 0.7, 0.8, 0.9, 1.0):
-            print(f"| {accuracy:.2f} | {tactic_bound(accuracy, 'random'):.3f} | {tactic_bound(accuracy, 'minimax'):.3f} |")
+            print(
+                f"| {accuracy:.2f} | {tactic_bound(accuracy, 'random'):.3f} | {tactic_bound(accuracy, 'minimax'):.3f} |"
+            )
         return
     print("| steps | moves | tactical positions | perfect there | uniform over the free cells |\n|---|---|---|---|---|")
     for counts in tactics_in_rollouts(args.run_dir, args.window):
         low, high = wilson_interval(counts.perfect, counts.tactical)
         share = counts.perfect / counts.tactical
-        print(f"| {counts.first_step}-{counts.first_step + args.window - 1} | {counts.moves} | {counts.tactical} | {share:.2f} [{low:.2f}, {high:.2f}] | {counts.uniform / counts.tactical:.2f} |")
+        print(
+            f"| {counts.first_step}-{counts.first_step + args.window - 1} | {counts.moves} | {counts.tactical} | {share:.2f} [{low:.2f}, {high:.2f}] | {counts.uniform / counts.tactical:.2f} |"
+        )
 
 
 if __name__ == "__main__":

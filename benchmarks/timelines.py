@@ -35,15 +35,16 @@ import json
 import operator
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+
+from common import print_table, resolve_model_name
 
 from sparring import ServiceClient, TunerHandle, WorkflowOutput, types
 from sparring.algorithms import build_datums
 from sparring.envs import guess_number, werewolf
 from sparring.rollout import FrozenChatModel, PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
-
-from common import print_table, resolve_model_name
 
 TOOL_AGENT_CALLS = 8
 CALCULATOR = {
@@ -51,10 +52,21 @@ CALCULATOR = {
     "function": {
         "name": "calculator",
         "description": "Evaluate an arithmetic expression of numbers, + - * / and parentheses.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string", "description": "e.g. 12 + 30"}}, "required": ["expression"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "e.g. 12 + 30"}},
+            "required": ["expression"],
+        },
     },
 }
-_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv, ast.USub: operator.neg, ast.UAdd: operator.pos}
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
 
 
 def calculate(arguments: Any) -> str:
@@ -80,7 +92,12 @@ def _evaluate(node: ast.AST) -> float:
 async def tool_agent(task: dict, model, auxiliary_models: dict) -> WorkflowOutput:
     """A forced calculator call per number (7 by default), each answered by a tool message, then the total: one conversation."""
     numbers = task["numbers"]
-    history = [{"role": "user", "content": f"Add these numbers with the calculator, one addition per call, then tell me the total: {', '.join(map(str, numbers))}."}]
+    history = [
+        {
+            "role": "user",
+            "content": f"Add these numbers with the calculator, one addition per call, then tell me the total: {', '.join(map(str, numbers))}.",
+        }
+    ]
     errors = 0
     for _ in numbers:
         reply = await model(history, tools=[CALCULATOR], tool_choice="required")
@@ -111,13 +128,22 @@ SCENARIOS = {
     "guess_number": Scenario(
         "guess the number, 4 turns",
         guess_number.guess_number,
-        lambda count, quick: [{**task, "workflow_args": {"low": 1, "high": 1000, "max_turns": 4}} for task in guess_number.make_tasks("train", count, seed=7, low=1, high=1000)],
+        lambda count, quick: [
+            {**task, "workflow_args": {"low": 1, "high": 1000, "max_turns": 4}}
+            for task in guess_number.make_tasks("train", count, seed=7, low=1, high=1000)
+        ],
         12,
     ),
     "tool_agent": Scenario(
         "tool agent, calculator",
         tool_agent,
-        lambda count, quick: [{"task_id": f"sum-{i}", "numbers": [(i * 7 + k * 13) % 90 + 10 for k in range(3 if quick else TOOL_AGENT_CALLS - 1)]} for i in range(count)],
+        lambda count, quick: [
+            {
+                "task_id": f"sum-{i}",
+                "numbers": [(i * 7 + k * 13) % 90 + 10 for k in range(3 if quick else TOOL_AGENT_CALLS - 1)],
+            }
+            for i in range(count)
+        ],
         32,
     ),
     "werewolf": Scenario(
@@ -165,15 +191,21 @@ def timed_forward_backward(client, data: list[types.Datum]) -> float:
     return time.perf_counter() - started
 
 
-async def measure(name: str, scenario: Scenario, episodes: int, service: ServiceClient, model_name: str, quick: bool) -> list:
+async def measure(
+    name: str, scenario: Scenario, episodes: int, service: ServiceClient, model_name: str, quick: bool
+) -> list:
     """One table row: run the episodes, assemble both ways, time forward_backward on each."""
     client = service.create_lora_training_client(model_name, rank=16, seed=0)
     defaults = {"max_tokens": 8 if quick else scenario.max_tokens}
     policy = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults=defaults)
-    participant = FrozenChatModel(service.create_sampling_client(base_model=model_name), defaults=defaults, agent="participant")
+    participant = FrozenChatModel(
+        service.create_sampling_client(base_model=model_name), defaults=defaults, agent="participant"
+    )
     make_tuner = lambda: TunerHandle(policies={"policy": policy}, auxiliary_models={"participant": participant})  # noqa: E731
     settings = RunnerSettings(group_size=1, episode_timeout_s=3600.0)
-    finished = await run_episodes(as_episode_fn(scenario.workflow), scenario.make_tasks(episodes, quick), make_tuner, settings)
+    finished = await run_episodes(
+        as_episode_fn(scenario.workflow), scenario.make_tasks(episodes, quick), make_tuner, settings
+    )
     failed = [e.error for e in finished if e.error is not None]
     if failed:
         raise RuntimeError(f"{name}: {len(failed)} of {len(finished)} episodes failed, first: {failed[0]}")
@@ -185,15 +217,35 @@ async def measure(name: str, scenario: Scenario, episodes: int, service: Service
     merged_tokens, call_tokens = (sum(d.model_input.length for d in data) for data in (merged, per_call))
     merged_s, call_s = timed_forward_backward(client, merged), timed_forward_backward(client, per_call)
     calls = len(per_call) / len(merged)
-    return [scenario.title, episodes, calls, len(merged), len(per_call), merged_tokens, call_tokens, call_tokens / merged_tokens, merged_s, call_s, call_s / merged_s]
+    return [
+        scenario.title,
+        episodes,
+        calls,
+        len(merged),
+        len(per_call),
+        merged_tokens,
+        call_tokens,
+        call_tokens / merged_tokens,
+        merged_s,
+        call_s,
+        call_s / merged_s,
+    ]
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, from {', '.join(SCENARIOS)}")
-    parser.add_argument("--episodes", default="16,8,4", help="episodes of each scenario, in order (one number: all alike)")
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, from {', '.join(SCENARIOS)}"
+    )
+    parser.add_argument(
+        "--episodes", default="16,8,4", help="episodes of each scenario, in order (one number: all alike)"
+    )
     parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--quick", action="store_true", help="tiny random model, 2 episodes each, 8-token replies, a 4-call tool agent: a smoke test")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny random model, 2 episodes each, 8-token replies, a 4-call tool agent: a smoke test",
+    )
     args = parser.parse_args()
     names = args.scenarios.split(",")
     unknown = [n for n in names if n not in SCENARIOS]
@@ -206,10 +258,29 @@ async def main() -> None:
     model_name = resolve_model_name(args.model, args.quick)
     load_before = os.getloadavg()[0]
     service = ServiceClient()
-    rows = [await measure(name, SCENARIOS[name], count, service, model_name, args.quick) for name, count in zip(names, counts)]
-    print(f"\ntimeline merging on {model_name}: forward_backward (ppo), LoRA r=16, unit advantages on every sampled token")
-    print(f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other processes share the cores)\n")
-    headers = ["workload", "episodes", "calls/timeline", "datums merged", "per call", "tokens merged", "per call", "fewer tokens", "fwd+bwd s merged", "per call", "faster"]
+    rows = [
+        await measure(name, SCENARIOS[name], count, service, model_name, args.quick)
+        for name, count in zip(names, counts)
+    ]
+    print(
+        f"\ntimeline merging on {model_name}: forward_backward (ppo), LoRA r=16, unit advantages on every sampled token"
+    )
+    print(
+        f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other processes share the cores)\n"
+    )
+    headers = [
+        "workload",
+        "episodes",
+        "calls/timeline",
+        "datums merged",
+        "per call",
+        "tokens merged",
+        "per call",
+        "fewer tokens",
+        "fwd+bwd s merged",
+        "per call",
+        "faster",
+    ]
     print_table(headers, rows)
 
 

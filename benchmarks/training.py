@@ -42,10 +42,16 @@ import tempfile
 import time
 
 import torch
+from common import (
+    chat_prompts,
+    grpo_data,
+    matmul_ceiling_gflops,
+    matmul_parameter_count,
+    print_table,
+    resolve_model_name,
+)
 
 from sparring import ServiceClient, types
-
-from common import chat_prompts, grpo_data, matmul_ceiling_gflops, matmul_parameter_count, print_table, resolve_model_name
 
 LORA_RANK = 16
 
@@ -95,7 +101,9 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8, help="GRPO table: completions per prompt")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--repeats", type=int, default=3, help="timings per loss; the best is kept")
-    parser.add_argument("--quick", action="store_true", help="tiny random model, batch 2 x (24 + 8) tokens: a smoke test")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny random model, batch 2 x (24 + 8) tokens: a smoke test"
+    )
     args = parser.parse_args()
     if args.quick:
         args.batch, args.prompt_tokens, args.completion_tokens, args.groups, args.group_size = 2, 24, 8, 2, 2
@@ -134,9 +142,15 @@ def main() -> None:
     }
     tokens_per_step = args.batch * (length - 1)
 
-    print(f"\nLoRA forward+backward on {model_name}: batch {args.batch} x {length - 1} tokens ({args.prompt_tokens} prompt + {args.completion_tokens} completion), LoRA r={LORA_RANK}, torch threads {torch.get_num_threads()}")
-    print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s; N = {parameters / 1e6:.1f} M matmul parameters (LM head {head_parameters / 1e6:.1f} M)")
-    print(f"optim_step (Adam over the LoRA weights): {optim_step_s * 1e3:.0f} ms; 1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n")
+    print(
+        f"\nLoRA forward+backward on {model_name}: batch {args.batch} x {length - 1} tokens ({args.prompt_tokens} prompt + {args.completion_tokens} completion), LoRA r={LORA_RANK}, torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s; N = {parameters / 1e6:.1f} M matmul parameters (LM head {head_parameters / 1e6:.1f} M)"
+    )
+    print(
+        f"optim_step (Adam over the LoRA weights): {optim_step_s * 1e3:.0f} ms; 1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n"
+    )
     rows = []
     for loss_fn in losses:
         rate = tokens_per_step / best[loss_fn]
@@ -144,7 +158,9 @@ def main() -> None:
         rows.append([loss_fn, best[loss_fn], rate, flops_per_token[loss_fn] / 1e9, gflops, gflops / ceiling])
     print_table(["loss", "seconds", "tokens/s", "GFLOP/token", "GFLOP/s", "of ceiling"], rows)
 
-    grpo = grpo_data(chat_prompts(engine.loaded.renderer, args.groups), args.group_size, args.completion_tokens, engine.vocab_size)
+    grpo = grpo_data(
+        chat_prompts(engine.loaded.renderer, args.groups), args.group_size, args.completion_tokens, engine.vocab_size
+    )
     grpo_tokens = sum(datum.model_input.length for datum in grpo)
     defaults = engine.config.model_copy()
     settings = {  # (learner_prefix_tree, fused_learner_ops, pack_cpu_weights)
@@ -156,13 +172,25 @@ def main() -> None:
     grpo_best = {label: float("inf") for label in settings}
     for repeat in range(args.repeats + 1):  # the first round warms up
         for label, (tree, fused, pack) in settings.items():
-            engine.config.learner_prefix_tree, engine.config.fused_learner_ops, engine.config.pack_cpu_weights = tree, fused, pack
+            engine.config.learner_prefix_tree, engine.config.fused_learner_ops, engine.config.pack_cpu_weights = (
+                tree,
+                fused,
+                pack,
+            )
             seconds = time_forward_backward(training_client, grpo, "ppo")
             if repeat:
                 grpo_best[label] = min(grpo_best[label], seconds)
     engine.config = defaults
-    print(f"\nGRPO-shaped batch, ppo: {args.groups} prompts x {args.group_size} completions of {args.completion_tokens} tokens, {grpo_tokens} datum tokens\n")
-    print_table(["learner", "seconds", "datum tokens/s", "the first row's speed-up"], [[label, best, grpo_tokens / best, best / grpo_best["prefix trees: each prompt run once"]] for label, best in grpo_best.items()])
+    print(
+        f"\nGRPO-shaped batch, ppo: {args.groups} prompts x {args.group_size} completions of {args.completion_tokens} tokens, {grpo_tokens} datum tokens\n"
+    )
+    print_table(
+        ["learner", "seconds", "datum tokens/s", "the first row's speed-up"],
+        [
+            [label, best, grpo_tokens / best, best / grpo_best["prefix trees: each prompt run once"]]
+            for label, best in grpo_best.items()
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,16 @@ import argparse
 
 import agentscope
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TimelineFormatter, TunerModelConfig, Workflow, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    LoggingConfig,
+    TimelineFormatter,
+    TunerModelConfig,
+    Workflow,
+    WorkflowOutput,
+    tune,
+)
 
 SYSTEM = "You are a careful calculator. Call the multiply tool, then state the result as a number."
 TASKS = [{"a": a, "b": b} for a in range(3, 10) for b in range(3, 7)]
@@ -39,8 +48,16 @@ async def ask_agentscope2(model, question: str) -> str:
     from agentscope.permission import PermissionBehavior, PermissionDecision
     from agentscope.tool import FunctionTool, Toolkit
 
-    tool = FunctionTool(multiply, permission=PermissionDecision(behavior=PermissionBehavior.ALLOW, message="arithmetic only"))
-    agent = Agent(name="solver", system_prompt=SYSTEM, model=model, toolkit=Toolkit(tools=[tool]), react_config=ReActConfig(max_iters=3))
+    tool = FunctionTool(
+        multiply, permission=PermissionDecision(behavior=PermissionBehavior.ALLOW, message="arithmetic only")
+    )
+    agent = Agent(
+        name="solver",
+        system_prompt=SYSTEM,
+        model=model,
+        toolkit=Toolkit(tools=[tool]),
+        react_config=ReActConfig(max_iters=3),
+    )
     return (await agent.reply(UserMsg(name="user", content=question))).get_text_content() or ""
 
 
@@ -60,7 +77,14 @@ async def ask_agentscope1(model, question: str) -> str:
 
     toolkit = Toolkit()
     toolkit.register_tool_function(multiply_tool, func_name="multiply")
-    agent = ReActAgent(name="solver", sys_prompt=SYSTEM, model=model, formatter=TimelineFormatter("solver"), toolkit=toolkit, max_iters=3)
+    agent = ReActAgent(
+        name="solver",
+        sys_prompt=SYSTEM,
+        model=model,
+        formatter=TimelineFormatter("solver"),
+        toolkit=toolkit,
+        max_iters=3,
+    )
     agent.set_console_output_enabled(False)
     return (await agent(Msg("user", question, "user"))).get_text_content() or ""
 
@@ -78,7 +102,9 @@ class Calculator(Workflow):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="base model: a catalogue name or a local model directory")
+    parser.add_argument(
+        "--model", default="smollm2-135m-instruct", help="base model: a catalogue name or a local model directory"
+    )
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--run-dir", default="runs/agentscope_react")
@@ -87,8 +113,15 @@ def main() -> None:
         workflow_func=Calculator,
         train_dataset=DatasetConfig(tasks=TASKS, total_steps=args.steps),
         model=TunerModelConfig(model_path=args.model, max_tokens=args.max_tokens, lora_rank=8),
-        algorithm=AlgorithmConfig(algorithm_type="multi_step_grpo", group_size=2, batch_size=2, learning_rate=1e-4,
-                                  drop_zero_variance_groups=False, save_interval_steps=0, eval_interval_steps=0),
+        algorithm=AlgorithmConfig(
+            algorithm_type="multi_step_grpo",
+            group_size=2,
+            batch_size=2,
+            learning_rate=1e-4,
+            drop_zero_variance_groups=False,
+            save_interval_steps=0,
+            eval_interval_steps=0,
+        ),
         run_dir=args.run_dir,
         logging=LoggingConfig(tensorboard=False),
     )

@@ -31,7 +31,6 @@ one, so any model (the tiny random one included) plays the game through.
 
 import re
 from collections import Counter
-from typing import Dict
 
 import agentscope
 import numpy as np
@@ -58,8 +57,10 @@ MAX_ROUNDS = 2
 
 
 def get_player_prompt(name: str) -> str:
-    return (f"You are {name} in a game of werewolf with 7 players (2 werewolves, 3 villagers, a seer, a witch). "
-            "The moderator tells you your role. Answer in one short sentence; name players as PlayerN.")
+    return (
+        f"You are {name} in a game of werewolf with 7 players (2 werewolves, 3 villagers, a seer, a witch). "
+        "The moderator tells you your role. Answer in one short sentence; name players as PlayerN."
+    )
 
 
 async def tell(player, text: str) -> None:
@@ -113,11 +114,20 @@ async def werewolves_game(players: list, roles: list[str]) -> bool:
         good = [name for name in alive if role_of[name] != "werewolf"]
         if not wolves or len(wolves) >= len(good):
             break
-        choices = [named_player(await ask(by_name[wolf], f"Night {round_number}. Werewolves {wolves}: whom do you kill? {good}"), good) for wolf in wolves]
+        choices = [
+            named_player(
+                await ask(by_name[wolf], f"Night {round_number}. Werewolves {wolves}: whom do you kill? {good}"), good
+            )
+            for wolf in wolves
+        ]
         victim = Counter(choices).most_common(1)[0][0]
         for seer in [name for name in alive if role_of[name] == "seer"]:
-            checked = named_player(await ask(by_name[seer], f"Whom do you check? {others(alive, seer)}"), others(alive, seer))
-            await tell(by_name[seer], f"{checked} is a {'werewolf' if role_of[checked] == 'werewolf' else 'good player'}.")
+            checked = named_player(
+                await ask(by_name[seer], f"Whom do you check? {others(alive, seer)}"), others(alive, seer)
+            )
+            await tell(
+                by_name[seer], f"{checked} is a {'werewolf' if role_of[checked] == 'werewolf' else 'good player'}."
+            )
         for witch in [name for name in alive if role_of[name] == "witch" and potion]:
             if "yes" in (await ask(by_name[witch], f"{victim} was attacked. Save them? yes or no")).lower():
                 victim, potion = None, False
@@ -129,7 +139,14 @@ async def werewolves_game(players: list, roles: list[str]) -> bool:
             for listener in alive:
                 if listener != name:
                     await tell(by_name[listener], f"{name} says: {speech}")
-        votes = Counter([named_player(await ask(by_name[name], f"Vote one player out: {others(alive, name)}"), others(alive, name)) for name in alive])
+        votes = Counter(
+            [
+                named_player(
+                    await ask(by_name[name], f"Vote one player out: {others(alive, name)}"), others(alive, name)
+                )
+                for name in alive
+            ]
+        )
         (top, count), *rest = votes.most_common()
         if not rest or rest[0][1] < count:
             alive.remove(top)
@@ -138,9 +155,9 @@ async def werewolves_game(players: list, roles: list[str]) -> bool:
 
 
 async def werewolf_workflow(
-    task: Dict,
+    task: dict,
     model: ChatModelBase,
-    auxiliary_models: Dict[str, ChatModelBase],
+    auxiliary_models: dict[str, ChatModelBase],
 ) -> WorkflowOutput:
     """Run a werewolf game and train the werewolf players (or the good guys: workflow_args.trainable_target)."""
     try:

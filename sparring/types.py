@@ -9,8 +9,9 @@ that `result.loss`, `seq.tokens`, `seq.logprobs` read the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -95,7 +96,9 @@ class TensorData:
 
     @classmethod
     def from_torch(cls, tensor: torch.Tensor) -> TensorData:
-        return cls.from_numpy(tensor.detach().to("cpu", torch.float32 if tensor.is_floating_point() else torch.int64).numpy())
+        return cls.from_numpy(
+            tensor.detach().to("cpu", torch.float32 if tensor.is_floating_point() else torch.int64).numpy()
+        )
 
     def to_numpy(self) -> np.ndarray:
         array = np.asarray(self.data, dtype=_NUMPY_DTYPE[self.dtype])
@@ -125,7 +128,9 @@ def _to_tensor_data(key: str, value: Any) -> TensorData:
         except (TypeError, ValueError) as err:
             raise ValueError(f"loss_fn_inputs[{key!r}] must be a flat list of numbers: {err}") from err
         return TensorData.from_numpy(array)
-    raise TypeError(f"loss_fn_inputs[{key!r}] has unsupported type {type(value).__name__}; use a list, numpy array, torch tensor or TensorData")
+    raise TypeError(
+        f"loss_fn_inputs[{key!r}] has unsupported type {type(value).__name__}; use a list, numpy array, torch tensor or TensorData"
+    )
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,9 @@ class OutputConstraint(_Strict):
         given = [name for name in ("choices", "regex", "json_schema") if getattr(self, name) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of choices, regex, json_schema; got {given or 'none'}")
-        if self.choices is not None and (not self.choices or any(not isinstance(c, str) or not c for c in self.choices)):
+        if self.choices is not None and (
+            not self.choices or any(not isinstance(c, str) or not c for c in self.choices)
+        ):
             raise ValueError("choices must be a non-empty list of non-empty strings")
         if self.closing is not None and self.choices is not None:
             raise ValueError("closing goes with regex or json_schema; with choices, end each choice with it")
@@ -182,7 +189,7 @@ class SamplingParams(_Strict):
     """Most new tokens to generate; None means up to the engine's default limit."""
     seed: int | None = None
     """Seed for reproducible sampling; the same seed and prompt give the same tokens."""
-    stop: Union[str, list[str], list[int], None] = None
+    stop: str | list[str] | list[int] | None = None
     """Stop strings or token ids; None keeps the tokenizer's end-of-turn tokens, [] disables all stops."""
     temperature: float = Field(default=1.0, ge=0.0)
     """Softmax temperature; 0 means greedy."""

@@ -40,10 +40,29 @@ def agentscope1_overlay() -> Path:
 def run_on_agentscope1(test_file: Path) -> None:
     """Run `test_file`'s tests against AgentScope 1.x; fails with their output unless all pass."""
     overlay = agentscope1_overlay()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(overlay), str(ROOT)]), IN_SUBPROCESS_ENV: "1", "AGENTSCOPE_DISABLE_CONSOLE_OUTPUT": "true"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(overlay), str(ROOT)]),
+        IN_SUBPROCESS_ENV: "1",
+        "AGENTSCOPE_DISABLE_CONSOLE_OUTPUT": "true",
+    }
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file), "-W", "ignore::DeprecationWarning"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(test_file),
+            "-W",
+            "ignore::DeprecationWarning",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and "failed" not in run.stdout

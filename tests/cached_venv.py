@@ -13,8 +13,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from pip_overlay import pins_digest
 
@@ -31,7 +31,12 @@ def cached_venv(request, tmp_path_factory, pins: Path, prepare: Callable[[Run, P
     for interrupted in root.glob("staging-*"):
         shutil.rmtree(interrupted, ignore_errors=True)
     staging = root / f"staging-{os.getpid()}"
-    quiet = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "env": {**os.environ, "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}}
+    quiet = {
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.STDOUT,
+        "text": True,
+        "env": {**os.environ, "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    }
 
     def run(*command: str | Path) -> str:
         done = subprocess.run([str(part) for part in command], **quiet)

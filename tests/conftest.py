@@ -41,5 +41,7 @@ def policy_and_helper(tiny_model_dir, tmp_path_factory):
     service = ServiceClient(base_dir=tmp_path_factory.mktemp("ckpt"))
     client = service.create_lora_training_client(str(tiny_model_dir), rank=4, seed=0)
     policy = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults={"max_tokens": 6})
-    frozen = FrozenChatModel(service.create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 6}, agent="helper")
+    frozen = FrozenChatModel(
+        service.create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 6}, agent="helper"
+    )
     return policy, frozen

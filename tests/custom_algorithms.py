@@ -19,7 +19,9 @@ FIXED_ADVANTAGE = 0.375
 """What `fixed_advantage` gives every episode: no built-in estimator gives a group this mean."""
 
 
-def plain_policy_gradient(target_logprobs_M: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict[str, float]) -> torch.Tensor:
+def plain_policy_gradient(
+    target_logprobs_M: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict[str, float]
+) -> torch.Tensor:
     """REINFORCE on the learner's own log-probabilities, no importance ratio: -log p * A per token."""
     CALLS["plain_policy_gradient"] += 1
     SEEN_ADVANTAGES.append(inputs["advantages"].detach().clone())
@@ -32,14 +34,23 @@ def fixed_advantage(rewards_G: torch.Tensor, *, normalize_by_std: bool = True) -
     return torch.full_like(rewards_G, FIXED_ADVANTAGE)
 
 
-def _scaled_policy_gradient(target_logprobs_M: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict[str, float]) -> torch.Tensor:
+def _scaled_policy_gradient(
+    target_logprobs_M: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict[str, float]
+) -> torch.Tensor:
     return -config.get("scale", 1.0) * target_logprobs_M * inputs["advantages"]
 
 
-scaled_policy_gradient = LossSpec(_scaled_policy_gradient, ("target_tokens", "logprobs", "advantages"), ("scale",), gradient_input="advantages")
+scaled_policy_gradient = LossSpec(
+    _scaled_policy_gradient, ("target_tokens", "logprobs", "advantages"), ("scale",), gradient_input="advantages"
+)
 """A loss with a `loss_fn_config` key of its own, which a plain function cannot declare."""
 
-weighted_likelihood = LossSpec(lambda target_logprobs_M, inputs, config: -inputs["weights"] * target_logprobs_M, ("target_tokens", "weights"), (), gradient_input="weights")
+weighted_likelihood = LossSpec(
+    lambda target_logprobs_M, inputs, config: -inputs["weights"] * target_logprobs_M,
+    ("target_tokens", "weights"),
+    (),
+    gradient_input="weights",
+)
 """Supervised, not RL: it reads `weights`, which the RL loop's datums do not carry."""
 
 NOT_A_FUNCTION = 3
@@ -53,7 +64,9 @@ def positional_only_estimator(rewards_G: torch.Tensor) -> torch.Tensor:
     return rewards_G - rewards_G.mean()
 
 
-def summed_loss(target_logprobs_M: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict[str, float]) -> torch.Tensor:
+def summed_loss(
+    target_logprobs_M: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict[str, float]
+) -> torch.Tensor:
     """Returns the sum, not one value per token."""
     return (-target_logprobs_M * inputs["advantages"]).sum()
 

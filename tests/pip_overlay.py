@@ -35,7 +35,9 @@ def pip_overlay(pins: Path, root: Path) -> Path:
         return overlay
     overlay.parent.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    installed = subprocess.run([*pip, "install", "--no-deps", "--target", str(overlay), "-r", str(pins)], capture_output=True, text=True)
+    installed = subprocess.run(
+        [*pip, "install", "--no-deps", "--target", str(overlay), "-r", str(pins)], capture_output=True, text=True
+    )
     if installed.returncode != 0:
         pytest.skip(f"cannot install {pins.name} (no package index?): {installed.stderr[-400:]}")
     (overlay / "installed").write_text(pins.read_text())

@@ -35,7 +35,9 @@ class ScriptedSampler:
         self.prefills.append(prefill)
         await asyncio.sleep(self.delay)
         reply = self.replies.pop(0)
-        assert reply.startswith(prefill), f"the scripted reply {reply!r} does not continue the prompt's prefill {prefill!r}"
+        assert reply.startswith(prefill), (
+            f"the scripted reply {reply!r} does not continue the prompt's prefill {prefill!r}"
+        )
         sampled = self.renderer.encode_text(reply[len(prefill) :]) + [self.renderer.stop_token_ids[0]]
         sequence = SampledSequence(stop_reason="stop", tokens=sampled, logprobs=[-0.5] * len(sampled))
         return SampleResponse(sequences=[sequence] * num_samples)

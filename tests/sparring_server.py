@@ -14,10 +14,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -44,11 +44,27 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(model_dir: str | Path, directory: Path, api_key: str, timeout_s: float = 180, extra_args: tuple[str, ...] = ()) -> Iterator[Served]:
+def serving(
+    model_dir: str | Path, directory: Path, api_key: str, timeout_s: float = 180, extra_args: tuple[str, ...] = ()
+) -> Iterator[Served]:
     port = free_port()
     log = directory / "server.log"
     base_dir = directory / "checkpoints"
-    command = [sys.executable, "-m", "sparring.cli", "serve", "--model", str(model_dir), "--port", str(port), "--api-key", api_key, "--base-dir", str(base_dir), *extra_args]
+    command = [
+        sys.executable,
+        "-m",
+        "sparring.cli",
+        "serve",
+        "--model",
+        str(model_dir),
+        "--port",
+        str(port),
+        "--api-key",
+        api_key,
+        "--base-dir",
+        str(base_dir),
+        *extra_args,
+    ]
     with open(log, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -16,7 +16,6 @@ import asyncio
 import json
 import re
 from collections import Counter
-from typing import List
 
 import numpy as np
 import openai
@@ -44,7 +43,12 @@ def named_player(reply: str, candidates: list[str], fallback: str) -> str:
 
 async def ask(client: openai.AsyncOpenAI, name: str, prompt: str) -> str:
     completion = await client.chat.completions.create(
-        model=name, messages=[{"role": "system", "content": f"You are {name}, playing werewolf."}, {"role": "user", "content": prompt}], max_tokens=4
+        model=name,
+        messages=[
+            {"role": "system", "content": f"You are {name}, playing werewolf."},
+            {"role": "user", "content": prompt},
+        ],
+        max_tokens=4,
     )
     return completion.choices[0].message.content or ""
 
@@ -56,16 +60,20 @@ async def werewolves_game(players: dict[str, openai.AsyncOpenAI], roles: list[st
     good = [name for name in names if name not in wolves]
     if not wolves or not good:
         raise BadGuyException(f"no game with werewolves {wolves} and good players {good}")
-    picks = await asyncio.gather(*(ask(players[wolf], wolf, f"Night. Name one of {', '.join(good)} to kill.") for wolf in wolves))
+    picks = await asyncio.gather(
+        *(ask(players[wolf], wolf, f"Night. Name one of {', '.join(good)} to kill.") for wolf in wolves)
+    )
     victim = Counter(named_player(pick, good, good[0]) for pick in picks).most_common(1)[0][0]
     alive = [name for name in names if name != victim]
-    votes = await asyncio.gather(*(ask(players[name], name, f"{victim} died. Day: vote out one of {', '.join(alive)}.") for name in alive))
+    votes = await asyncio.gather(
+        *(ask(players[name], name, f"{victim} died. Day: vote out one of {', '.join(alive)}.") for name in alive)
+    )
     voted_out = Counter(named_player(vote, alive, alive[-1]) for vote in votes).most_common(1)[0][0]
     return voted_out not in wolves
 
 
 class ExampleWerewolves(Workflow):
-    trainable_targets: List[str] | None = Field(default=["werewolf"], description="List of agents to be fine-tuned.")
+    trainable_targets: list[str] | None = Field(default=["werewolf"], description="List of agents to be fine-tuned.")
 
     async def execute(self, workflow_task: WorkflowTask, tuner: AjetTuner) -> WorkflowOutput:
         assert self.trainable_targets is not None, "trainable_targets cannot be None in ExampleWerewolves."
@@ -85,12 +93,16 @@ class ExampleWerewolves(Workflow):
                 endpoint = tuner.as_oai_baseurl_apikey(agent_name=name, target_tag=role, debug_model="participant")
                 players[name] = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
             else:
-                players[name] = tuner.as_raw_openai_sdk_client(agent_name=name, target_tag=role, debug_model="participant")
+                players[name] = tuner.as_raw_openai_sdk_client(
+                    agent_name=name, target_tag=role, debug_model="participant"
+                )
 
         try:
             good_guy_win = await werewolves_game(players, roles)
             raw_reward, is_success = 0, False
-            if (good_guy_win and self.trainable_targets[0] != "werewolf") or (not good_guy_win and self.trainable_targets[0] == "werewolf"):
+            if (good_guy_win and self.trainable_targets[0] != "werewolf") or (
+                not good_guy_win and self.trainable_targets[0] == "werewolf"
+            ):
                 raw_reward, is_success = 1, True
         except BadGuyException:
             raw_reward, is_success = -0.1, False
@@ -99,13 +111,23 @@ class ExampleWerewolves(Workflow):
 
 def werewolf_job(tmp_path, tiny_model_dir) -> Job:
     tasks = tmp_path / "werewolves.jsonl"
-    tasks.write_text("".join(json.dumps(row) + "\n" for row in ({"random_number": 3}, {"metadata": {"random_number": 11}})))
+    tasks.write_text(
+        "".join(json.dumps(row) + "\n" for row in ({"random_number": 3}, {"metadata": {"random_number": 11}}))
+    )
     small = {"model_path": str(tiny_model_dir), "max_tokens": 4, "lora_rank": 4}
     job = Job(
         model=small,
         auxiliary_models={"participant": small},
-        algorithm={"algorithm_type": "grpo", "group_size": 2, "batch_size": 2, "learning_rate": 1e-3, "save_interval_steps": 0, "eval_interval_steps": 0, "drop_zero_variance_groups": False,
-                   "allow_nothing_trained": True},  # the tiny model's games may all end alike: this checks the job plumbing
+        algorithm={
+            "algorithm_type": "grpo",
+            "group_size": 2,
+            "batch_size": 2,
+            "learning_rate": 1e-3,
+            "save_interval_steps": 0,
+            "eval_interval_steps": 0,
+            "drop_zero_variance_groups": False,
+            "allow_nothing_trained": True,
+        },  # the tiny model's games may all end alike: this checks the job plumbing
         run_dir=tmp_path / "run",
         logging={"console": False, "tensorboard": False},
     )
@@ -162,14 +184,31 @@ def test_agentjets_job_arguments_are_mapped_or_noted_in_one_line(tmp_path, tiny_
             auxiliary_models={"participant": {"model_path": str(tiny_model_dir), "max_tokens": 4, "lora_rank": 4}},
         )
     (note,) = [record.getMessage() for record in caplog.records]
-    for name in ("n_gpu=8", "backbone='verl'", "gpu_memory_utilization=0.85", "max_prompt_length=3000", "max_response_length=15000"):
+    for name in (
+        "n_gpu=8",
+        "backbone='verl'",
+        "gpu_memory_utilization=0.85",
+        "max_prompt_length=3000",
+        "max_response_length=15000",
+    ):
         assert name in note, note
     config = job.config
-    assert (config.algorithm.group_size, config.algorithm.batch_size, config.algorithm.learning_rate, config.algorithm.algorithm_type) == (2, 2, 1e-3, "grpo")
-    assert (config.model.lora_rank, config.model.max_tokens, config.model.max_model_len) == (4, 4, 1024) and config.logging.tensorboard
+    assert (
+        config.algorithm.group_size,
+        config.algorithm.batch_size,
+        config.algorithm.learning_rate,
+        config.algorithm.algorithm_type,
+    ) == (2, 2, 1e-3, "grpo")
+    assert (config.model.lora_rank, config.model.max_tokens, config.model.max_model_len) == (
+        4,
+        4,
+        1024,
+    ) and config.logging.tensorboard
     assert config.run_dir == str(tmp_path / "saved_experiments" / "werewolves")
     job.set_workflow(ExampleWerewolves).set_data(type="jsonl", dataset_path=tasks, validation_split=None)
-    job.dump_job_as_yaml(tmp_path / "job.yaml").load_job_from_yaml(tmp_path / "job.yaml", ["train_dataset.total_steps=1", "algorithm.allow_nothing_trained=true"])
+    job.dump_job_as_yaml(tmp_path / "job.yaml").load_job_from_yaml(
+        tmp_path / "job.yaml", ["train_dataset.total_steps=1", "algorithm.allow_nothing_trained=true"]
+    )
     assert job.tune().steps == 1
     with pytest.raises(TypeError, match=r"unexpected keyword arguments \['n_gpus'\]"):
         Job(n_gpus=8)
@@ -193,20 +232,31 @@ def test_sparring_train_conf_runs_the_dumped_job(tmp_path, tiny_model_dir):
 def test_workflow_task_reads_as_a_dict_and_as_agentjets_task():
     row = WorkflowTask({"task_id": "7", "question": "2+2?", "seed": 4})
     assert row["seed"] == 4 and isinstance(row, dict) and row.task_id == "7"
-    assert row.task.metadata is row and row.task.main_query == "2+2?" and row.task.task_id == "7" and row.task.init_messages == []
-    nested = WorkflowTask({"main_query": "go", "metadata": {"random_number": 5}, "init_messages": [{"role": "user", "content": "hi"}]})
-    assert nested.task.metadata == {"random_number": 5} and nested.task.main_query == "go" and len(nested.task.init_messages) == 1
+    assert (
+        row.task.metadata is row
+        and row.task.main_query == "2+2?"
+        and row.task.task_id == "7"
+        and row.task.init_messages == []
+    )
+    nested = WorkflowTask(
+        {"main_query": "go", "metadata": {"random_number": 5}, "init_messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert (
+        nested.task.metadata == {"random_number": 5}
+        and nested.task.main_query == "go"
+        and len(nested.task.init_messages) == 1
+    )
 
 
 def test_pydantic_fields_on_a_workflow_are_their_defaults():
     class Villagers(Workflow):
-        trainable_targets: List[str] | None = Field(default=["villager", "seer"], description="the good side")
+        trainable_targets: list[str] | None = Field(default=["villager", "seer"], description="the good side")
         rounds: int = Field(default_factory=lambda: 3)
 
     assert Villagers.trainable_targets == ["villager", "seer"] and Villagers().rounds == 3
 
     class Nothing(Workflow):
-        trainable_targets: List[str] | None = Field(default=[], description="nothing trains")
+        trainable_targets: list[str] | None = Field(default=[], description="nothing trains")
 
     with pytest.raises(TypeError, match=r"trainable_targets is \[\]"):
         as_episode_fn(Nothing)
@@ -217,21 +267,42 @@ class SaysSuccess(Workflow):
         self.is_success = is_success
 
     async def execute(self, workflow_task, tuner):
-        await tuner.as_raw_openai_sdk_client().chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        await tuner.as_raw_openai_sdk_client().chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
         return WorkflowOutput(reward=1.0, is_success=self.is_success)
 
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir, tmp_path_factory):
-    client = ServiceClient(base_dir=tmp_path_factory.mktemp("ckpt")).create_lora_training_client(str(tiny_model_dir), rank=2, seed=0)
+    client = ServiceClient(base_dir=tmp_path_factory.mktemp("ckpt")).create_lora_training_client(
+        str(tiny_model_dir), rank=2, seed=0
+    )
     return PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults={"max_tokens": 2})
 
 
-@pytest.mark.parametrize("is_success, metrics, error_kind", [(True, {"success_rate": 1.0}, None), (False, {"success_rate": 0.0}, None), (None, {}, None), ("yes", {}, "bad_metric")])
+@pytest.mark.parametrize(
+    "is_success, metrics, error_kind",
+    [
+        (True, {"success_rate": 1.0}, None),
+        (False, {"success_rate": 0.0}, None),
+        (None, {}, None),
+        ("yes", {}, "bad_metric"),
+    ],
+)
 def test_is_success_becomes_a_success_rate_metric(policy, is_success, metrics, error_kind):
     make_tuner = lambda: TunerHandle(policies={"policy": policy})  # noqa: E731
-    (episode,) = asyncio.run(run_episodes(as_episode_fn(SaysSuccess(is_success)), [{"task_id": "0"}], make_tuner, RunnerSettings(group_size=1, episode_timeout_s=60)))
-    assert episode.error_kind == error_kind and (episode.metrics == metrics if error_kind is None else "is_success" in episode.error)
+    (episode,) = asyncio.run(
+        run_episodes(
+            as_episode_fn(SaysSuccess(is_success)),
+            [{"task_id": "0"}],
+            make_tuner,
+            RunnerSettings(group_size=1, episode_timeout_s=60),
+        )
+    )
+    assert episode.error_kind == error_kind and (
+        episode.metrics == metrics if error_kind is None else "is_success" in episode.error
+    )
     if error_kind is None:
         assert [t.agent for t in episode.timelines] == ["default_agent_name"]
 

@@ -10,7 +10,6 @@ the acceptance test trains a tool-equipped ReAct agent with tune() on the tiny r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import warnings
 from pathlib import Path
@@ -19,12 +18,31 @@ import pytest
 
 pytest.importorskip("agentscope")
 
+from agentscope_suite import in_agentscope1_subprocess, load_example, run_on_agentscope1  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
+from scripted_sampler import ScriptedSampler  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, Workflow, WorkflowOutput, tune  # noqa: E402
-from sparring.integrations import AgentScopeChatModel, ForeignTurnsWarning, HistoryRewriteWarning, TimelineFormatter, agentscope_major, agentscope_model  # noqa: E402
+from sparring import (  # noqa: E402
+    AlgorithmConfig,
+    DatasetConfig,
+    LoggingConfig,
+    ServiceClient,
+    TunerHandle,
+    TunerModelConfig,
+    Workflow,
+    WorkflowOutput,
+    tune,
+)
+from sparring.integrations import (  # noqa: E402
+    AgentScopeChatModel,
+    ForeignTurnsWarning,
+    HistoryRewriteWarning,
+    TimelineFormatter,
+    agentscope_major,
+    agentscope_model,
+)
 from sparring.logging import read_rollouts  # noqa: E402
 from sparring.models import get_renderer  # noqa: E402
 from sparring.models.tool_calls import tool_call_prefill  # noqa: E402
@@ -40,8 +58,6 @@ from sparring.rollout import (  # noqa: E402
     recording,
     run_episodes,
 )
-from agentscope_suite import in_agentscope1_subprocess, load_example, run_on_agentscope1  # noqa: E402
-from scripted_sampler import ScriptedSampler  # noqa: E402
 
 MAJOR = agentscope_major()
 SYSTEM = "You multiply numbers with the multiply tool."
@@ -91,7 +107,14 @@ def make_agent(model, formatter=None, name="solver"):
 
         toolkit = Toolkit()
         toolkit.register_tool_function(multiply)
-        agent = ReActAgent(name=name, sys_prompt=SYSTEM, model=model, formatter=formatter or TimelineFormatter(name), toolkit=toolkit, max_iters=3)
+        agent = ReActAgent(
+            name=name,
+            sys_prompt=SYSTEM,
+            model=model,
+            formatter=formatter or TimelineFormatter(name),
+            toolkit=toolkit,
+            max_iters=3,
+        )
         agent.set_console_output_enabled(False)
         return agent
     from agentscope.agent import Agent, ReActConfig
@@ -100,8 +123,16 @@ def make_agent(model, formatter=None, name="solver"):
 
     if formatter is not None:
         model.formatter = formatter
-    tool = FunctionTool(multiply, permission=PermissionDecision(behavior=PermissionBehavior.ALLOW, message="arithmetic"))
-    return Agent(name=name, system_prompt=SYSTEM, model=model, toolkit=Toolkit(tools=[tool]), react_config=ReActConfig(max_iters=3))
+    tool = FunctionTool(
+        multiply, permission=PermissionDecision(behavior=PermissionBehavior.ALLOW, message="arithmetic")
+    )
+    return Agent(
+        name=name,
+        system_prompt=SYSTEM,
+        model=model,
+        toolkit=Toolkit(tools=[tool]),
+        react_config=ReActConfig(max_iters=3),
+    )
 
 
 async def ask(agent, text: str, schema=None):
@@ -145,13 +176,18 @@ def prompts_of(recorder, agent="solver") -> list[list[dict]]:
 
 
 def test_tool_call_round_trip_is_one_timeline(renderer):
-    policy = scripted(renderer, [tool_call("multiply", a=3, b=4), tool_call("multiply", a=12, b=2), "The product is 24."])
+    policy = scripted(
+        renderer, [tool_call("multiply", a=3, b=4), tool_call("multiply", a=12, b=2), "The product is 24."]
+    )
     agent = make_agent(agentscope_model(policy))
     reply, recorder = run_in_episode(lambda: ask(agent, "What is 3 times 4 times 2?"))
 
     assert reply.get_text_content() == "The product is 24."
     first, second, third = prompts_of(recorder)
-    assert [m["content"] for m in third if m["role"] == "tool"] == ["12", "24"]  # AgentScope ran both calls on the parsed arguments
+    assert [m["content"] for m in third if m["role"] == "tool"] == [
+        "12",
+        "24",
+    ]  # AgentScope ran both calls on the parsed arguments
     (call,) = second[len(first)]["tool_calls"]
     assert call["function"]["name"] == "multiply" and json.loads(call["function"]["arguments"]) == {"a": 3, "b": 4}
     assert second[: len(first)] == first and third[: len(second)] == second
@@ -175,9 +211,13 @@ def test_structured_output_through_the_forced_tool(renderer):
     assert policy.sampler.prefills[: len(free) + 1] == [""] * len(free) + [prefill]
     forced = recorder.calls[len(free)]
     assert renderer.decode(forced.prompt_tokens).endswith(prefill)  # the prefill is prompt...
-    assert renderer.decode(forced.completion_tokens) == forced_reply[len(prefill) :] + "<|im_end|>"  # ...only the rest was sampled
+    assert (
+        renderer.decode(forced.completion_tokens) == forced_reply[len(prefill) :] + "<|im_end|>"
+    )  # ...only the rest was sampled
     (timeline,) = merge_calls(recorder.calls)
-    assert timeline.num_calls == len(recorder.calls) and sum(timeline.loss_mask) == sum(len(c.completion_tokens) for c in recorder.calls)
+    assert timeline.num_calls == len(recorder.calls) and sum(timeline.loss_mask) == sum(
+        len(c.completion_tokens) for c in recorder.calls
+    )
 
     direct_model = scripted(renderer, [tool_call("generate_structured_output", value=7)])
     direct = agentscope_model(direct_model)
@@ -192,10 +232,15 @@ def test_structured_output_through_the_forced_tool(renderer):
     assert direct_model.sampler.prefills == [tool_call_prefill("generate_structured_output")]
 
 
-def test_a_local_model_is_really_forced_to_call_the_structured_output_tool_with_valid_arguments(tiny_model_dir, tmp_path):
+def test_a_local_model_is_really_forced_to_call_the_structured_output_tool_with_valid_arguments(
+    tiny_model_dir, tmp_path
+):
     """The tiny random model samples garbage as free text, yet its structured output is a call of the forced tool
     whose arguments validate: a local model holds them to the schema."""
-    frozen = FrozenChatModel(ServiceClient(base_dir=tmp_path).create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 64})
+    frozen = FrozenChatModel(
+        ServiceClient(base_dir=tmp_path).create_sampling_client(base_model=str(tiny_model_dir)),
+        defaults={"max_tokens": 64},
+    )
     model = agentscope_model(frozen)
 
     async def structured_call():
@@ -205,7 +250,9 @@ def test_a_local_model_is_really_forced_to_call_the_structured_output_tool_with_
         from agentscope.message import UserMsg
         from agentscope.tool import ToolChoice
 
-        result = await model.generate_structured_output([UserMsg(name="user", content="Seven?")], Answer, tool_choice=ToolChoice(mode="generate_structured_output"))
+        result = await model.generate_structured_output(
+            [UserMsg(name="user", content="Seven?")], Answer, tool_choice=ToolChoice(mode="generate_structured_output")
+        )
         return None, result.content
 
     (names, structured), recorder = run_in_episode(structured_call)
@@ -224,13 +271,22 @@ class ForcingModel(ChatModel):
 
     async def __call__(self, messages, tools=None, tool_choice=None, **sampling):
         self.seen.append({"tools": [t["function"]["name"] for t in tools or []], "tool_choice": tool_choice})
-        return ChatResponse(message={"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "multiply", "arguments": '{"a": 1, "b": 2}'}}]})
+        return ChatResponse(
+            message={
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"function": {"name": "multiply", "arguments": '{"a": 1, "b": 2}'}}],
+            }
+        )
 
 
 def test_tool_choice_reaches_a_model_that_can_force_it_and_none_drops_tool_calls():
     forcing = ForcingModel()
     model = agentscope_model(forcing)
-    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}} for n in ("multiply", "add")]
+    tools = [
+        {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+        for n in ("multiply", "add")
+    ]
     if MAJOR == 1:
         forced = asyncio.run(model([{"role": "user", "content": "go"}], tools=tools, tool_choice="multiply"))
         free = asyncio.run(model([{"role": "user", "content": "go"}], tools=tools, tool_choice="none"))
@@ -240,24 +296,46 @@ def test_tool_choice_reaches_a_model_that_can_force_it_and_none_drops_tool_calls
         from agentscope.message import UserMsg
         from agentscope.tool import ToolChoice
 
-        forced = asyncio.run(model([UserMsg(name="user", content="go")], tools=tools, tool_choice=ToolChoice(mode="multiply")))
-        free = asyncio.run(model([UserMsg(name="user", content="go")], tools=tools, tool_choice=ToolChoice(mode="none")))
+        forced = asyncio.run(
+            model([UserMsg(name="user", content="go")], tools=tools, tool_choice=ToolChoice(mode="multiply"))
+        )
+        free = asyncio.run(
+            model([UserMsg(name="user", content="go")], tools=tools, tool_choice=ToolChoice(mode="none"))
+        )
         with pytest.raises(ValueError, match="subtract"):
-            asyncio.run(model([UserMsg(name="user", content="go")], tools=tools, tool_choice=ToolChoice(mode="subtract")))
-    assert forcing.seen[0] == {"tools": ["multiply", "add"], "tool_choice": {"type": "function", "function": {"name": "multiply"}}}
-    assert [b["type"] if isinstance(b, dict) else b.type for b in forced.content] == ["tool_use" if MAJOR == 1 else "tool_call"]
-    assert forcing.seen[1]["tool_choice"] == "none" and [b["type"] if isinstance(b, dict) else b.type for b in free.content] == ["text"]
+            asyncio.run(
+                model([UserMsg(name="user", content="go")], tools=tools, tool_choice=ToolChoice(mode="subtract"))
+            )
+    assert forcing.seen[0] == {
+        "tools": ["multiply", "add"],
+        "tool_choice": {"type": "function", "function": {"name": "multiply"}},
+    }
+    assert [b["type"] if isinstance(b, dict) else b.type for b in forced.content] == [
+        "tool_use" if MAJOR == 1 else "tool_call"
+    ]
+    assert forcing.seen[1]["tool_choice"] == "none" and [
+        b["type"] if isinstance(b, dict) else b.type for b in free.content
+    ] == ["text"]
 
 
 def test_an_untrained_agent_gets_its_debug_model(renderer):
-    policy, helper = scripted(renderer, ["hi"], agent="policy"), FrozenChatModel(ScriptedSampler(renderer, ["fine"]), agent="helper")
+    policy, helper = (
+        scripted(renderer, ["hi"], agent="policy"),
+        FrozenChatModel(ScriptedSampler(renderer, ["fine"]), agent="helper"),
+    )
     own_agentscope_model = agentscope_model(helper)
     tuner = TunerHandle(policies={"policy": policy}, auxiliary_models={"helper": helper}, trainable_targets=["solver"])
 
-    assert tuner.as_agentscope_model("judge", target_tag="judge", debug_model=own_agentscope_model) is own_agentscope_model
+    assert (
+        tuner.as_agentscope_model("judge", target_tag="judge", debug_model=own_agentscope_model) is own_agentscope_model
+    )
     frozen = tuner.as_agentscope_model("judge", target_tag="judge", debug_model="helper")
     trained = tuner.as_agentscope_model("alice", target_tag="solver", debug_model=own_agentscope_model)
-    assert isinstance(frozen, AgentScopeChatModel) and not frozen.chat_model.trainable and frozen.chat_model.agent == "judge"
+    assert (
+        isinstance(frozen, AgentScopeChatModel)
+        and not frozen.chat_model.trainable
+        and frozen.chat_model.agent == "judge"
+    )
     assert trained.chat_model.trainable and trained.chat_model.agent == "alice"
     with pytest.raises(ValueError, match="no debug_model"):
         tuner.as_agentscope_model("judge", target_tag="judge")
@@ -273,7 +351,10 @@ def test_formatters_that_lose_the_timeline_warn_and_timeline_formatter_merges(re
             await observe(agent, "Bob", f"I say {question}")
             await ask(agent, question)
 
-    folded = make_agent(agentscope_model(scripted(renderer, ["12", "30", "56"])), formatter=agentscope_formatter("OpenAIMultiAgentFormatter"))
+    folded = make_agent(
+        agentscope_model(scripted(renderer, ["12", "30", "56"])),
+        formatter=agentscope_formatter("OpenAIMultiAgentFormatter"),
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         _, recorder = run_in_episode(lambda: three_turns(folded))
@@ -281,7 +362,9 @@ def test_formatters_that_lose_the_timeline_warn_and_timeline_formatter_merges(re
     assert len(rewrites) == 1 and "'solver'" in str(rewrites[0].message)  # two rewrites, one warning per agent
     assert len(merge_calls(recorder.calls)) == 3
 
-    unnamed = make_agent(agentscope_model(scripted(renderer, ["12", "30", "56"])), formatter=agentscope_formatter("OpenAIChatFormatter"))
+    unnamed = make_agent(
+        agentscope_model(scripted(renderer, ["12", "30", "56"])), formatter=agentscope_formatter("OpenAIChatFormatter")
+    )
     with pytest.warns(ForeignTurnsWarning, match=r"\['Bob', 'solver'\]"):
         run_in_episode(lambda: three_turns(unnamed))
 
@@ -296,7 +379,10 @@ def test_formatters_that_lose_the_timeline_warn_and_timeline_formatter_merges(re
     assert [m["role"] for m in last[1:]] == ["user", "user", "assistant"] * 2 + ["user", "user"]
     assert last[1]["content"] == "Bob: I say 3 times 4?" and last[3]["content"] == "12"
 
-    misnamed = make_agent(agentscope_model(scripted(renderer, [tool_call("multiply", a=3, b=4), "12"], agent="Solver")), formatter=TimelineFormatter("Solver"))
+    misnamed = make_agent(
+        agentscope_model(scripted(renderer, [tool_call("multiply", a=3, b=4), "12"], agent="Solver")),
+        formatter=TimelineFormatter("Solver"),
+    )
     with pytest.raises(ValueError, match="give the agent the name 'Solver'"):
         run_in_episode(lambda: ask(misnamed, "3 times 4?"))
 
@@ -312,8 +398,17 @@ class ThreeQuestions(Workflow):
 def test_an_episode_timeout_ends_agents_that_swallow_cancellation(renderer):
     policy = scripted(renderer, ["12", "30", "56"], delay=0.5)
     settings = RunnerSettings(group_size=1, episode_timeout_s=0.3)
-    (episode,) = asyncio.run(run_episodes(as_episode_fn(ThreeQuestions), [{"task_id": "0"}], lambda: TunerHandle(policies={"policy": policy}), settings))
-    assert episode.error is not None and "EpisodeCancelledError" in episode.error  # not a finished episode with reward 1
+    (episode,) = asyncio.run(
+        run_episodes(
+            as_episode_fn(ThreeQuestions),
+            [{"task_id": "0"}],
+            lambda: TunerHandle(policies={"policy": policy}),
+            settings,
+        )
+    )
+    assert (
+        episode.error is not None and "EpisodeCancelledError" in episode.error
+    )  # not a finished episode with reward 1
     assert len(policy.sampler.prompts) <= 1
 
 
@@ -321,7 +416,9 @@ def test_an_episode_timeout_ends_agents_that_swallow_cancellation(renderer):
 def test_the_injected_time_stays_out_of_the_prompt(renderer):
     def prompt_text(formatter):
         policy = scripted(renderer, ["12"])
-        _, recorder = run_in_episode(lambda: ask(make_agent(agentscope_model(policy, formatter=formatter)), "3 times 4?"))
+        _, recorder = run_in_episode(
+            lambda: ask(make_agent(agentscope_model(policy, formatter=formatter)), "3 times 4?")
+        )
         return renderer.decode(recorder.calls[0].prompt_tokens)
 
     assert "<current-time>" not in prompt_text(None)
@@ -330,7 +427,9 @@ def test_the_injected_time_stays_out_of_the_prompt(renderer):
     from agentscope.message import AssistantMsg, HintBlock
 
     hint = "<system-reminder>\n<current-time>2026-01-01T00:00:00</current-time>\n<timezone>UTC</timezone>\n<tool-error>stop</tool-error>\n</system-reminder>"
-    (formatted,) = asyncio.run(TimelineFormatter("solver").format([AssistantMsg(name="solver", content=[HintBlock(hint=hint)])]))
+    (formatted,) = asyncio.run(
+        TimelineFormatter("solver").format([AssistantMsg(name="solver", content=[HintBlock(hint=hint)])])
+    )
     assert formatted["content"][0]["text"] == "<system-reminder>\n<tool-error>stop</tool-error>\n</system-reminder>"
 
 
@@ -354,7 +453,15 @@ def test_a_react_agent_workflow_trains_end_to_end(tiny_model_dir, tmp_path):
         workflow_func=VariedCalculator,
         train_dataset=DatasetConfig(tasks=EXAMPLE.TASKS[:4], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
-        algorithm=AlgorithmConfig(group_size=3, batch_size=2, learning_rate=1e-3, drop_zero_variance_groups=False, save_interval_steps=0, eval_interval_steps=0, episode_timeout_s=60),
+        algorithm=AlgorithmConfig(
+            group_size=3,
+            batch_size=2,
+            learning_rate=1e-3,
+            drop_zero_variance_groups=False,
+            save_interval_steps=0,
+            eval_interval_steps=0,
+            episode_timeout_s=60,
+        ),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )
@@ -363,7 +470,11 @@ def test_a_react_agent_workflow_trains_end_to_end(tiny_model_dir, tmp_path):
     assert rows and {row["agent"] for row in rows} == {"solver"} and not any(row["error"] for row in rows)
     assert all(sum(row["loss_mask"]) > 0 and '"name": "multiply"' in row["text"] for row in rows)
     (path,) = result.sampler_paths.values()
-    assert any(value.abs().sum() > 0 for key, value in load_file(f"{path}/adapter_model.safetensors").items() if "lora_B" in key)
+    assert any(
+        value.abs().sum() > 0
+        for key, value in load_file(f"{path}/adapter_model.safetensors").items()
+        if "lora_B" in key
+    )
 
 
 # ---------------------------------------------------------------- AgentScope 1.x, in a subprocess

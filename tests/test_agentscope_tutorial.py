@@ -17,15 +17,24 @@ pytest.importorskip("agentscope")
 
 import numpy as np  # noqa: E402
 from agentscope.model import ChatModelBase  # noqa: E402
+from agentscope_suite import in_agentscope1_subprocess, load_example, run_on_agentscope1  # noqa: E402
+from scripted_sampler import ScriptedSampler  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerHandle, TunerModelConfig, tune  # noqa: E402
 from sparring.integrations import agentscope_major, agentscope_model  # noqa: E402
 from sparring.logging import read_rollouts  # noqa: E402
 from sparring.models import get_renderer  # noqa: E402
-from sparring.rollout import ChatModel, ChatResponse, FrozenChatModel, ModelRouter, PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes  # noqa: E402
-from agentscope_suite import in_agentscope1_subprocess, load_example, run_on_agentscope1  # noqa: E402
-from scripted_sampler import ScriptedSampler  # noqa: E402
+from sparring.rollout import (  # noqa: E402
+    ChatModel,
+    ChatResponse,
+    FrozenChatModel,
+    ModelRouter,
+    PolicyChatModel,
+    RunnerSettings,
+    as_episode_fn,
+    run_episodes,
+)
 
 MAJOR = agentscope_major()
 
@@ -64,7 +73,11 @@ def test_a_workflow_gets_models_that_are_agentscope_and_sparring_models(renderer
     assert isinstance(reply, ChatResponse) and reply.content == "hello"
 
     named = model.as_agent("Player3", "werewolf")
-    assert isinstance(named, ChatModelBase) and (named.agent, named.role, named.trainable) == ("Player3", "werewolf", True)
+    assert isinstance(named, ChatModelBase) and (named.agent, named.role, named.trainable) == (
+        "Player3",
+        "werewolf",
+        True,
+    )
     if MAJOR == 2:
         assert model.formatter.agent_name is None and named.formatter.agent_name == "Player3"
     assert agentscope_model(model).chat_model is tuner.policy  # wrapping it again wraps the routed model
@@ -75,7 +88,14 @@ def test_a_workflow_gets_models_that_are_agentscope_and_sparring_models(renderer
 def test_the_tutorial_workflow_routes_by_role_and_merges_each_agents_turns(renderer):
     seed = 3
     task = {"task_id": "0", "seed": seed, "workflow_args": {"trainable_target": "good_guy"}}
-    (episode,) = asyncio.run(run_episodes(as_episode_fn(EXAMPLE.werewolf_workflow), [task], lambda: scripted_tuner(renderer), RunnerSettings(group_size=1)))
+    (episode,) = asyncio.run(
+        run_episodes(
+            as_episode_fn(EXAMPLE.werewolf_workflow),
+            [task],
+            lambda: scripted_tuner(renderer),
+            RunnerSettings(group_size=1),
+        )
+    )
     assert episode.error is None and episode.metrics["success"] == 1.0 and episode.metrics.get("error", 0.0) == 0.0
 
     roles = roles_of(seed)
@@ -98,17 +118,31 @@ def test_the_tutorial_trains_one_step_on_the_tiny_model(tiny_model_dir, tmp_path
     result = tune(
         workflow_func=EXAMPLE.werewolf_workflow,
         judge_func=None,
-        train_dataset=DatasetConfig(path=str(data), split="train", total_steps=1, workflow_args={"trainable_target": "werewolf"}),
+        train_dataset=DatasetConfig(
+            path=str(data), split="train", total_steps=1, workflow_args={"trainable_target": "werewolf"}
+        ),
         model=TunerModelConfig(model_path=str(tiny_model_dir), lora_rank=4, **sampling),
         auxiliary_models={"participant": TunerModelConfig(model_path=str(tiny_model_dir), **sampling)},
-        algorithm=AlgorithmConfig(algorithm_type="multi_step_grpo", group_size=2, batch_size=1, learning_rate=1e-3,
-                                  drop_zero_variance_groups=False, save_interval_steps=0, eval_interval_steps=0, episode_timeout_s=240,
-                                  allow_nothing_trained=True),  # the tiny model's games may all end alike: this checks the plumbing
+        algorithm=AlgorithmConfig(
+            algorithm_type="multi_step_grpo",
+            group_size=2,
+            batch_size=1,
+            learning_rate=1e-3,
+            drop_zero_variance_groups=False,
+            save_interval_steps=0,
+            eval_interval_steps=0,
+            episode_timeout_s=240,
+            allow_nothing_trained=True,
+        ),  # the tiny model's games may all end alike: this checks the plumbing
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )
     assert result.steps == 1
-    (metrics,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"workflow/success"' in line]
+    (metrics,) = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        if '"workflow/success"' in line
+    ]
     assert metrics["workflow/success"] == 1.0 and metrics["train/datums"] > 0  # every game played through, then trained
     rows = [row for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl") if "agent" in row]
     assert len(rows) == 4 and not any(row["error"] for row in rows)  # 2 games x 2 werewolves, one sequence each

@@ -49,7 +49,9 @@ MERGED_LOGPROBS = [0.0, 0.0, 0.0, -0.1, -0.2, 0.0, 0.0, -0.3, -0.4, -0.5]
 
 
 def merged_timeline(agent="solver", model="policy"):
-    return Timeline(agent=agent, model=model, tokens=MERGED_TOKENS, loss_mask=MERGED_MASK, logprobs=MERGED_LOGPROBS, num_calls=2)
+    return Timeline(
+        agent=agent, model=model, tokens=MERGED_TOKENS, loss_mask=MERGED_MASK, logprobs=MERGED_LOGPROBS, num_calls=2
+    )
 
 
 # --- estimators ---------------------------------------------------------------------------------
@@ -121,12 +123,26 @@ def test_per_role_groups_get_separate_baselines():
 
 def test_a_baseline_group_splits_its_task_group():
     # One task, two opponents: the games against "strong" are compared with each other, not with the wins against "weak".
-    games = [("strong", -1.0), ("strong", 0.0), ("weak", 1.0), ("weak", 1.0), ("strong", -1.0), (None, 0.5), (None, 1.5)]
+    games = [
+        ("strong", -1.0),
+        ("strong", 0.0),
+        ("weak", 1.0),
+        ("weak", 1.0),
+        ("strong", -1.0),
+        (None, 0.5),
+        (None, 1.5),
+    ]
     episodes = [dataclasses.replace(episode(0, {"a": reward}), baseline_group=opponent) for opponent, reward in games]
     result = compute_advantages(episodes, "grpo", normalize_by_std=False)
-    assert result.advantages == pytest.approx({(0, "a"): -1 / 3, (1, "a"): 2 / 3, (4, "a"): -1 / 3, (5, "a"): -0.5, (6, "a"): 0.5})
-    assert result.metrics["advantage/groups"] == 3 and result.metrics["advantage/dropped_groups"] == 1  # "weak": both won
-    pooled = compute_advantages([dataclasses.replace(e, baseline_group=None) for e in episodes], "grpo", normalize_by_std=False)
+    assert result.advantages == pytest.approx(
+        {(0, "a"): -1 / 3, (1, "a"): 2 / 3, (4, "a"): -1 / 3, (5, "a"): -0.5, (6, "a"): 0.5}
+    )
+    assert (
+        result.metrics["advantage/groups"] == 3 and result.metrics["advantage/dropped_groups"] == 1
+    )  # "weak": both won
+    pooled = compute_advantages(
+        [dataclasses.replace(e, baseline_group=None) for e in episodes], "grpo", normalize_by_std=False
+    )
     assert pooled.metrics["advantage/groups"] == 1 and pooled.advantages[(2, "a")] > 0
 
 
@@ -139,7 +155,9 @@ def test_self_play_players_of_one_role_share_a_group():
 def test_agents_without_reward_raise_and_without_timelines_are_skipped():
     with pytest.raises(ValueError, match=r"episode 1 .*'critic'"):
         compute_advantages([episode(0, {"critic": 1.0}), episode(0, {"solver": 1.0}, agents=["critic"])], "grpo")
-    result = compute_advantages([episode(0, {"a": 0.0, "idle": 5.0}, agents=["a"]), episode(0, {"a": 1.0})], "reinforce")
+    result = compute_advantages(
+        [episode(0, {"a": 0.0, "idle": 5.0}, agents=["a"]), episode(0, {"a": 1.0})], "reinforce"
+    )
     assert result.advantages == {(0, "a"): 0.0, (1, "a"): 1.0}
 
 
@@ -154,17 +172,32 @@ def turn_episode(group, reward, turn_rewards, error=None):
     calls = len(turn_rewards) if turn_rewards else 2
     call_index = [-1, -1, -1, 0, 0, -1, -1, 1, 1, 1] if calls == 2 else [-1, -1, -1, 0, 0]
     timeline = Timeline(
-        agent="guesser", model="policy", tokens=MERGED_TOKENS[: len(call_index)], loss_mask=MERGED_MASK[: len(call_index)],
-        logprobs=MERGED_LOGPROBS[: len(call_index)], num_calls=calls, call_index=call_index,
+        agent="guesser",
+        model="policy",
+        tokens=MERGED_TOKENS[: len(call_index)],
+        loss_mask=MERGED_MASK[: len(call_index)],
+        logprobs=MERGED_LOGPROBS[: len(call_index)],
+        num_calls=calls,
+        call_index=call_index,
     )
-    return Episode(task={}, group=group, timelines=[timeline], rewards={"guesser": reward},
-                   turn_rewards={"guesser": turn_rewards} if turn_rewards else {}, error=error)
+    return Episode(
+        task={},
+        group=group,
+        timelines=[timeline],
+        rewards={"guesser": reward},
+        turn_rewards={"guesser": turn_rewards} if turn_rewards else {},
+        error=error,
+    )
 
 
 def test_per_turn_credit_baselines_each_turn_index_on_its_return():
     # Returns: episode 0 -> [1+0.5+0.25, 1+0.25] = [1.75, 1.25]; episode 1 -> [0+0+0.25, 0+0.25] = [0.25, 0.25];
     # episode 2 errored (no turn rewards) -> [-0.1, -0.1]. Turn 0 mean 0.6333, turn 1 mean 0.4667.
-    episodes = [turn_episode(0, 1.0, [0.5, 0.25]), turn_episode(0, 0.0, [0.0, 0.25]), turn_episode(0, -0.1, None, error="boom")]
+    episodes = [
+        turn_episode(0, 1.0, [0.5, 0.25]),
+        turn_episode(0, 0.0, [0.0, 0.25]),
+        turn_episode(0, -0.1, None, error="boom"),
+    ]
     result = compute_advantages(episodes, "multi_step_grpo", normalize_by_std=False)
     assert result.advantages[(0, "guesser")] == pytest.approx([1.75 - 1.9 / 3, 1.25 - 1.4 / 3])
     assert result.advantages[(1, "guesser")] == pytest.approx([0.25 - 1.9 / 3, 0.25 - 1.4 / 3])
@@ -227,10 +260,16 @@ def test_datums_are_keyed_by_model_and_skip_untrained_timelines():
     first = Episode(
         task={},
         group=0,
-        timelines=[merged_timeline("solver", "solver-lora"), prompt_only, single_call_timeline("critic", "critic-lora")],
+        timelines=[
+            merged_timeline("solver", "solver-lora"),
+            prompt_only,
+            single_call_timeline("critic", "critic-lora"),
+        ],
         rewards={"solver": 1.0, "critic": 0.0},
     )
-    second = Episode(task={}, group=0, timelines=[single_call_timeline("critic", "critic-lora")], rewards={"critic": 1.0})
+    second = Episode(
+        task={}, group=0, timelines=[single_call_timeline("critic", "critic-lora")], rewards={"critic": 1.0}
+    )
     advantages = {(0, "solver"): 1.0, (0, "critic"): -1.0}  # (1, "critic") was dropped
     datums = build_datums([first, second], advantages)
     assert sorted(datums) == ["critic-lora", "solver-lora"]
@@ -253,7 +292,10 @@ def test_misaligned_timeline_is_named():
 
 def test_apply_kl_penalty_numbers():
     datums = [
-        Datum(ModelInput.from_ints([5, 6, 7]), {"target_tokens": [6, 7, 8], "logprobs": [0.0, -0.5, -1.0], "advantages": [0.0, 2.0, 2.0]}),
+        Datum(
+            ModelInput.from_ints([5, 6, 7]),
+            {"target_tokens": [6, 7, 8], "logprobs": [0.0, -0.5, -1.0], "advantages": [0.0, 2.0, 2.0]},
+        ),
         # A sampled token whose advantage is exactly zero is still penalized.
         Datum(ModelInput.from_ints([5]), {"target_tokens": [6], "logprobs": [-0.2], "advantages": [0.0]}),
     ]
@@ -268,7 +310,13 @@ def test_apply_kl_penalty_numbers():
     # A constrained target (allowed_counts > 0) is renormalised over its allowed set: no penalty against the base.
     constrained = Datum(
         ModelInput.from_ints([5, 6, 7]),
-        {"target_tokens": [6, 7, 8], "logprobs": [0.0, -0.5, -0.1], "advantages": [0.0, 2.0, 2.0], "allowed_counts": [0, 0, 2], "allowed_tokens": [8, 9]},
+        {
+            "target_tokens": [6, 7, 8],
+            "logprobs": [0.0, -0.5, -0.1],
+            "advantages": [0.0, 2.0, 2.0],
+            "allowed_counts": [0, 0, 2],
+            "allowed_tokens": [8, 9],
+        },
     )
     penalized, metrics = apply_kl_penalty([constrained], [[-3.0, -1.0, -4.0]], [[0, 1, 1]], kl_coef=0.1)
     assert penalized[0].loss_fn_inputs["advantages"].tolist() == pytest.approx([0.0, 2.0 - 0.1 * 0.5, 2.0])
@@ -284,7 +332,14 @@ def test_apply_kl_penalty_numbers():
 
 
 def test_assembly_metrics_count_merging_and_training():
-    episodes = [Episode(task={}, group=0, timelines=[merged_timeline(), single_call_timeline("critic")], rewards={"solver": 1.0, "critic": 1.0})]
+    episodes = [
+        Episode(
+            task={},
+            group=0,
+            timelines=[merged_timeline(), single_call_timeline("critic")],
+            rewards={"solver": 1.0, "critic": 1.0},
+        )
+    ]
     datums = build_datums(episodes, {(0, "solver"): 1.0, (0, "critic"): 1.0})
     metrics = assembly_metrics(episodes, datums)
     assert metrics["tokens/sampled"] == 5 + 2

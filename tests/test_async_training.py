@@ -9,7 +9,17 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, ServiceClient, TunerModelConfig, Workflow, WorkflowOutput, types
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    Job,
+    LoggingConfig,
+    ServiceClient,
+    TunerModelConfig,
+    Workflow,
+    WorkflowOutput,
+    types,
+)
 from sparring.logging import read_metrics, read_rollouts
 from sparring.logging.rollouts import sampled_spans
 from sparring.trainer import ConfigError, TuneConfig, run_training
@@ -22,21 +32,44 @@ QUIET = LoggingConfig(console=False, tensorboard=False)
 async def versus_rival(task, model, auxiliary_models):
     said = await model([{"role": "user", "content": task["topic"]}])
     replied = await auxiliary_models["rival"]([{"role": "user", "content": said.content or "hi"}])
-    return WorkflowOutput(reward=(sum(said.tokens) + len(replied.tokens)) % 97 / 96)  # rarely equal in a group: every step trains
+    return WorkflowOutput(
+        reward=(sum(said.tokens) + len(replied.tokens)) % 97 / 96
+    )  # rarely equal in a group: every step trains
 
 
 class TwoSpeakers(Workflow):
     trainable_targets = ["policy", "second"]
 
     async def execute(self, task, tuner):
-        first = await tuner.chat_model("policy", target_tag="policy", model="policy")([{"role": "user", "content": task["topic"]}])
-        second = await tuner.chat_model("second", target_tag="second", model="second")([{"role": "user", "content": first.content or "hi"}])
+        first = await tuner.chat_model("policy", target_tag="policy", model="policy")(
+            [{"role": "user", "content": task["topic"]}]
+        )
+        second = await tuner.chat_model("second", target_tag="second", model="second")(
+            [{"role": "user", "content": first.content or "hi"}]
+        )
         return WorkflowOutput(reward={"policy": float(first.tokens[0] % 2), "second": float(second.tokens[0] % 3)})
 
 
-def config(tiny_model_dir, run_dir, *, total_steps, max_staleness, workflow="tests.test_async_training:versus_rival", **algorithm):
+def config(
+    tiny_model_dir,
+    run_dir,
+    *,
+    total_steps,
+    max_staleness,
+    workflow="tests.test_async_training:versus_rival",
+    **algorithm,
+):
     model = TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=5, lora_rank=4)
-    settings = dict(group_size=2, batch_size=2, learning_rate=2e-2, save_interval_steps=1, episode_timeout_s=60, seed=5, drop_zero_variance_groups=False, max_staleness=max_staleness)
+    settings = dict(
+        group_size=2,
+        batch_size=2,
+        learning_rate=2e-2,
+        save_interval_steps=1,
+        episode_timeout_s=60,
+        seed=5,
+        drop_zero_variance_groups=False,
+        max_staleness=max_staleness,
+    )
     job = Job(
         model=model,
         auxiliary_models={"rival": TunerModelConfig(snapshot_of="policy", snapshot_interval_steps=2)},
@@ -44,7 +77,11 @@ def config(tiny_model_dir, run_dir, *, total_steps, max_staleness, workflow="tes
         run_dir=str(run_dir),
         logging=QUIET,
     )
-    return job.set_workflow(workflow).set_data(train=DatasetConfig(tasks=TASKS, total_steps=total_steps), eval=EVAL_TASKS).config
+    return (
+        job.set_workflow(workflow)
+        .set_data(train=DatasetConfig(tasks=TASKS, total_steps=total_steps), eval=EVAL_TASKS)
+        .config
+    )
 
 
 def checkpoint_adapter(run_dir: Path, step: int) -> Path:
@@ -56,7 +93,14 @@ def sampled(run_dir: Path, step: int) -> list[tuple[list[int], list[int], list[f
     """Each trained sequence of step `step`'s rollout (1-based, as metrics.jsonl): its tokens, where the policy sampled,
     and the sampler's logprobs."""
     rows = [row for row in read_rollouts(run_dir / "rollouts" / f"step_{step}.jsonl") if "agent" in row]
-    return [(row["tokens"], [i for start, end in sampled_spans(row["loss_mask"]) for i in range(start, end)], row["logprobs"]) for row in rows]
+    return [
+        (
+            row["tokens"],
+            [i for start, end in sampled_spans(row["loss_mask"]) for i in range(start, end)],
+            row["logprobs"],
+        )
+        for row in rows
+    ]
 
 
 def largest_gap(scorer, sequences) -> float:
@@ -91,10 +135,19 @@ def test_each_rollout_samples_the_weights_of_n_steps_before_and_evaluations_are_
         sequences = sampled(run_dir, step)
         assert sequences
         if version:  # the weights after `version` steps sampled this rollout; the newer weights of step - 1 did not
-            assert largest_gap(scorer.create_sampling_client(str(checkpoint_adapter(run_dir, version))), sequences) < 2e-3
+            assert (
+                largest_gap(scorer.create_sampling_client(str(checkpoint_adapter(run_dir, version))), sequences) < 2e-3
+            )
         assert largest_gap(scorer.create_sampling_client(str(checkpoint_adapter(run_dir, step - 1))), sequences) > 2e-2
-    assert largest_gap(scorer.create_sampling_client(str(checkpoint_adapter(run_dir, 3))), sampled(run_dir, 4)) < 2e-3  # a barrier: fresh weights
-    saved_versions = sorted(p.name for p in Path(json.loads((run_dir / "checkpoints" / "latest.json").read_text())["path"]).parent.parent.glob("lora-*/sampler_weights/version-*"))
+    assert (
+        largest_gap(scorer.create_sampling_client(str(checkpoint_adapter(run_dir, 3))), sampled(run_dir, 4)) < 2e-3
+    )  # a barrier: fresh weights
+    saved_versions = sorted(
+        p.name
+        for p in Path(json.loads((run_dir / "checkpoints" / "latest.json").read_text())["path"]).parent.parent.glob(
+            "lora-*/sampler_weights/version-*"
+        )
+    )
     assert len(saved_versions) <= 3, saved_versions  # versions no rollout, snapshot or checkpoint needs are deleted
 
 
@@ -111,13 +164,20 @@ def test_a_resumed_run_with_rollouts_in_flight_is_the_run_never_stopped(tiny_mod
     runs = [[m for m in read_metrics(tmp_path / name) if "reward/mean" in m] for name in ("straight", "stopped")]
     assert [m["step"] for m in runs[1]] == [1, 2, 3, 4, 5]
     for key in ("reward/mean", "staleness/max", "snapshot/rival/age_steps", "train/loss"):
-        assert [m[key] for m in runs[0]] == pytest.approx([m[key] for m in runs[1]], rel=1e-5, abs=1e-5), key  # float order: see below
+        assert [m[key] for m in runs[0]] == pytest.approx([m[key] for m in runs[1]], rel=1e-5, abs=1e-5), (
+            key
+        )  # float order: see below
     for step in range(4, 6):  # the rollouts sampled after the resume
         rows = [sampled(tmp_path / name, step) for name in ("straight", "stopped")]
-        assert [(tokens, positions) for tokens, positions, _ in rows[0]] == [(tokens, positions) for tokens, positions, _ in rows[1]]
+        assert [(tokens, positions) for tokens, positions, _ in rows[0]] == [
+            (tokens, positions) for tokens, positions, _ in rows[1]
+        ]
         # Which rows share a sampling batch can differ after a resume, and with it the float order: ~1e-6 apart.
         assert [logprobs for *_, logprobs in rows[0]] == [pytest.approx(logprobs, abs=1e-5) for *_, logprobs in rows[1]]
-    weights = [load_file(f"{path}/adapter_model.safetensors") for path in (straight.sampler_paths["policy"], resumed.sampler_paths["policy"])]
+    weights = [
+        load_file(f"{path}/adapter_model.safetensors")
+        for path in (straight.sampler_paths["policy"], resumed.sampler_paths["policy"])
+    ]
     for key in weights[0]:
         assert weights[0][key].allclose(weights[1][key], atol=1e-5)
 
@@ -127,7 +187,14 @@ def test_several_trainable_models_train_asynchronously(tiny_model_dir, tmp_path)
     model = TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=4, lora_rank=4)
     job = Job(
         models={"policy": model, "second": model},
-        algorithm=AlgorithmConfig(group_size=2, batch_size=2, learning_rate=1e-2, episode_timeout_s=60, drop_zero_variance_groups=False, max_staleness=1),
+        algorithm=AlgorithmConfig(
+            group_size=2,
+            batch_size=2,
+            learning_rate=1e-2,
+            episode_timeout_s=60,
+            drop_zero_variance_groups=False,
+            max_staleness=1,
+        ),
         run_dir=str(tmp_path / "run"),
         logging=QUIET,
     )

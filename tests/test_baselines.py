@@ -11,7 +11,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, ScriptedChatModel, TunerHandle, TunerModelConfig, WorkflowOutput
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    Job,
+    LoggingConfig,
+    ScriptedChatModel,
+    TunerHandle,
+    TunerModelConfig,
+    WorkflowOutput,
+)
 from sparring.algorithms import Estimate, bootstrap_interval, estimate, separation, wilson_interval
 from sparring.cli import app
 from sparring.envs import game_config_path, load_game_config
@@ -58,7 +67,9 @@ def test_a_scripted_model_answers_like_a_model_and_its_agent_is_rewarded_without
     async def two_calls():
         with recording(recorder):
             first = await model([{"role": "user", "content": "hi"}], max_tokens=3)
-            second = await model([{"role": "user", "content": "hi"}, first.message, {"role": "user", "content": "again"}])
+            second = await model(
+                [{"role": "user", "content": "hi"}, first.message, {"role": "user", "content": "again"}]
+            )
         return first, second
 
     first, second = asyncio.run(two_calls())
@@ -101,14 +112,27 @@ def test_binary_search_solves_exactly_15_of_the_16_secrets_in_4_guesses_and_all_
 def test_guess_number_credits_each_guess_by_the_share_of_possible_numbers_it_rules_out():
     # Secret 5 in 1..16: 8 halves (1 - (49 + 64) / 256), 9 ignores "lower than 8", None is invalid,
     # 1 is consistent but at the end of 1..7 (1 - 36 / 49), 4 is the last guess of 2..7 (1 - (4 + 9) / 36).
-    assert gn_rules.guess_progress(5, [8, 9, None, 1, 4], 1, 16) == pytest.approx([1 - 113 / 256, 0.0, 0.0, 1 - 36 / 49, 1 - 13 / 36])
-    tasks = [{"secret": secret, "workflow_args": {"low": 1, "high": 16, "max_turns": 4, "progress_bonus": 1.0}} for secret in range(1, 17)]
+    assert gn_rules.guess_progress(5, [8, 9, None, 1, 4], 1, 16) == pytest.approx(
+        [1 - 113 / 256, 0.0, 0.0, 1 - 36 / 49, 1 - 13 / 36]
+    )
+    tasks = [
+        {"secret": secret, "workflow_args": {"low": 1, "high": 16, "max_turns": 4, "progress_bonus": 1.0}}
+        for secret in range(1, 17)
+    ]
     halving = [e.metrics["progress"] for e in play(gn.guess_number, tasks, gn.binary_search)]
-    counting = [e.metrics["progress"] for e in play(gn.guess_number, tasks, lambda messages, rng: str(1 + sum(m["role"] == "assistant" for m in messages)))]
+    counting = [
+        e.metrics["progress"]
+        for e in play(
+            gn.guess_number, tasks, lambda messages, rng: str(1 + sum(m["role"] == "assistant" for m in messages))
+        )
+    ]
     assert min(halving) > 0.4 and sum(halving) / 16 > 2 * sum(counting) / 16
     for episode in play(gn.guess_number, tasks, gn.binary_search):  # bonus 1: the turn rewards are the progress
         (turn_rewards,) = episode.turn_rewards.values()
-        assert sum(turn_rewards) / len(turn_rewards) == pytest.approx(episode.metrics["progress"]) and min(turn_rewards) > 0
+        assert (
+            sum(turn_rewards) / len(turn_rewards) == pytest.approx(episode.metrics["progress"])
+            and min(turn_rewards) > 0
+        )
     rates = [e.metrics["consistent_rate"] for e in play(gn.guess_number, tasks * 20, gn.random_valid)]
     assert 0.4 < sum(rates) / len(rates) < 0.8
 
@@ -123,16 +147,28 @@ def test_random_valid_guesses_in_range_and_solves_about_one_in_four():
 
 def test_the_guess_number_baselines_follow_the_referee_and_rules_wording(monkeypatch):
     monkeypatch.setattr(gn_rules, "RULES", "Secret between {low} and {high} (inclusive).")
-    monkeypatch.setattr(gn_rules, "referee", lambda guess, secret, low, high: "Bingo!" if guess == secret else ("Lower." if guess > secret else "Higher."))
+    monkeypatch.setattr(
+        gn_rules,
+        "referee",
+        lambda guess, secret, low, high: "Bingo!" if guess == secret else ("Lower." if guess > secret else "Higher."),
+    )
     tasks = [{"secret": secret, "workflow_args": {"low": 1, "high": 16, "max_turns": 4}} for secret in range(1, 17)]
     assert sum(e.metrics["success"] for e in play(gn.guess_number, tasks, gn.binary_search)) == 15
-    assert gn_baselines.feedback_direction("Higher.", 5, 1, 16) == "higher" and gn_baselines.feedback_direction("Lower.", 5, 1, 16) == "lower"
+    assert (
+        gn_baselines.feedback_direction("Higher.", 5, 1, 16) == "higher"
+        and gn_baselines.feedback_direction("Lower.", 5, 1, 16) == "lower"
+    )
     assert gn_baselines.feedback_direction("Bingo!", 5, 1, 16) is None
 
 
 def test_read_template_recovers_the_fields_a_template_filled_in():
-    assert read_template(gn_rules.RULES, "Hello. " + gn_rules.RULES.format(low=3, high=40)) == {"low": "3", "high": "40"}
-    assert read_template(tq_rules.CANDIDATES, "You have 6 questions." + tq_rules.CANDIDATES.format(words="cat, dog")) == {"words": "cat, dog"}
+    assert read_template(gn_rules.RULES, "Hello. " + gn_rules.RULES.format(low=3, high=40)) == {
+        "low": "3",
+        "high": "40",
+    }
+    assert read_template(
+        tq_rules.CANDIDATES, "You have 6 questions." + tq_rules.CANDIDATES.format(words="cat, dog")
+    ) == {"words": "cat, dog"}
     assert read_template("{a} then {a}", "x then y") is None
     assert read_template(gn_rules.RULES, "nothing here") is None
 
@@ -177,13 +213,24 @@ def test_fallible_minimax_blocks_except_on_its_random_moves_and_loses_some_games
 def test_perfect_play_ties_every_group_against_minimax_but_few_against_fallible_minimax():
     """Why tic-tac-toe's league meets `fallible_minimax`, not `minimax`: once the policy plays perfectly, every group
     of 8 games against minimax is 8 draws (no reward variance, nothing to learn), against fallible_minimax few are."""
-    tasks = [{"seed": group, "side": "xo"[group % 2], "workflow_args": {"opponent": "drawn"}} for group in range(16) for _ in range(8)]
+    tasks = [
+        {"seed": group, "side": "xo"[group % 2], "workflow_args": {"opponent": "drawn"}}
+        for group in range(16)
+        for _ in range(8)
+    ]
     tied_groups = {}
     for opponent in (ttt.minimax, ttt.fallible_minimax):
-        games = play(ttt.tictactoe, tasks, ttt.minimax, auxiliary={"drawn": ScriptedChatModel.seeded(opponent, name="drawn", seed=1, baseline=False)})
+        games = play(
+            ttt.tictactoe,
+            tasks,
+            ttt.minimax,
+            auxiliary={"drawn": ScriptedChatModel.seeded(opponent, name="drawn", seed=1, baseline=False)},
+        )
         assert all(e.error is None and e.metrics["loss_rate"] == 0.0 for e in games)
         wins = [e.metrics["win_rate"] for e in games]
-        tied_groups[opponent.__name__] = sum(len(set(wins[start : start + 8])) == 1 for start in range(0, len(games), 8))
+        tied_groups[opponent.__name__] = sum(
+            len(set(wins[start : start + 8])) == 1 for start in range(0, len(games), 8)
+        )
     assert tied_groups["minimax"] == 16 and tied_groups["fallible_minimax"] <= 4
 
 
@@ -193,7 +240,10 @@ def test_perfect_play_ties_every_group_against_minimax_but_few_against_fallible_
 @pytest.mark.parametrize("candidates, max_questions", [(0, 20), (8, 6)])
 def test_the_halving_asker_finds_every_word_with_a_truthful_answerer(candidates, max_questions):
     words = tq_rules.load_words("eval")
-    tasks = [{"word": word, "seed": i, "workflow_args": {"candidates": candidates, "max_questions": max_questions}} for i, word in enumerate(words)]
+    tasks = [
+        {"word": word, "seed": i, "workflow_args": {"candidates": candidates, "max_questions": max_questions}}
+        for i, word in enumerate(words)
+    ]
     answerer = ScriptedChatModel.seeded(tq.membership_answerer, name="truthful", baseline=False)
     episodes = play(tq.twenty_questions, tasks, tq.halving_asker, auxiliary={"answerer": answerer})
     pool = len(tq_rules.vocabulary()) if candidates == 0 else candidates
@@ -203,16 +253,35 @@ def test_the_halving_asker_finds_every_word_with_a_truthful_answerer(candidates,
 
 
 def test_the_halving_asker_recovers_from_unknown_and_wrong_answers():
-    opening = [{"role": "system", "content": tq_rules.SYSTEM}, {"role": "user", "content": tq_rules.RULES.format(max_questions=6) + tq_rules.CANDIDATES.format(words="cat, dog, pen, sun")}]
+    opening = [
+        {"role": "system", "content": tq_rules.SYSTEM},
+        {
+            "role": "user",
+            "content": tq_rules.RULES.format(max_questions=6) + tq_rules.CANDIDATES.format(words="cat, dog, pen, sun"),
+        },
+    ]
     first = tq.halving_asker(opening, random.Random(0))
     assert first == tq_baselines.HALVING_QUESTION.format(words="cat, dog")
-    unknown = [*opening, {"role": "assistant", "content": first}, {"role": "user", "content": "I don't know. 5 questions left."}]
+    unknown = [
+        *opening,
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "I don't know. 5 questions left."},
+    ]
     assert tq.halving_asker(unknown, random.Random(0)) == tq_baselines.HALVING_QUESTION.format(words="pen, sun")
     lied = [*opening, {"role": "assistant", "content": first}, {"role": "user", "content": "Yes. 5 questions left."}]
-    lied += [{"role": "assistant", "content": tq_baselines.HALVING_QUESTION.format(words="cat")}, {"role": "user", "content": "No. 4 questions left."}]
+    lied += [
+        {"role": "assistant", "content": tq_baselines.HALVING_QUESTION.format(words="cat")},
+        {"role": "user", "content": "No. 4 questions left."},
+    ]
     lied += [{"role": "assistant", "content": "Is it a dog?"}, {"role": "user", "content": "No. 3 questions left."}]
-    assert tq.halving_asker(lied, random.Random(0)) == tq_baselines.HALVING_QUESTION.format(words="cat")  # every word ruled out: start again without dog
-    final = [*opening, {"role": "assistant", "content": first}, {"role": "user", "content": "No." + tq_rules.FINAL + tq_rules.FINAL_CHOICES.format(words="cat, dog, pen, sun")}]
+    assert tq.halving_asker(lied, random.Random(0)) == tq_baselines.HALVING_QUESTION.format(
+        words="cat"
+    )  # every word ruled out: start again without dog
+    final = [
+        *opening,
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "No." + tq_rules.FINAL + tq_rules.FINAL_CHOICES.format(words="cat, dog, pen, sun")},
+    ]
     assert tq.halving_asker(final, random.Random(0)) in ("pen", "sun")  # the final guess: a bare word still possible
 
 
@@ -221,24 +290,40 @@ def test_werewolf_random_valid_plays_whole_games_without_an_invalid_action(targe
     tasks = [{"seed": seed, "workflow_args": {"trainable_target": target, "max_rounds": 3}} for seed in range(20)]
     participant = ScriptedChatModel.seeded(ww.random_valid, name="participant", seed=1, baseline=False)
     episodes = play(ww.werewolf, tasks, ww.random_valid, auxiliary={"participant": participant})
-    assert all(e.error is None and e.metrics["broken"] == 0.0 and e.metrics["invalid_action_rate"] == 0.0 for e in episodes)
+    assert all(
+        e.error is None and e.metrics["broken"] == 0.0 and e.metrics["invalid_action_rate"] == 0.0 for e in episodes
+    )
     side = {"werewolf"} if target == "werewolf" else {"villager", "seer", "witch"}
     # Rewarded: the players of the side that made a call (as with a trained model; a villager killed on night 1 made none).
-    assert all(1 <= len(e.rewards) <= (2 if target == "werewolf" else 5) and {e.roles[a] for a in e.rewards} <= side for e in episodes)
+    assert all(
+        1 <= len(e.rewards) <= (2 if target == "werewolf" else 5) and {e.roles[a] for a in e.rewards} <= side
+        for e in episodes
+    )
     assert 0 < sum(e.metrics["trained_win"] for e in episodes) < len(episodes)
 
 
-
 def test_coordinated_werewolves_name_the_same_good_player_and_win_more_than_random_ones():
-    system = {"role": "system", "content": "You are Player3, a werewolf. Your fellow werewolf is Player1. Each night you choose a good player to kill."}
-    vote = {"role": "user", "content": "Player2: hi\nVote out a player. Reply with one name: Player1, Player2, Player4; or skip to abstain."}
+    system = {
+        "role": "system",
+        "content": "You are Player3, a werewolf. Your fellow werewolf is Player1. Each night you choose a good player to kill.",
+    }
+    vote = {
+        "role": "user",
+        "content": "Player2: hi\nVote out a player. Reply with one name: Player1, Player2, Player4; or skip to abstain.",
+    }
     assert ww.coordinated_werewolves([system, vote], random.Random(0)) == "Player2"  # never the mate
     kill = {"role": "user", "content": "Night 1. Who do you kill? Reply with one name: Player5, Player2, Player7."}
     assert ww.coordinated_werewolves([system, kill], random.Random(0)) == "Player2"
     tasks = [{"seed": seed, "workflow_args": {"trainable_target": "werewolf", "max_rounds": 2}} for seed in range(150)]
     participant = ScriptedChatModel.seeded(ww.random_valid, name="participant", seed=1, baseline=False)
-    wins = {policy.__name__: sum(e.metrics["trained_win"] for e in play(ww.werewolf, tasks, policy, auxiliary={"participant": participant})) for policy in (ww.random_valid, ww.coordinated_werewolves)}
+    wins = {
+        policy.__name__: sum(
+            e.metrics["trained_win"] for e in play(ww.werewolf, tasks, policy, auxiliary={"participant": participant})
+        )
+        for policy in (ww.random_valid, ww.coordinated_werewolves)
+    }
     assert wins["coordinated_werewolves"] > wins["random_valid"] + 15, wins
+
 
 # --- intervals -------------------------------------------------------------------------------
 
@@ -268,12 +353,18 @@ def test_estimate_picks_wilson_for_0_1_values_and_bootstrap_otherwise_and_separa
     assert estimate([0.5, 1.0]).method == "bootstrap"
     with pytest.raises(ValueError):
         estimate([])
-    a, b, c = Estimate(0.9, 0.8, 1.0, 10, "wilson"), Estimate(0.5, 0.3, 0.7, 10, "wilson"), Estimate(0.75, 0.6, 0.85, 10, "wilson")
+    a, b, c = (
+        Estimate(0.9, 0.8, 1.0, 10, "wilson"),
+        Estimate(0.5, 0.3, 0.7, 10, "wilson"),
+        Estimate(0.75, 0.6, 0.85, 10, "wilson"),
+    )
     assert separation(a, b) == "above" and separation(b, a) == "below" and separation(a, c) is None
 
 
 def test_episode_estimates_take_per_episode_values():
-    episodes = play(gn.guess_number, [{"secret": s, "workflow_args": {"max_turns": 4}} for s in (8, 16)], gn.binary_search)
+    episodes = play(
+        gn.guess_number, [{"secret": s, "workflow_args": {"max_turns": 4}} for s in (8, 16)], gn.binary_search
+    )
     found = estimates_of(episodes)
     assert found["workflow/success"] == Estimate(0.5, *wilson_interval(1, 2), 2, "wilson")
     assert found["reward/mean"].method == "bootstrap" and found["reward/mean"].n == 2
@@ -287,8 +378,14 @@ def test_baselines_in_the_config_are_checked_when_it_is_built():
     config = TuneConfig(baselines={"binary_search": "sparring.envs.guess_number:binary_search"})
     assert config.baselines == {"binary_search": "sparring.envs.guess_number:binary_search"}
     for bad, message in [
-        ("sparring.envs.guess_number:nope", "baselines.b: cannot import 'sparring.envs.guess_number:nope'.*no attribute 'nope'"),
-        ("no_such_module:policy", "baselines.b: cannot import 'no_such_module:policy': no module named 'no_such_module'"),
+        (
+            "sparring.envs.guess_number:nope",
+            "baselines.b: cannot import 'sparring.envs.guess_number:nope'.*no attribute 'nope'",
+        ),
+        (
+            "no_such_module:policy",
+            "baselines.b: cannot import 'no_such_module:policy': no module named 'no_such_module'",
+        ),
         ("sparring.envs.guess_number.rules:RULES", "baselines.b: .*is a str, not a policy function"),
     ]:
         with pytest.raises(ConfigError, match=message):
@@ -313,27 +410,45 @@ def test_tune_evaluates_baselines_once_beside_the_first_and_last_evaluation(tiny
         algorithm=AlgorithmConfig(group_size=2, batch_size=2, eval_interval_steps=1),
         run_dir=str(tmp_path / "run"),
         logging=QUIET,
-        baselines={"binary_search": "sparring.envs.guess_number:binary_search", "random_valid": "sparring.envs.guess_number:random_valid"},
+        baselines={
+            "binary_search": "sparring.envs.guess_number:binary_search",
+            "random_valid": "sparring.envs.guess_number:random_valid",
+        },
     )
     result = Job.from_config(config).tune()
     labels = [column.label for column in result.comparison.columns]
-    assert labels == ["untrained", "step 1", "trained", "binary_search", "random_valid"] and result.comparison.subject == "trained"
+    assert (
+        labels == ["untrained", "step 1", "trained", "binary_search", "random_valid"]
+        and result.comparison.subject == "trained"
+    )
     binary = result.comparison.column("binary_search")
     assert binary.episodes == 4 and binary.estimates["workflow/success"].mean == 1.0  # 3, 9, 12 and 5 in 4 guesses
     saved = json.loads((tmp_path / "run" / "evaluation.json").read_text())
-    assert [c["label"] for c in saved["columns"]] == labels and saved["subject_vs"].keys() == {"untrained", "step 1", "binary_search", "random_valid"}
+    assert [c["label"] for c in saved["columns"]] == labels and saved["subject_vs"].keys() == {
+        "untrained",
+        "step 1",
+        "binary_search",
+        "random_valid",
+    }
     logged = read_metrics(tmp_path / "run")
     baseline_rows = [row for row in logged if "baseline/binary_search/workflow/success" in row]
     assert len(baseline_rows) == 1 and baseline_rows[0]["step"] == 0
     assert baseline_rows[0]["baseline/binary_search/workflow/success/ci_low"] == pytest.approx(wilson_interval(4, 4)[0])
 
     trained = next(iter(result.sampler_paths.values()))
-    warm = config.model_copy(update={"model": config.model.model_copy(update={"adapter_path": trained}), "run_dir": str(tmp_path / "warm")})
+    warm = config.model_copy(
+        update={"model": config.model.model_copy(update={"adapter_path": trained}), "run_dir": str(tmp_path / "warm")}
+    )
     warm_labels = [column.label for column in Job.from_config(warm).tune().comparison.columns]
-    assert warm_labels == ["step 0", "step 1", "trained", "binary_search", "random_valid"], "a run that starts from an adapter has no untrained column"
+    assert warm_labels == ["step 0", "step 1", "trained", "binary_search", "random_valid"], (
+        "a run that starts from an adapter has no untrained column"
+    )
     evaluations = [row for row in logged if "eval/reward/mean" in row]
     assert [row["step"] for row in evaluations] == [0, 1, 2]
-    assert all(row["eval/reward/mean/ci_low"] <= row["eval/reward/mean"] <= row["eval/reward/mean/ci_high"] for row in evaluations)
+    assert all(
+        row["eval/reward/mean/ci_low"] <= row["eval/reward/mean"] <= row["eval/reward/mean/ci_high"]
+        for row in evaluations
+    )
 
 
 def test_sparring_eval_shows_the_model_beside_each_baseline_with_intervals_and_markers(tiny_model_dir, tmp_path):
@@ -345,7 +460,10 @@ def test_sparring_eval_shows_the_model_beside_each_baseline_with_intervals_and_m
         "model": {"model_path": str(tiny_model_dir), "max_tokens": 3, "lora_rank": 2},
         "train_dataset": {"path": str(tasks), "workflow_args": {"max_turns": 4}},
         "eval_dataset": {"path": str(tasks), "workflow_args": {"max_turns": 4}},
-        "baselines": {"random_valid": "sparring.envs.guess_number:random_valid", "binary_search": "sparring.envs.guess_number:binary_search"},
+        "baselines": {
+            "random_valid": "sparring.envs.guess_number:random_valid",
+            "binary_search": "sparring.envs.guess_number:binary_search",
+        },
         "logging": {"tensorboard": False, "console": False},
     }
     path = tmp_path / "job.yaml"
@@ -353,7 +471,16 @@ def test_sparring_eval_shows_the_model_beside_each_baseline_with_intervals_and_m
     result = CliRunner().invoke(app, ["eval", str(path)])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())  # the footnote wraps at the table's width
-    for expected in ["untrained", "random_valid", "binary_search", "success", "0.938 [0.717, 0.989]", "Wilson score", "bootstrap", "entirely above / below"]:
+    for expected in [
+        "untrained",
+        "random_valid",
+        "binary_search",
+        "success",
+        "0.938 [0.717, 0.989]",
+        "Wilson score",
+        "bootstrap",
+        "entirely above / below",
+    ]:
         assert expected in text, expected
     saved = json.loads((tmp_path / "run" / "eval.json").read_text())
     columns = {c["label"]: c for c in saved["columns"]}

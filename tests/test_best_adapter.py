@@ -11,7 +11,18 @@ import json
 
 import pytest
 
-from sparring import AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, LoggingConfig, TuneConfig, TunerModelConfig, ValidationConfig, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    ConfigError,
+    DatasetConfig,
+    DatasetError,
+    LoggingConfig,
+    TuneConfig,
+    TunerModelConfig,
+    ValidationConfig,
+    WorkflowOutput,
+    tune,
+)
 from sparring.trainer import load_config_file
 from sparring.trainer.loop import run_evaluation
 
@@ -21,14 +32,26 @@ COLOURS = ["red", "green", "blue", "yellow"]
 async def name_a_colour(task, model, auxiliary_models):
     first, second = [await model([{"role": "user", "content": "Name a colour."}], choices=COLOURS) for _ in range(2)]
     reds = [reply.content == "red" for reply in (first, second)]
-    return WorkflowOutput(reward=float(reds[0]), metrics={"named_yellow": float(first.content == "yellow"), "mixed": float(reds[0] != reds[1])})
+    return WorkflowOutput(
+        reward=float(reds[0]),
+        metrics={"named_yellow": float(first.content == "yellow"), "mixed": float(reds[0] != reds[1])},
+    )
 
 
 def _config(tiny_model_dir, **algorithm) -> dict:
     return dict(
         # At temperature 1 the tiny model names yellow ~9 times in 10 and red rarely; at 3, every colour often.
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=8, lora_rank=4, temperature=3.0),
-        algorithm=AlgorithmConfig(algorithm_type="grpo", group_size=8, batch_size=2, learning_rate=2e-3, seed=0, eval_interval_steps=0, episode_timeout_s=60, **algorithm),
+        algorithm=AlgorithmConfig(
+            algorithm_type="grpo",
+            group_size=8,
+            batch_size=2,
+            learning_rate=2e-3,
+            seed=0,
+            eval_interval_steps=0,
+            episode_timeout_s=60,
+            **algorithm,
+        ),
         logging=LoggingConfig(console=False, tensorboard=False, save_rollouts=False),
     )
 
@@ -39,7 +62,12 @@ def _replay(tiny_model_dir, adapter: str, tasks: list[dict], metric: str) -> flo
         workflow="tests.test_best_adapter:name_a_colour",
         train_dataset=DatasetConfig(tasks=tasks),
         eval_dataset=DatasetConfig(tasks=tasks),
-        **{**_config(tiny_model_dir), "model": TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=8, lora_rank=4, temperature=3.0, adapter_path=adapter)},
+        **{
+            **_config(tiny_model_dir),
+            "model": TunerModelConfig(
+                model_path=str(tiny_model_dir), max_tokens=8, lora_rank=4, temperature=3.0, adapter_path=adapter
+            ),
+        },
     )
     return asyncio.run(run_evaluation(config)).column("trained").estimates[metric].mean
 
@@ -49,7 +77,9 @@ def test_the_run_keeps_the_weights_that_validate_best_and_eval_of_them_replays_t
     result = tune(
         workflow_func=name_a_colour,
         train_dataset=DatasetConfig(tasks=[{}], total_steps=6, seed=0),
-        validation=ValidationConfig(dataset=DatasetConfig(tasks=validation_tasks), every_steps=2, from_step=1, metric="workflow/mixed"),
+        validation=ValidationConfig(
+            dataset=DatasetConfig(tasks=validation_tasks), every_steps=2, from_step=1, metric="workflow/mixed"
+        ),
         run_dir=tmp_path / "run",
         **_config(tiny_model_dir, save_interval_steps=1),
     )
@@ -66,12 +96,16 @@ def test_the_run_keeps_the_weights_that_validate_best_and_eval_of_them_replays_t
     assert [row["step"] for row in logged if "validation/workflow/mixed" in row] == [2, 4, 6]
     assert _replay(tiny_model_dir, best, validation_tasks, "workflow/mixed") == record["chosen"]["mean"]
     assert _replay(tiny_model_dir, final, validation_tasks, "workflow/mixed") == means[-1]
-    assert record["chosen"]["mean"] != means[-1], f"the final weights should validate worse than the best (else `best` is not told from `final`): {means}"
+    assert record["chosen"]["mean"] != means[-1], (
+        f"the final weights should validate worse than the best (else `best` is not told from `final`): {means}"
+    )
 
 
 def test_a_resumed_run_keeps_its_earlier_validations_and_best(tiny_model_dir, tmp_path):
     base = dict(workflow_func=name_a_colour, run_dir=tmp_path / "run", **_config(tiny_model_dir, save_interval_steps=1))
-    validation = ValidationConfig(dataset=DatasetConfig(tasks=[{}] * 8), every_steps=1, from_step=3, metric="workflow/named_yellow", mode="min")
+    validation = ValidationConfig(
+        dataset=DatasetConfig(tasks=[{}] * 8), every_steps=1, from_step=3, metric="workflow/named_yellow", mode="min"
+    )
     tune(train_dataset=DatasetConfig(tasks=[{}], total_steps=4, seed=0), validation=validation, **base)
     first = json.loads((tmp_path / "run" / "validation.json").read_text())
     assert [entry["steps"] for entry in first["validations"]] == [3, 4]
@@ -80,13 +114,21 @@ def test_a_resumed_run_keeps_its_earlier_validations_and_best(tiny_model_dir, tm
 
     result = run_training(config, workflow=name_a_colour, resume=tmp_path / "run")
     after = json.loads((tmp_path / "run" / "validation.json").read_text())
-    assert after["validations"][:2] == first["validations"] and [entry["steps"] for entry in after["validations"]] == [3, 4, 5, 6]
+    assert after["validations"][:2] == first["validations"] and [entry["steps"] for entry in after["validations"]] == [
+        3,
+        4,
+        5,
+        6,
+    ]
     lowest = min(after["validations"], key=lambda entry: (entry["mean"], entry["steps"]))
     assert after["chosen"] == lowest and result.best.steps == lowest["steps"]
 
 
 def test_a_metric_the_games_do_not_report_is_named_with_the_ones_they_do(tiny_model_dir, tmp_path):
-    with pytest.raises(ConfigError, match=r"validation.metric: 'workflow/nope' is not a metric of the validation games; they have \[.*'reward/mean'.*'workflow/named_yellow'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"validation.metric: 'workflow/nope' is not a metric of the validation games; they have \[.*'reward/mean'.*'workflow/named_yellow'",
+    ):
         tune(
             workflow_func=name_a_colour,
             train_dataset=DatasetConfig(tasks=[{}], total_steps=2),
@@ -136,8 +178,23 @@ def test_sparring_train_names_the_best_adapter_beside_the_final_one(tmp_path, ti
 
     config = write_config(tmp_path, tiny_model_dir)
     tasks = tmp_path / "tasks.jsonl"
-    result = CliRunner().invoke(app, ["train", str(config), "--steps", "2", "--set", f"validation.dataset.path={tasks}", "--set", "validation.every_steps=1"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            str(config),
+            "--steps",
+            "2",
+            "--set",
+            f"validation.dataset.path={tasks}",
+            "--set",
+            "validation.every_steps=1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     chosen = json.loads((tmp_path / "run" / "validation.json").read_text())["chosen"]
     assert f"best on the validation tasks: step {chosen['steps']}, reward/mean {chosen['mean']:.3f}" in result.output
-    assert f"policy: {tmp_path / 'run' / 'checkpoints'}" in result.output and result.output.rstrip().count("sampler_weights/best") == 1
+    assert (
+        f"policy: {tmp_path / 'run' / 'checkpoints'}" in result.output
+        and result.output.rstrip().count("sampler_weights/best") == 1
+    )

@@ -127,9 +127,9 @@ def test_damaged_contents_under_a_matching_manifest_are_refused_naming_the_file(
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("damage", [
-    "adapter of rank+1", "adapter narrower than the model", "data position missing fields"
-])
+@pytest.mark.parametrize(
+    "damage", ["adapter of rank+1", "adapter narrower than the model", "data position missing fields"]
+)
 def test_sparring_train_resume_refuses_damaged_contents_in_one_line(run_dir, damage):
     target, restore = damaged(run_dir, damage)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parent)}

@@ -28,7 +28,14 @@ async def token_sum(task, model, auxiliary_models):
 
 
 def train(tiny_model_dir, run_dir: Path, total_steps: int, workflow=token_sum, **algorithm):
-    settings = {"group_size": 2, "batch_size": 2, "learning_rate": 1e-2, "save_interval_steps": 1, "drop_zero_variance_groups": False, **algorithm}
+    settings = {
+        "group_size": 2,
+        "batch_size": 2,
+        "learning_rate": 1e-2,
+        "save_interval_steps": 1,
+        "drop_zero_variance_groups": False,
+        **algorithm,
+    }
     return tune(
         workflow,
         train_dataset=DatasetConfig(tasks=[{"prompt": f"say {i}"} for i in range(4)], total_steps=total_steps),
@@ -94,7 +101,8 @@ CAUGHT_WITHOUT_MANIFEST = [damage for damage in DAMAGE if damage != "adapter sca
 @pytest.mark.parametrize(
     "damage, with_manifest",
     [(damage, True) for damage in DAMAGE] + [(damage, False) for damage in CAUGHT_WITHOUT_MANIFEST],
-    ids=[f"{damage}-manifest" for damage in DAMAGE] + [f"{damage}-content-checks-only" for damage in CAUGHT_WITHOUT_MANIFEST],
+    ids=[f"{damage}-manifest" for damage in DAMAGE]
+    + [f"{damage}-content-checks-only" for damage in CAUGHT_WITHOUT_MANIFEST],
 )
 def test_every_damaged_checkpoint_is_refused_naming_the_file(run_dir, damage, with_manifest):
     checkpoint = latest_checkpoint(run_dir)
@@ -120,12 +128,20 @@ def test_sparring_train_resume_refuses_a_damaged_checkpoint_in_one_line(run_dir)
     original = rng.read_bytes()
     rng.write_bytes(b"")
     try:
-        resumed = subprocess.run([sys.executable, "-m", "sparring.cli", "train", "--resume", str(run_dir)], capture_output=True, text=True, timeout=100, env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parent)})
+        resumed = subprocess.run(
+            [sys.executable, "-m", "sparring.cli", "train", "--resume", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=100,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parent)},
+        )
     finally:
         rng.write_bytes(original)
     assert resumed.returncode == 1, resumed.stderr
     lines = [line for line in resumed.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and str(rng) in lines[0] and "0 bytes" in lines[0], resumed.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(rng) in lines[0] and "0 bytes" in lines[0], (
+        resumed.stderr
+    )
 
 
 EPISODES_PLAYED = itertools.count()
@@ -156,19 +172,26 @@ def test_a_run_cleans_temporary_files_of_killed_saves_and_keeps_only_resumable_c
     assert checkpoints and len(checkpoints) < 5, checkpoints  # those whose older weights were deleted went with them
     for checkpoint in checkpoints:
         verify_checkpoint(checkpoint)  # every one kept resumes on its own
-    leftovers = [run / "checkpoints" / ".latest.json.123.456.tmp", run / "checkpoints" / "lora-0" / "weights" / ".run-step-000006.abc"]
+    leftovers = [
+        run / "checkpoints" / ".latest.json.123.456.tmp",
+        run / "checkpoints" / "lora-0" / "weights" / ".run-step-000006.abc",
+    ]
     leftovers[0].write_text("{")
     leftovers[1].mkdir(parents=True)
     run_training(load_config_file(run / "config.yaml"), workflow=token_sum, resume=str(run))
     assert not any(path.exists() for path in leftovers)
 
 
-def test_keep_checkpoints_deletes_older_checkpoints_and_their_training_states_and_the_run_still_resumes(tiny_model_dir, tmp_path):
+def test_keep_checkpoints_deletes_older_checkpoints_and_their_training_states_and_the_run_still_resumes(
+    tiny_model_dir, tmp_path
+):
     run = tmp_path / "run"
     train(tiny_model_dir, run, total_steps=4, keep_checkpoints=2)
     assert [path.name for path in sorted((run / "checkpoints").glob("step_*"))] == ["step_000003", "step_000004"]
     states = model_state(latest_checkpoint(run)).parent
     assert sorted(path.name for path in states.iterdir()) == ["run-step-000003", "run-step-000004"]
-    run_training(load_config_file(run / "config.yaml", ["train_dataset.total_steps=5"]), workflow=token_sum, resume=str(run))
+    run_training(
+        load_config_file(run / "config.yaml", ["train_dataset.total_steps=5"]), workflow=token_sum, resume=str(run)
+    )
     assert [path.name for path in sorted((run / "checkpoints").glob("step_*"))] == ["step_000004", "step_000005"]
     assert verify_checkpoint(latest_checkpoint(run))["step"] == 5

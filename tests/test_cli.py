@@ -49,7 +49,9 @@ def test_run_exits_1_when_episodes_failed_and_warns_when_no_trainable_agent_spok
 
 def test_train_with_overrides_then_eval_the_adapter(tmp_path, tiny_model_dir):
     config = write_config(tmp_path, tiny_model_dir)
-    result = runner.invoke(app, ["train", str(config), "--set", "train_dataset.total_steps=2", "--set", "algorithm.eval_interval_steps=2"])
+    result = runner.invoke(
+        app, ["train", str(config), "--set", "train_dataset.total_steps=2", "--set", "algorithm.eval_interval_steps=2"]
+    )
     assert result.exit_code == 0, result.output
     assert [m["step"] for m in read_metrics(tmp_path / "run") if "reward/mean" in m] == [1, 2]
     assert "Held-out evaluation" in result.output and "success" in result.output
@@ -59,13 +61,39 @@ def test_train_with_overrides_then_eval_the_adapter(tmp_path, tiny_model_dir):
     assert "reward" in evaluated.output and "invalid_rate" in evaluated.output
     copy = tmp_path / "copy"
     shutil.copytree(adapter.strip(), copy)
-    rank_2 = runner.invoke(app, ["train", str(config), "--set", "model.lora_rank=2", "--set", f"run_dir={tmp_path / 'rank-2'}"])
-    other = next(line.split(": ", 1)[1].strip() for line in rank_2.output.splitlines() if line.strip().startswith("policy:"))
-    compared = runner.invoke(app, ["eval", str(config), "--adapter", adapter.strip(), "--adapter", str(copy), "--adapter", other, "--tasks", "2", "--output", str(tmp_path / "all.json")])
+    rank_2 = runner.invoke(
+        app, ["train", str(config), "--set", "model.lora_rank=2", "--set", f"run_dir={tmp_path / 'rank-2'}"]
+    )
+    other = next(
+        line.split(": ", 1)[1].strip() for line in rank_2.output.splitlines() if line.strip().startswith("policy:")
+    )
+    compared = runner.invoke(
+        app,
+        [
+            "eval",
+            str(config),
+            "--adapter",
+            adapter.strip(),
+            "--adapter",
+            str(copy),
+            "--adapter",
+            other,
+            "--tasks",
+            "2",
+            "--output",
+            str(tmp_path / "all.json"),
+        ],
+    )
     assert compared.exit_code == 0, compared.output  # the config says rank 4: each adapter is evaluated at its own rank
     columns = json.loads((tmp_path / "all.json").read_text())["columns"]
-    assert [(c["label"], c["episodes"]) for c in columns] == [(str(Path(adapter.strip())), 2), ("copy", 2), (other, 2)]  # two share the folder name "final"
-    assert columns[0]["metrics"]["reward/mean"] == columns[1]["metrics"]["reward/mean"]  # the same weights, the same seeds
+    assert [(c["label"], c["episodes"]) for c in columns] == [
+        (str(Path(adapter.strip())), 2),
+        ("copy", 2),
+        (other, 2),
+    ]  # two share the folder name "final"
+    assert (
+        columns[0]["metrics"]["reward/mean"] == columns[1]["metrics"]["reward/mean"]
+    )  # the same weights, the same seeds
 
 
 def test_bad_overrides_and_fields_name_the_path(tmp_path, tiny_model_dir):
@@ -129,14 +157,31 @@ def test_version_quiet_and_eval_progress(tmp_path, tiny_model_dir, caplog):
     assert version.exit_code == 0 and version.output.strip() == f"sparring {importlib.metadata.version('sparring')}"
 
     config = write_config(tmp_path, tiny_model_dir)
-    talkative = runner.invoke(app, ["eval", str(config), "--set", "logging.console=true", "--set", "logging.tensorboard=true"])
+    talkative = runner.invoke(
+        app, ["eval", str(config), "--set", "logging.console=true", "--set", "logging.tensorboard=true"]
+    )
     assert talkative.exit_code == 0, talkative.output
     assert "eval untrained: 4/4 episodes" in talkative.output, "sparring eval counts its episodes"
 
-    quiet = runner.invoke(app, ["--quiet", "train", str(config), "--set", "logging.console=true", "--set", "logging.tensorboard=true", "--set", "eval_dataset=null"])
+    quiet = runner.invoke(
+        app,
+        [
+            "--quiet",
+            "train",
+            str(config),
+            "--set",
+            "logging.console=true",
+            "--set",
+            "logging.tensorboard=true",
+            "--set",
+            "eval_dataset=null",
+        ],
+    )
     assert quiet.exit_code == 0, quiet.output
     assert "step 1/1" not in quiet.output and "episodes" not in quiet.output, "no progress lines"
-    assert not [record for record in caplog.records if record.levelno == 30 and record.name.startswith("sparring")], "no warnings"
+    assert not [record for record in caplog.records if record.levelno == 30 and record.name.startswith("sparring")], (
+        "no warnings"
+    )
     assert "done: 1 steps" in quiet.output and "report (open in a browser):" in quiet.output, "results still shown"
 
 
@@ -146,7 +191,9 @@ def test_steps_and_eval_tasks_make_a_short_run(tmp_path, tiny_model_dir):
     assert result.exit_code == 0, result.output
     records = read_metrics(tmp_path / "run")
     assert [m["step"] for m in records if "reward/mean" in m] == [1, 2]
-    assert [m["eval/episodes"] for m in records if "eval/episodes" in m] == [1, 1], "before and after training, one task each"
+    assert [m["eval/episodes"] for m in records if "eval/episodes" in m] == [1, 1], (
+        "before and after training, one task each"
+    )
 
 
 def test_help_shows_flags_bare_and_list_options_by_their_items():

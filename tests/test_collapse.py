@@ -2,7 +2,6 @@
 logged, and a run whose groups keep tying is warned about (every 3 steps in a row with over half of them tied)."""
 
 import json
-import logging
 import math
 
 import pytest
@@ -15,8 +14,16 @@ from sparring.trainer.training_signal import TrainingSignal
 
 def acted(group: int, agent: str, sampled: list[int], logprobs: list[float], role: str | None = None) -> Episode:
     """One episode where `agent` sampled `sampled` (with `logprobs`) after a two-token prompt."""
-    timeline = Timeline(agent=agent, model="policy", tokens=[7, 8, *sampled], loss_mask=[0, 0] + [1] * len(sampled), logprobs=[0.0, 0.0, *logprobs])
-    return Episode(task={}, group=group, timelines=[timeline], rewards={agent: 0.0}, roles={agent: role} if role else {})
+    timeline = Timeline(
+        agent=agent,
+        model="policy",
+        tokens=[7, 8, *sampled],
+        loss_mask=[0, 0] + [1] * len(sampled),
+        logprobs=[0.0, 0.0, *logprobs],
+    )
+    return Episode(
+        task={}, group=group, timelines=[timeline], rewards={agent: 0.0}, roles={agent: role} if role else {}
+    )
 
 
 def test_entropy_is_the_mean_negative_logprob_of_sampled_tokens_and_distinct_share_counts_actions_per_group():
@@ -32,7 +39,12 @@ def test_entropy_is_the_mean_negative_logprob_of_sampled_tokens_and_distinct_sha
     assert metrics["collapse/entropy"] == pytest.approx((3 * (0.5 + 1.5) + 2.0 + 1.0 + 3.0) / 9)  # 9 sampled tokens
     assert metrics["collapse/distinct_share"] == pytest.approx((2 / 4 + 2 / 2) / 2)
     # Roles split a group as the advantages do: two roles that each act alike are two all-alike groups.
-    by_role = [acted(0, "wolf", [1], [-0.1], role="wolf"), acted(0, "wolf", [1], [-0.1], role="wolf"), acted(0, "seer", [2], [-0.1], role="seer"), acted(0, "seer", [2], [-0.1], role="seer")]
+    by_role = [
+        acted(0, "wolf", [1], [-0.1], role="wolf"),
+        acted(0, "wolf", [1], [-0.1], role="wolf"),
+        acted(0, "seer", [2], [-0.1], role="seer"),
+        acted(0, "seer", [2], [-0.1], role="seer"),
+    ]
     assert collapse_metrics(by_role)["collapse/distinct_share"] == pytest.approx(0.5)
     assert collapse_metrics([Episode(task={}, group=0, timelines=[], rewards={})]) == {}
 
@@ -61,7 +73,9 @@ def test_a_run_logs_the_collapse_measures_and_the_scheduled_step_size_each_step(
         workflow_func=one_word,
         train_dataset=DatasetConfig(tasks=[{"topic": f"topic {i}"} for i in range(2)], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=2),
-        algorithm=AlgorithmConfig(group_size=4, batch_size=2, learning_rate=1e-3, lr_schedule="linear", allow_nothing_trained=True),
+        algorithm=AlgorithmConfig(
+            group_size=4, batch_size=2, learning_rate=1e-3, lr_schedule="linear", allow_nothing_trained=True
+        ),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import yaml
@@ -106,36 +106,103 @@ def crowded_folder(job: dict, folder: Path) -> None:
 
 CASES = [
     # datasets
-    Case("dataset_file_missing", ("train_dataset.path", "missing.jsonl", "does not exist"), put("train_dataset.path", "missing.jsonl")),
+    Case(
+        "dataset_file_missing",
+        ("train_dataset.path", "missing.jsonl", "does not exist"),
+        put("train_dataset.path", "missing.jsonl"),
+    ),
     Case("dataset_is_an_empty_folder", ("train_dataset.path", "no .jsonl"), empty_folder),
-    Case("dataset_folder_too_big_to_search", ("train_dataset.path", f"more than {SEARCH_LIMIT} files and folders"), crowded_folder),
-    Case("jsonl_line_not_json", ("train_dataset.path", "{folder}/tasks.jsonl:2", "invalid JSON"), tasks_file('{"secret": 3}\n{"secret": \n')),
-    Case("jsonl_line_not_an_object", ("train_dataset.path", "{folder}/tasks.jsonl:1", "expected an object"), tasks_file("[1, 2]\n")),
-    Case("eval_dataset_missing_in_eval", ("eval_dataset.path", "nowhere.jsonl"), put("eval_dataset.path", "nowhere.jsonl"), ["eval", "job.yaml"]),
-    Case("eval_without_eval_tasks", ("eval_dataset", "no eval tasks"), lambda job, folder: job.pop("eval_dataset"), ["eval", "job.yaml"]),
+    Case(
+        "dataset_folder_too_big_to_search",
+        ("train_dataset.path", f"more than {SEARCH_LIMIT} files and folders"),
+        crowded_folder,
+    ),
+    Case(
+        "jsonl_line_not_json",
+        ("train_dataset.path", "{folder}/tasks.jsonl:2", "invalid JSON"),
+        tasks_file('{"secret": 3}\n{"secret": \n'),
+    ),
+    Case(
+        "jsonl_line_not_an_object",
+        ("train_dataset.path", "{folder}/tasks.jsonl:1", "expected an object"),
+        tasks_file("[1, 2]\n"),
+    ),
+    Case(
+        "eval_dataset_missing_in_eval",
+        ("eval_dataset.path", "nowhere.jsonl"),
+        put("eval_dataset.path", "nowhere.jsonl"),
+        ["eval", "job.yaml"],
+    ),
+    Case(
+        "eval_without_eval_tasks",
+        ("eval_dataset", "no eval tasks"),
+        lambda job, folder: job.pop("eval_dataset"),
+        ["eval", "job.yaml"],
+    ),
     # models and devices
-    Case("model_path_missing", ("model.model_path", "/nonexistent/model", "Known models"), put("model.model_path", "/nonexistent/model")),
-    Case("model_name_unknown", ("model.model_path", "gpt-17-turbo", "Known models"), put("model.model_path", "gpt-17-turbo")),
+    Case(
+        "model_path_missing",
+        ("model.model_path", "/nonexistent/model", "Known models"),
+        put("model.model_path", "/nonexistent/model"),
+    ),
+    Case(
+        "model_name_unknown",
+        ("model.model_path", "gpt-17-turbo", "Known models"),
+        put("model.model_path", "gpt-17-turbo"),
+    ),
     Case("model_folder_does_not_load", ("model.model_path", "{folder}/broken", "does not load"), not_a_model),
-    Case("auxiliary_model_unknown", ("auxiliary_models.helper.model_path", "nope-7b"), put("auxiliary_models", {"helper": {"model_path": "nope-7b"}})),
+    Case(
+        "auxiliary_model_unknown",
+        ("auxiliary_models.helper.model_path", "nope-7b"),
+        put("auxiliary_models", {"helper": {"model_path": "nope-7b"}}),
+    ),
     Case("device_unknown", ("model.device", "'gpu' is not a torch device", "'cpu'"), put("model.device", "gpu")),
     Case("device_absent", ("model.device", "cuda:99"), put("model.device", "cuda:99")),
-    Case("adapter_missing_in_eval", ("model.adapter_path", "no-such-adapter"), args=["eval", "job.yaml", "--adapter", "no-such-adapter"]),
+    Case(
+        "adapter_missing_in_eval",
+        ("model.adapter_path", "no-such-adapter"),
+        args=["eval", "job.yaml", "--adapter", "no-such-adapter"],
+    ),
     # workflow import paths
     Case("workflow_module_missing", ("workflow:", "no_such_module_xyz"), put("workflow", "no_such_module_xyz:play")),
-    Case("workflow_attribute_missing", ("workflow:", "no attribute 'no_such_game'"), put("workflow", "sparring.envs.guess_number:no_such_game")),
-    Case("workflow_not_callable", ("workflow:", "not an async function"), put("workflow", "sparring.envs.registry:GAMES")),
+    Case(
+        "workflow_attribute_missing",
+        ("workflow:", "no attribute 'no_such_game'"),
+        put("workflow", "sparring.envs.guess_number:no_such_game"),
+    ),
+    Case(
+        "workflow_not_callable", ("workflow:", "not an async function"), put("workflow", "sparring.envs.registry:GAMES")
+    ),
     Case("workflow_not_async", ("workflow:", "not an async function"), put("workflow", "json:dumps")),
-    Case("workflow_bad_in_run", ("workflow:", "no_such_module_xyz"), put("workflow", "no_such_module_xyz:play"), ["run", "job.yaml"]),
+    Case(
+        "workflow_bad_in_run",
+        ("workflow:", "no_such_module_xyz"),
+        put("workflow", "no_such_module_xyz:play"),
+        ["run", "job.yaml"],
+    ),
     # loss and advantage function import paths
-    Case("loss_fn_module_missing", ("algorithm.loss_fn:", "no module named 'no_such_module_xyz'"), put("algorithm.loss_fn", "no_such_module_xyz:loss")),
-    Case("algorithm_type_not_callable", ("algorithm.algorithm_type:", "not an advantage function"), put("algorithm.algorithm_type", "sparring.envs.registry:GAMES")),
+    Case(
+        "loss_fn_module_missing",
+        ("algorithm.loss_fn:", "no module named 'no_such_module_xyz'"),
+        put("algorithm.loss_fn", "no_such_module_xyz:loss"),
+    ),
+    Case(
+        "algorithm_type_not_callable",
+        ("algorithm.algorithm_type:", "not an advantage function"),
+        put("algorithm.algorithm_type", "sparring.envs.registry:GAMES"),
+    ),
     # the file
     Case("config_file_empty", ("job.yaml: workflow: not set",), file_text=""),
     Case("config_file_missing", ("cannot read config file elsewhere.yaml",), args=["train", "elsewhere.yaml"]),
-    Case("config_file_invalid_yaml", ("job.yaml:2:", "invalid YAML"), file_text="workflow: x\n  bad: indentation: here\n"),
+    Case(
+        "config_file_invalid_yaml", ("job.yaml:2:", "invalid YAML"), file_text="workflow: x\n  bad: indentation: here\n"
+    ),
     Case("config_file_a_list", ("job.yaml", "top level must be a mapping"), file_text="- a\n- b\n"),
-    Case("config_file_duplicate_key", ("job.yaml:4:3", "duplicate key 'group_size' (first given on line 2)"), file_text="algorithm:\n  group_size: 4\n  learning_rate: 0.0001\n  group_size: 8\n"),
+    Case(
+        "config_file_duplicate_key",
+        ("job.yaml:4:3", "duplicate key 'group_size' (first given on line 2)"),
+        file_text="algorithm:\n  group_size: 4\n  learning_rate: 0.0001\n  group_size: 8\n",
+    ),
     Case("unknown_game", ("guess_numbr", "known games"), args=["train", "guess_numbr"]),
     # fields: unknown, wrong types, negative values, bounds
     Case("unknown_field", ("algorithm.gruop_size", "group_size"), put("algorithm.gruop_size", 4)),
@@ -143,18 +210,50 @@ CASES = [
     Case("wrong_type_int", ("algorithm.group_size", "valid integer"), put("algorithm.group_size", "many")),
     Case("wrong_type_section", ("job.yaml: model: ",), put("model", "tiny")),
     Case("wrong_type_bool", ("train_dataset.shuffle", "valid boolean"), put("train_dataset.shuffle", "sometimes")),
-    Case("negative_batch_size", ("algorithm.batch_size", "greater than or equal to 1"), put("algorithm.batch_size", -2)),
-    Case("negative_learning_rate", ("algorithm.learning_rate", "greater than or equal to 0"), put("algorithm.learning_rate", -1e-4)),
-    Case("group_size_1e12_in_file", ("algorithm.group_size", "less than or equal to 1024"), put("algorithm.group_size", 1e12)),
-    Case("group_size_1e12_by_set", ("algorithm.group_size", "less than or equal to 1024"), args=["train", "job.yaml", "--set", "algorithm.group_size=1e12"]),
-    Case("batch_size_bound", ("algorithm.batch_size", "less than or equal to 4096"), put("algorithm.batch_size", 100_000)),
-    Case("episodes_per_step_bound", ("algorithm.batch_size", "65536"), lambda job, folder: job["algorithm"].update(group_size=1024, batch_size=1024)),
-    Case("total_steps_bound", ("train_dataset.total_steps", "less than or equal to 1000000"), put("train_dataset.total_steps", 10**9)),
+    Case(
+        "negative_batch_size", ("algorithm.batch_size", "greater than or equal to 1"), put("algorithm.batch_size", -2)
+    ),
+    Case(
+        "negative_learning_rate",
+        ("algorithm.learning_rate", "greater than or equal to 0"),
+        put("algorithm.learning_rate", -1e-4),
+    ),
+    Case(
+        "group_size_1e12_in_file",
+        ("algorithm.group_size", "less than or equal to 1024"),
+        put("algorithm.group_size", 1e12),
+    ),
+    Case(
+        "group_size_1e12_by_set",
+        ("algorithm.group_size", "less than or equal to 1024"),
+        args=["train", "job.yaml", "--set", "algorithm.group_size=1e12"],
+    ),
+    Case(
+        "batch_size_bound", ("algorithm.batch_size", "less than or equal to 4096"), put("algorithm.batch_size", 100_000)
+    ),
+    Case(
+        "episodes_per_step_bound",
+        ("algorithm.batch_size", "65536"),
+        lambda job, folder: job["algorithm"].update(group_size=1024, batch_size=1024),
+    ),
+    Case(
+        "total_steps_bound",
+        ("train_dataset.total_steps", "less than or equal to 1000000"),
+        put("train_dataset.total_steps", 10**9),
+    ),
     Case("max_tokens_bound", ("model.max_tokens", "less than or equal to 131072"), put("model.max_tokens", 10**9)),
     Case("max_tokens_beyond_context", ("model.max_tokens", "max_model_len 4"), put("model.max_model_len", 4)),
     Case("lora_rank_bound", ("model.lora_rank", "less than or equal to 1024"), put("model.lora_rank", 100_000)),
-    Case("learning_rate_bound", ("algorithm.learning_rate", "less than or equal to 1"), put("algorithm.learning_rate", 5.0)),
-    Case("timeout_bound", ("algorithm.episode_timeout_s", "less than or equal to 86400"), put("algorithm.episode_timeout_s", 1e9)),
+    Case(
+        "learning_rate_bound",
+        ("algorithm.learning_rate", "less than or equal to 1"),
+        put("algorithm.learning_rate", 5.0),
+    ),
+    Case(
+        "timeout_bound",
+        ("algorithm.episode_timeout_s", "less than or equal to 86400"),
+        put("algorithm.episode_timeout_s", 1e9),
+    ),
     Case("error_reward_nan", ("algorithm.error_reward", "finite number"), put("algorithm.error_reward", float("nan"))),
 ]
 
@@ -209,12 +308,26 @@ def test_as_processes_too(tmp_path, tiny_model_dir):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
     def run(case: Case) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "sparring.cli", *case.args], cwd=folders[case.name], env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "sparring.cli", *case.args],
+            cwd=folders[case.name],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     with ThreadPoolExecutor(max_workers=len(chosen)) as pool:  # an interpreter start costs seconds of CPU
         results = dict(zip(folders, pool.map(run, chosen)))
-    failures = {case.name: problems_with(case, folders[case.name], before[case.name], results[case.name].returncode, results[case.name].stderr) for case in chosen}
-    assert not any(failures.values()), {name: (problems, results[name].stderr) for name, problems in failures.items() if problems}
+    failures = {
+        case.name: problems_with(
+            case, folders[case.name], before[case.name], results[case.name].returncode, results[case.name].stderr
+        )
+        for case in chosen
+    }
+    assert not any(failures.values()), {
+        name: (problems, results[name].stderr) for name, problems in failures.items() if problems
+    }
 
 
 def test_there_are_at_least_twenty_cases():
@@ -231,14 +344,31 @@ async def play(task, model, auxiliary_models):
 @pytest.mark.parametrize(
     "arguments, error, names",
     [
-        ({"train_dataset": "missing.jsonl"}, DatasetError, "train_dataset.path: dataset path missing.jsonl does not exist"),
-        ({"model": TunerModelConfig(model_path="gpt-17-turbo")}, ConfigError, "model.model_path: unknown model 'gpt-17-turbo'"),
+        (
+            {"train_dataset": "missing.jsonl"},
+            DatasetError,
+            "train_dataset.path: dataset path missing.jsonl does not exist",
+        ),
+        (
+            {"model": TunerModelConfig(model_path="gpt-17-turbo")},
+            ConfigError,
+            "model.model_path: unknown model 'gpt-17-turbo'",
+        ),
         ({"model": TunerModelConfig(device="cuda:99")}, ConfigError, "model.device: 'cuda:99'"),
-        ({"workflow_func": "no_such_module_xyz:play"}, ConfigError, "workflow: cannot import 'no_such_module_xyz:play'"),
+        (
+            {"workflow_func": "no_such_module_xyz:play"},
+            ConfigError,
+            "workflow: cannot import 'no_such_module_xyz:play'",
+        ),
     ],
 )
 def test_tune_raises_the_same_one_line_errors_and_leaves_no_run_dir(tmp_path, tiny_model_dir, arguments, error, names):
-    arguments = {"workflow_func": play, "train_dataset": DatasetConfig(tasks=[{"secret": 3}]), "model": TunerModelConfig(model_path=str(tiny_model_dir)), **arguments}
+    arguments = {
+        "workflow_func": play,
+        "train_dataset": DatasetConfig(tasks=[{"secret": 3}]),
+        "model": TunerModelConfig(model_path=str(tiny_model_dir)),
+        **arguments,
+    }
     with pytest.raises(error) as caught:
         tune(**arguments, run_dir=tmp_path / "runs" / "first", logging=QUIET)
     assert names in str(caught.value) and "\n" not in str(caught.value)

@@ -55,14 +55,18 @@ def learner_logprobs(client, prompt, sequence, use_allowed=True):
     if use_allowed:
         counts, allowed = flatten_allowed([[] for _ in prompt[1:]] + sequence.allowed_tokens)
         inputs |= {"allowed_counts": counts, "allowed_tokens": allowed}
-    out = client.forward([Datum(model_input=ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)], "cross_entropy").result()
+    out = client.forward(
+        [Datum(model_input=ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)], "cross_entropy"
+    ).result()
     return out.loss_fn_outputs[0]["logprobs"].tolist()[len(prompt) - 1 :]
 
 
 def test_choices_sample_only_valid_replies_with_exact_learner_logprobs(client, sampler, prompt):
     sequences = sample(sampler, prompt, n=16, seed=3, temperature=1.5, constraint=OutputConstraint(choices=PLAYERS))
     assert {text_of(sampler, s.tokens) for s in sequences} <= set(PLAYERS)
-    assert len({text_of(sampler, s.tokens) for s in sequences}) > 1, "temperature 1.5 over 16 samples should reach several choices"
+    assert len({text_of(sampler, s.tokens) for s in sequences}) > 1, (
+        "temperature 1.5 over 16 samples should reach several choices"
+    )
     for sequence in sequences:
         assert sequence.stop_reason == "stop" and sequence.tokens[-1] in sampler.get_renderer().stop_token_ids
         assert len(sequence.allowed_tokens) == len(sequence.tokens)
@@ -82,7 +86,9 @@ def test_choices_sample_only_valid_replies_with_exact_learner_logprobs(client, s
 def test_no_invalid_token_is_ever_sampled(sampler, prompt, choices, seed, temperature):
     tokenizer = sampler.get_tokenizer()
     valid = {tuple(tokenizer.encode(choice, add_special_tokens=False)) for choice in choices}
-    for sequence in sample(sampler, prompt, n=4, seed=seed, temperature=temperature, constraint=OutputConstraint(choices=choices)):
+    for sequence in sample(
+        sampler, prompt, n=4, seed=seed, temperature=temperature, constraint=OutputConstraint(choices=choices)
+    ):
         assert sequence.stop_reason == "stop"
         assert tuple(sequence.tokens[:-1]) in valid and sequence.tokens[-1] in sampler.get_renderer().stop_token_ids
         assert all(is_allowed(allowed, token) for allowed, token in zip(sequence.allowed_tokens, sequence.tokens))
@@ -93,7 +99,9 @@ def test_unconstrained_rows_sample_the_same_tokens_beside_constrained_ones(sampl
     alone = sampler.sample(ModelInput.from_ints(prompt), 4, SamplingParams(seed=11, max_tokens=12))
     beside = [
         sampler.sample(ModelInput.from_ints(prompt), 4, SamplingParams(seed=11, max_tokens=12)),
-        sampler.sample(ModelInput.from_ints(prompt), 4, SamplingParams(seed=5, constraint=OutputConstraint(choices=PLAYERS))),
+        sampler.sample(
+            ModelInput.from_ints(prompt), 4, SamplingParams(seed=5, constraint=OutputConstraint(choices=PLAYERS))
+        ),
     ]
     alone_sequences = alone.result().sequences
     batched_sequences, constrained = beside[0].result().sequences, beside[1].result().sequences
@@ -110,8 +118,15 @@ def test_regex_and_json_schema_constrain_to_their_grammar(client, sampler, promp
         word, number = reply.split(", ")
         assert word in ("yes", "no") and number.isdigit() and len(number) <= 2
         assert learner_logprobs(client, prompt, sequence) == pytest.approx(sequence.logprobs, abs=1e-5)
-    schema = {"type": "object", "properties": {"vote": {"enum": PLAYERS}, "sure": {"type": "boolean"}}, "required": ["vote", "sure"], "additionalProperties": False}
-    for sequence in sample(sampler, prompt, n=4, seed=2, max_tokens=64, constraint=OutputConstraint(json_schema=schema)):
+    schema = {
+        "type": "object",
+        "properties": {"vote": {"enum": PLAYERS}, "sure": {"type": "boolean"}},
+        "required": ["vote", "sure"],
+        "additionalProperties": False,
+    }
+    for sequence in sample(
+        sampler, prompt, n=4, seed=2, max_tokens=64, constraint=OutputConstraint(json_schema=schema)
+    ):
         reply = json.loads(text_of(sampler, sequence.tokens))
         assert set(reply) == {"vote", "sure"} and reply["vote"] in PLAYERS and isinstance(reply["sure"], bool)
         assert learner_logprobs(client, prompt, sequence) == pytest.approx(sequence.logprobs, abs=1e-5)
@@ -121,7 +136,9 @@ def test_greedy_constrained_reply_is_the_most_likely_valid_one(sampler, prompt):
     (greedy,) = sample(sampler, prompt, n=1, temperature=0.0, constraint=OutputConstraint(choices=PLAYERS))
     first_tokens = {sampler.get_tokenizer().encode(choice, add_special_tokens=False)[0] for choice in PLAYERS}
     assert len(first_tokens) > 1
-    unmasked = {token: sampler.compute_logprobs(ModelInput.from_ints([*prompt, token])).result()[-1] for token in first_tokens}
+    unmasked = {
+        token: sampler.compute_logprobs(ModelInput.from_ints([*prompt, token])).result()[-1] for token in first_tokens
+    }
     assert greedy.tokens[0] == max(unmasked, key=unmasked.get)
 
 
@@ -137,11 +154,19 @@ def test_bad_constraints_and_datums_are_refused_by_name(client, sampler, prompt)
     tokens = prompt[:6]
     datum = Datum(
         model_input=ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * 5, "allowed_counts": [0, 0, 0, 0, 1], "allowed_tokens": [tokens[-1] + 1]},
+        loss_fn_inputs={
+            "target_tokens": tokens[1:],
+            "weights": [1.0] * 5,
+            "allowed_counts": [0, 0, 0, 0, 1],
+            "allowed_tokens": [tokens[-1] + 1],
+        },
     )
     with pytest.raises(DatumError, match=r"datum 0: target_tokens at positions \[4\] are not in their allowed sets"):
         client.forward([datum], "cross_entropy").result()
-    half = Datum(model_input=datum.model_input, loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * 5, "allowed_counts": [0] * 5})
+    half = Datum(
+        model_input=datum.model_input,
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * 5, "allowed_counts": [0] * 5},
+    )
     with pytest.raises(DatumError, match="go together"):
         client.forward([half], "cross_entropy").result()
 
@@ -159,8 +184,16 @@ def test_allowed_sets_encode_the_shorter_side_and_round_trip():
 
 def test_a_closing_text_follows_the_grammar_exactly(client, sampler, prompt):
     closing = "}\n</tool_call>"
-    schema = {"type": "object", "properties": {"vote": {"enum": PLAYERS}}, "required": ["vote"], "additionalProperties": False}
-    for constraint, parse in ((OutputConstraint(json_schema=schema, closing=closing), json.loads), (OutputConstraint(regex="(yes|no)", closing=closing), str)):
+    schema = {
+        "type": "object",
+        "properties": {"vote": {"enum": PLAYERS}},
+        "required": ["vote"],
+        "additionalProperties": False,
+    }
+    for constraint, parse in (
+        (OutputConstraint(json_schema=schema, closing=closing), json.loads),
+        (OutputConstraint(regex="(yes|no)", closing=closing), str),
+    ):
         for sequence in sample(sampler, prompt, n=4, seed=3, max_tokens=64, constraint=constraint):
             reply = text_of(sampler, sequence.tokens)
             assert sequence.stop_reason == "stop" and reply.endswith(closing), reply
@@ -173,13 +206,27 @@ def test_a_closing_text_follows_the_grammar_exactly(client, sampler, prompt):
 def test_a_forced_tool_call_holds_its_arguments_to_the_schema_strict_or_not(sampler):
     from sparring.rollout import FrozenChatModel, ToolChoice
 
-    schema = {"type": "object", "properties": {"vote": {"enum": PLAYERS}, "sure": {"type": "boolean"}}, "required": ["vote", "sure"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"vote": {"enum": PLAYERS}, "sure": {"type": "boolean"}},
+        "required": ["vote", "sure"],
+        "additionalProperties": False,
+    }
     model = FrozenChatModel(sampler, defaults={"max_tokens": 48})
     messages = [{"role": "user", "content": "Who is the werewolf?"}]
-    other = {"type": "function", "function": {"name": "pass", "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}
+    other = {
+        "type": "function",
+        "function": {"name": "pass", "parameters": {"type": "object", "properties": {}, "additionalProperties": False}},
+    }
 
     def calls(strict: bool, tool_choice, extra: list) -> list[dict]:
-        tools = [{"type": "function", "function": {"name": "vote", "parameters": schema, **({"strict": True} if strict else {})}}, *extra]
+        tools = [
+            {
+                "type": "function",
+                "function": {"name": "vote", "parameters": schema, **({"strict": True} if strict else {})},
+            },
+            *extra,
+        ]
         replies = [asyncio.run(model(messages, tools, tool_choice=tool_choice, seed=seed)) for seed in range(6)]
         return [reply.tool_calls[0]["function"] for reply in replies]
 
@@ -187,13 +234,24 @@ def test_a_forced_tool_call_holds_its_arguments_to_the_schema_strict_or_not(samp
     for strict, tool_choice, extra in ((True, "required", []), (False, "required", []), (False, named, [other])):
         for call in calls(strict, tool_choice, extra):  # LangChain's bind_tools sends no strict: held all the same
             parsed = json.loads(call["arguments"])
-            assert call["name"] == "vote" and set(parsed) == {"vote", "sure"} and parsed["vote"] in PLAYERS and isinstance(parsed["sure"], bool)
+            assert (
+                call["name"] == "vote"
+                and set(parsed) == {"vote", "sure"}
+                and parsed["vote"] in PLAYERS
+                and isinstance(parsed["sure"], bool)
+            )
     for call in calls(False, "required", [other]):  # several tools: a whole call of one of them
         assert call["name"] in ("vote", "pass") and (call["name"] == "pass" or _is_valid_vote(call["arguments"]))
     tools = [{"type": "function", "function": {"name": "vote", "parameters": schema}}]
-    assert ToolChoice.of("auto", tools).arguments_schema is None and ToolChoice.of(None, tools).arguments_schema is None  # auto stays free
+    assert (
+        ToolChoice.of("auto", tools).arguments_schema is None and ToolChoice.of(None, tools).arguments_schema is None
+    )  # auto stays free
     with pytest.raises(ValueError, match="needs a parameters schema"):
-        asyncio.run(model(messages, [{"type": "function", "function": {"name": "vote", "strict": True}}], tool_choice="required"))
+        asyncio.run(
+            model(
+                messages, [{"type": "function", "function": {"name": "vote", "strict": True}}], tool_choice="required"
+            )
+        )
 
 
 def test_a_model_that_cannot_constrain_samples_a_non_strict_forced_call_freely(sampler):
@@ -217,7 +275,13 @@ def test_a_model_that_cannot_constrain_samples_a_non_strict_forced_call_freely(s
     reply = asyncio.run(model([{"role": "user", "content": "Vote."}], [tool], tool_choice="required"))
     assert reply.tool_calls[0]["function"]["name"] == "vote"
     with pytest.raises(ValueError, match="cannot constrain"):
-        asyncio.run(model([{"role": "user", "content": "Vote."}], [{**tool, "function": {**tool["function"], "strict": True}}], tool_choice="required"))
+        asyncio.run(
+            model(
+                [{"role": "user", "content": "Vote."}],
+                [{**tool, "function": {**tool["function"], "strict": True}}],
+                tool_choice="required",
+            )
+        )
 
 
 def _is_valid_vote(text: str) -> bool:

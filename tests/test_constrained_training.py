@@ -15,7 +15,16 @@ import math
 
 import pytest
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    LoggingConfig,
+    ServiceClient,
+    TunerHandle,
+    TunerModelConfig,
+    WorkflowOutput,
+    tune,
+)
 from sparring.algorithms import build_datums
 from sparring.engine.allowed_tokens import is_allowed
 from sparring.logging.report import render_report
@@ -40,22 +49,38 @@ def base_choice_probabilities(tiny_model_dir, tmp_path) -> dict[str, float]:
     (each records its own log-probability); colours never drawn are left out."""
     sampler = ServiceClient(base_dir=tmp_path).create_sampling_client(base_model=str(tiny_model_dir))
     prompt = ModelInput.from_ints(sampler.get_renderer().render(PROMPT))
-    sequences = sampler.sample(prompt, 64, SamplingParams(seed=0, constraint=OutputConstraint(choices=COLOURS))).result().sequences
+    sequences = (
+        sampler.sample(prompt, 64, SamplingParams(seed=0, constraint=OutputConstraint(choices=COLOURS)))
+        .result()
+        .sequences
+    )
     renderer = sampler.get_renderer()
-    return {renderer.parse_response(s.tokens, tool_calls=False)["content"]: math.exp(sum(s.logprobs)) for s in sequences}
+    return {
+        renderer.parse_response(s.tokens, tool_calls=False)["content"]: math.exp(sum(s.logprobs)) for s in sequences
+    }
 
 
 def test_a_toy_game_with_choices_learns_with_the_learner_exact_on_constrained_tokens(tiny_model_dir, tmp_path):
     probabilities = base_choice_probabilities(tiny_model_dir, tmp_path / "probe")
-    assert sum(probabilities.values()) == pytest.approx(1.0, abs=0.05), f"the drawn colours should hold nearly all the mass: {probabilities}"
-    target = min(probabilities, key=lambda colour: abs(probabilities[colour] - 0.2))  # a group of 8 then often holds a rewarded episode
+    assert sum(probabilities.values()) == pytest.approx(1.0, abs=0.05), (
+        f"the drawn colours should hold nearly all the mass: {probabilities}"
+    )
+    target = min(
+        probabilities, key=lambda colour: abs(probabilities[colour] - 0.2)
+    )  # a group of 8 then often holds a rewarded episode
     result = tune(
         workflow_func=name_a_colour,
         train_dataset=DatasetConfig(tasks=[{"target": target}], total_steps=STEPS, seed=0),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=8, lora_rank=4),
         algorithm=AlgorithmConfig(
-            algorithm_type="grpo", group_size=8, batch_size=2, learning_rate=2e-3, seed=0,
-            save_interval_steps=0, eval_interval_steps=0, episode_timeout_s=60,
+            algorithm_type="grpo",
+            group_size=8,
+            batch_size=2,
+            learning_rate=2e-3,
+            seed=0,
+            save_interval_steps=0,
+            eval_interval_steps=0,
+            episode_timeout_s=60,
         ),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False, save_rollouts=True),
@@ -64,12 +89,20 @@ def test_a_toy_game_with_choices_learns_with_the_learner_exact_on_constrained_to
     gaps = [m["train/sampler_logprob_gap"] for m in result.history if "train/sampler_logprob_gap" in m]
     story = f"target {target} (base probabilities {probabilities}); reward per step {curve}; logprob gaps {gaps}"
     assert all(m.get("workflow/error_kind/exception", 0.0) == 0.0 for m in result.history), story
-    assert gaps and max(gaps) < 1e-4, f"every step trains the weights that sampled: learner and sampler logprobs must agree; {story}"
+    assert gaps and max(gaps) < 1e-4, (
+        f"every step trains the weights that sampled: learner and sampler logprobs must agree; {story}"
+    )
     assert curve[0] <= 0.45, f"the base model should rarely name the target; {story}"
     assert sum(curve[-3:]) / 3 >= 0.8, f"the policy did not learn to name the target; {story}"
-    rows = [json.loads(line) for path in (tmp_path / "run" / "rollouts").glob("*.jsonl") for line in path.read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for path in (tmp_path / "run" / "rollouts").glob("*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
     timelines = [row for row in rows if "tokens" in row]
-    assert timelines and all(row["constrained"].count(len(COLOURS)) == 1 for row in timelines), "each timeline's first choice allows the four colours' first tokens"
+    assert timelines and all(row["constrained"].count(len(COLOURS)) == 1 for row in timelines), (
+        "each timeline's first choice allows the four colours' first tokens"
+    )
     assert all(count == 0 or mask for row in timelines for count, mask in zip(row["constrained"], row["loss_mask"]))
     assert '"constrained":[0,' in render_report(tmp_path / "run"), "`sparring view` carries the constrained positions"
 
@@ -79,7 +112,9 @@ def models(tiny_model_dir, tmp_path_factory):
     service = ServiceClient(base_dir=tmp_path_factory.mktemp("ckpt"))
     client = service.create_lora_training_client(str(tiny_model_dir), rank=4, seed=0)
     policy = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults={"max_tokens": 8})
-    frozen = FrozenChatModel(service.create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 8}, agent="answerer")
+    frozen = FrozenChatModel(
+        service.create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 8}, agent="answerer"
+    )
     return client, policy, frozen
 
 
@@ -91,7 +126,16 @@ def test_constrained_calls_merge_into_one_timeline_that_trains_exactly(models):
         assert answer.content in ("Yes", "No") and answer.tokens  # a frozen model constrains too
         first = await model(PROMPT, choices=COLOURS)
         history = [*PROMPT, first.message, {"role": "user", "content": f"{answer.content}. Again, as JSON."}]
-        second = await model(history, response_format={"type": "json_schema", "json_schema": {"name": "pick", "schema": {"type": "object", "properties": {"colour": {"enum": COLOURS}}, "required": ["colour"]}}})
+        second = await model(
+            history,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "pick",
+                    "schema": {"type": "object", "properties": {"colour": {"enum": COLOURS}}, "required": ["colour"]},
+                },
+            },
+        )
         history += [second.message, {"role": "user", "content": "Free words now."}]
         await model(history)
         return WorkflowOutput(reward=1.0)
@@ -99,7 +143,9 @@ def test_constrained_calls_merge_into_one_timeline_that_trains_exactly(models):
     def tuner():
         return TunerHandle(policies={"policy": policy}, auxiliary_models={"answerer": frozen})
 
-    episodes = asyncio.run(run_episodes(as_episode_fn(two_turns), [{"task_id": "0"}], tuner, RunnerSettings(group_size=2)))
+    episodes = asyncio.run(
+        run_episodes(as_episode_fn(two_turns), [{"task_id": "0"}], tuner, RunnerSettings(group_size=2))
+    )
     for episode in episodes:
         assert episode.error is None, episode.error
         (timeline,) = episode.timelines
@@ -107,7 +153,9 @@ def test_constrained_calls_merge_into_one_timeline_that_trains_exactly(models):
         constrained = [i for i, allowed in enumerate(timeline.allowed_tokens) if allowed]
         assert constrained and all(timeline.loss_mask[i] for i in constrained)
         assert all(is_allowed(timeline.allowed_tokens[i], timeline.tokens[i]) for i in constrained)
-        assert any(mask and not allowed for mask, allowed in zip(timeline.loss_mask, timeline.allowed_tokens)), "the free-text turn is unconstrained"
+        assert any(mask and not allowed for mask, allowed in zip(timeline.loss_mask, timeline.allowed_tokens)), (
+            "the free-text turn is unconstrained"
+        )
     (datums,) = build_datums(episodes, {(0, "policy"): 1.0, (1, "policy"): -1.0}).values()
     output = client.forward(datums, "ppo").result()
     for datum, record in zip(datums, output.loss_fn_outputs):

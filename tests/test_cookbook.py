@@ -24,11 +24,11 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-
 from cached_venv import cached_venv
 from pip_overlay import pinned
-from sparring.models import build_tiny_model
 from sparring_server import serving
+
+from sparring.models import build_tiny_model
 
 pytestmark = pytest.mark.cookbook
 
@@ -65,7 +65,9 @@ def cookbook_python(request, tmp_path_factory) -> Path:
 
     def see_this_interpreter(run, python: Path) -> None:
         site_packages = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
-        (site_packages / "sparring_env.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+        (site_packages / "sparring_env.pth").write_text(
+            f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n"
+        )
 
     return cached_venv(request, tmp_path_factory, pinned("cookbook"), see_this_interpreter)
 
@@ -75,7 +77,14 @@ def server(chat_model_dir, tmp_path_factory):
     """`sparring serve` with the model under its own name and the two Qwen names; yields (served, hub cache)."""
     directory = tmp_path_factory.mktemp("cookbook-server")
     hub = directory / "hub"
-    names = ("--model", f"{POLICY}={chat_model_dir}", "--model", f"{ANSWERER}={chat_model_dir}", "--tokenizer-cache", str(hub))
+    names = (
+        "--model",
+        f"{POLICY}={chat_model_dir}",
+        "--model",
+        f"{ANSWERER}={chat_model_dir}",
+        "--tokenizer-cache",
+        str(hub),
+    )
     with serving(chat_model_dir, directory, API_KEY, extra_args=names) as served:
         yield served, hub
 
@@ -83,11 +92,27 @@ def server(chat_model_dir, tmp_path_factory):
 def run_recipe(python: Path, server, recipe: str, log_path: Path, *args: str) -> list[dict]:
     """Run one cookbook recipe for one step against the server; its metrics.jsonl rows."""
     served, hub = server
-    env = {**os.environ, "TINKER_BASE_URL": served.url, "TINKER_API_KEY": API_KEY, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "TINKER_BASE_URL": served.url,
+        "TINKER_API_KEY": API_KEY,
+        "HF_HUB_CACHE": str(hub),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
     env.pop("PYTHONPATH", None)  # the cookbook's process needs nothing of sparring's
-    command = [str(python), "-m", f"tinker_cookbook.recipes.multiplayer_rl.{recipe}.train", *args, *ONE_STEP, f"log_path={log_path}"]
+    command = [
+        str(python),
+        "-m",
+        f"tinker_cookbook.recipes.multiplayer_rl.{recipe}.train",
+        *args,
+        *ONE_STEP,
+        f"log_path={log_path}",
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=800, cwd=log_path.parent)
-    assert done.returncode == 0, f"{recipe} failed:\n{done.stdout[-3000:]}\n{done.stderr[-8000:]}\n--- server ---\n{served.log.read_text()[-3000:]}"
+    assert done.returncode == 0, (
+        f"{recipe} failed:\n{done.stdout[-3000:]}\n{done.stderr[-8000:]}\n--- server ---\n{served.log.read_text()[-3000:]}"
+    )
     checkpoints = [json.loads(line) for line in (log_path / "checkpoints.jsonl").read_text().splitlines()]
     assert checkpoints[-1]["name"] == "final" and checkpoints[-1]["state_path"].startswith("tinker://"), checkpoints
     state = checkpoints[-1]["state_path"].removeprefix("tinker://")
@@ -103,7 +128,9 @@ def trained_step(rows: list[dict]) -> dict:
 
 
 def test_guess_the_number_trains_one_step(cookbook_python, server, tmp_path):
-    trained_step(run_recipe(cookbook_python, server, "guess_number", tmp_path / "guess", "group_size=2", "batch_size=1"))
+    trained_step(
+        run_recipe(cookbook_python, server, "guess_number", tmp_path / "guess", "group_size=2", "batch_size=1")
+    )
 
 
 def test_tictactoe_self_play_trains_one_step(cookbook_python, server, tmp_path):
@@ -112,5 +139,7 @@ def test_tictactoe_self_play_trains_one_step(cookbook_python, server, tmp_path):
 
 
 def test_twenty_questions_trains_one_step_with_the_served_answerer(cookbook_python, server, tmp_path):
-    step = trained_step(run_recipe(cookbook_python, server, "twenty_questions", tmp_path / "twenty", "group_size=2", "batch_size=1"))
+    step = trained_step(
+        run_recipe(cookbook_python, server, "twenty_questions", tmp_path / "twenty", "group_size=2", "batch_size=1")
+    )
     assert step["env/all/total_turns"] >= 2  # every player turn waited for the answerer served as Qwen/Qwen3.5-9B

@@ -21,10 +21,15 @@ needs_kernel = pytest.mark.skipif(not kernel.available(), reason="no x86 AVX2 CP
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows, outputs, inputs", [(1, 1, 1), (3, 7, 9), (4, 3, 8), (5, 49, 576), (33, 96, 17), (64, 12, 1536), (130, 10, 64)])
+@pytest.mark.parametrize(
+    "rows, outputs, inputs",
+    [(1, 1, 1), (3, 7, 9), (4, 3, 8), (5, 49, 576), (33, 96, 17), (64, 12, 1536), (130, 10, 64)],
+)
 def test_row_matmul_multiplies_by_the_weight_transposed(rows, outputs, inputs):
     generator = torch.Generator().manual_seed(rows * 10_000 + outputs * 100 + inputs)
-    x, weight, bias = (torch.randn(*shape, generator=generator) for shape in ((2, rows, inputs), (outputs, inputs), (outputs,)))
+    x, weight, bias = (
+        torch.randn(*shape, generator=generator) for shape in ((2, rows, inputs), (outputs, inputs), (outputs,))
+    )
     tolerance = {"rtol": 1e-5, "atol": 1e-5 * inputs**0.5}
     torch.testing.assert_close(kernel.row_matmul(x, weight), x @ weight.t(), **tolerance)
     torch.testing.assert_close(kernel.row_matmul(x, weight, bias), x @ weight.t() + bias, **tolerance)
@@ -35,7 +40,9 @@ def test_each_output_has_the_same_bits_however_rows_and_weights_are_grouped():
     generator = torch.Generator().manual_seed(0)
     x, first, second = (torch.randn(*shape, generator=generator) for shape in ((70, 100), (25, 100), (8, 100)))
     together = kernel.row_matmul(x, torch.cat([first, second]))
-    assert torch.equal(together, torch.cat([kernel.row_matmul(x, first), kernel.row_matmul(x, second)], dim=1))  # a fused projection
+    assert torch.equal(
+        together, torch.cat([kernel.row_matmul(x, first), kernel.row_matmul(x, second)], dim=1)
+    )  # a fused projection
     pieces = [kernel.row_matmul(x[start:end], torch.cat([first, second])) for start, end in ((0, 1), (1, 6), (6, 70))]
     assert torch.equal(together, torch.cat(pieces))  # a prompt prefilled in pieces, rows decoded alone
 
@@ -47,7 +54,9 @@ def test_a_weight_or_cache_that_is_not_contiguous_is_refused_by_name():
         kernel.row_matmul(x, weight.t())
     keys = torch.randn(1, 2, 5, 4)
     with pytest.raises(ValueError, match="keys_B_G_S_D must be contiguous"):
-        kernel.decode_attention(torch.randn(1, 2, 4), keys.transpose(2, 3), keys, torch.ones(1, 5, dtype=torch.bool), 5, 0.5)
+        kernel.decode_attention(
+            torch.randn(1, 2, 4), keys.transpose(2, 3), keys, torch.ones(1, 5, dtype=torch.bool), 5, 0.5
+        )
 
 
 @needs_kernel
@@ -55,7 +64,9 @@ def test_a_weight_or_cache_that_is_not_contiguous_is_refused_by_name():
 def test_rms_norm_is_torchs(shape):
     generator = torch.Generator().manual_seed(len(shape))
     x, weight = torch.randn(*shape, generator=generator), torch.randn(shape[-1], generator=generator)
-    torch.testing.assert_close(kernel.rms_norm(x, weight, 1e-5), F.rms_norm(x, (shape[-1],), weight, 1e-5), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        kernel.rms_norm(x, weight, 1e-5), F.rms_norm(x, (shape[-1],), weight, 1e-5), rtol=1e-5, atol=1e-6
+    )
 
 
 @needs_kernel
@@ -70,11 +81,17 @@ def test_decode_attention_is_sdpa_over_the_valid_slots(heads, kv_heads, head_dim
     allowed = valid[:, :length].clone()
     allowed[:, length - 1] = True
     bias = torch.zeros(batch, 1, 1, length).masked_fill_(~allowed[:, None, None, :], float("-inf"))
-    expected = F.scaled_dot_product_attention(query[:, :, None], keys[:, :, :length], values[:, :, :length], attn_mask=bias, scale=0.125, enable_gqa=True)[:, :, 0]
-    torch.testing.assert_close(kernel.decode_attention(query, keys, values, valid, length, 0.125), expected, rtol=1e-5, atol=1e-5)
+    expected = F.scaled_dot_product_attention(
+        query[:, :, None], keys[:, :, :length], values[:, :, :length], attn_mask=bias, scale=0.125, enable_gqa=True
+    )[:, :, 0]
+    torch.testing.assert_close(
+        kernel.decode_attention(query, keys, values, valid, length, 0.125), expected, rtol=1e-5, atol=1e-5
+    )
 
 
-def random_layer(heads: int, kv_heads: int, head_dim: int, hidden: int, inner: int, bias: bool, generator) -> kernel.DecodeLayerWeights:
+def random_layer(
+    heads: int, kv_heads: int, head_dim: int, hidden: int, inner: int, bias: bool, generator
+) -> kernel.DecodeLayerWeights:
     def tensor(*shape):
         return torch.randn(*shape, generator=generator) / shape[-1] ** 0.5
 
@@ -93,7 +110,9 @@ def llama_layer_op_by_op(hidden_B_E, w: kernel.DecodeLayerWeights, cos_B_D, sin_
     """The reference: Llama's decoder layer for one new token per row, as torch's ops compute it."""
     batch, width = hidden_B_E.shape
     heads, kv_heads, dim = w.heads, w.kv_heads, w.head_dim
-    q, k, v = F.linear(F.rms_norm(hidden_B_E, (width,), w.input_norm_E, w.eps), w.qkv_weight, w.qkv_bias).split([heads * dim, kv_heads * dim, kv_heads * dim], -1)
+    q, k, v = F.linear(F.rms_norm(hidden_B_E, (width,), w.input_norm_E, w.eps), w.qkv_weight, w.qkv_bias).split(
+        [heads * dim, kv_heads * dim, kv_heads * dim], -1
+    )
 
     def rotary(x_B_H_D):
         first, second = x_B_H_D.chunk(2, -1)
@@ -104,15 +123,25 @@ def llama_layer_op_by_op(hidden_B_E, w: kernel.DecodeLayerWeights, cos_B_D, sin_
     sees_B_S = key_valid_B_S[:, : slot + 1].clone()
     sees_B_S[:, slot] = True
     attended = F.scaled_dot_product_attention(
-        rotary(q.reshape(batch, heads, dim))[:, :, None], keys[:, :, : slot + 1], values[:, :, : slot + 1], attn_mask=sees_B_S[:, None, None], scale=w.scale, enable_gqa=True
+        rotary(q.reshape(batch, heads, dim))[:, :, None],
+        keys[:, :, : slot + 1],
+        values[:, :, : slot + 1],
+        attn_mask=sees_B_S[:, None, None],
+        scale=w.scale,
+        enable_gqa=True,
     )
     hidden_B_E = hidden_B_E + F.linear(attended.reshape(batch, heads * dim), w.o_weight, w.o_bias)
-    gate, up = F.linear(F.rms_norm(hidden_B_E, (width,), w.post_norm_E, w.eps), w.gate_up_weight, w.gate_up_bias).chunk(2, -1)
+    gate, up = F.linear(F.rms_norm(hidden_B_E, (width,), w.post_norm_E, w.eps), w.gate_up_weight, w.gate_up_bias).chunk(
+        2, -1
+    )
     return hidden_B_E + F.linear(F.silu(gate) * up, w.down_weight, w.down_bias)
 
 
 @needs_kernel
-@pytest.mark.parametrize("heads, kv_heads, head_dim, hidden, inner, bias", [(4, 2, 16, 64, 128, False), (9, 3, 10, 36, 52, True), (2, 2, 64, 130, 20, False)])
+@pytest.mark.parametrize(
+    "heads, kv_heads, head_dim, hidden, inner, bias",
+    [(4, 2, 16, 64, 128, False), (9, 3, 10, 36, 52, True), (2, 2, 64, 130, 20, False)],
+)
 def test_decode_layer_is_the_llama_layer_op_by_op(heads, kv_heads, head_dim, hidden, inner, bias):
     generator = torch.Generator().manual_seed(heads * 100 + hidden)
     weights = random_layer(heads, kv_heads, head_dim, hidden, inner, bias, generator)
@@ -124,7 +153,9 @@ def test_decode_layer_is_the_llama_layer_op_by_op(heads, kv_heads, head_dim, hid
     key_valid_B_S = torch.rand(batch, slots, generator=generator) > 0.3
     key_valid_B_S[1, :slot] = False  # a row that sees only its own slot
     expected_keys, expected_values = keys.clone(), values.clone()
-    expected = llama_layer_op_by_op(hidden_B_E, weights, cos_B_D, sin_B_D, expected_keys, expected_values, key_valid_B_S, slot)
+    expected = llama_layer_op_by_op(
+        hidden_B_E, weights, cos_B_D, sin_B_D, expected_keys, expected_values, key_valid_B_S, slot
+    )
     scratch = torch.empty(weights.scratch_floats(batch))
     kernel.decode_layer(hidden_B_E, weights, cos_B_D, sin_B_D, keys, values, key_valid_B_S, slot, scratch)
     torch.testing.assert_close(hidden_B_E, expected, rtol=1e-5, atol=1e-5)
@@ -140,32 +171,55 @@ def test_decode_layer_refuses_a_layout_it_cannot_read_by_name():
         kernel.DecodeLayerWeights(**{**vars(weights), "o_weight": weights.o_weight.t().contiguous().t()})
     keys = values = torch.zeros(3, 2, 8, 16)
     with pytest.raises(ValueError, match="scratch holds 10 floats; 3 rows need"):
-        kernel.decode_layer(torch.zeros(3, 64), weights, torch.ones(3, 16), torch.zeros(3, 16), keys, values, torch.ones(3, 8, dtype=torch.bool), 0, torch.empty(10))
+        kernel.decode_layer(
+            torch.zeros(3, 64),
+            weights,
+            torch.ones(3, 16),
+            torch.zeros(3, 16),
+            keys,
+            values,
+            torch.ones(3, 8, dtype=torch.bool),
+            0,
+            torch.empty(10),
+        )
 
 
 @needs_kernel
 def test_a_decode_step_through_whole_layers_samples_what_the_ops_sample(tiny_model_dir, tmp_path):
     client = ServiceClient(base_dir=tmp_path).create_lora_training_client(str(tiny_model_dir), rank=4, seed=3)
     engine = client.engine
-    prompts = [client.get_renderer().render([{"role": "user", "content": text}]) for text in ("hello there", "tell me a story about a cat")]
+    prompts = [
+        client.get_renderer().render([{"role": "user", "content": text}])
+        for text in ("hello there", "tell me a story about a cat")
+    ]
     params = types.SamplingParams(max_tokens=12, temperature=1.0, stop=[])
 
     def sample(whole_layers: bool):
-        jobs = [engine._make_job(prompt, 3, params.model_copy(update={"seed": seed})) for seed, prompt in enumerate(prompts)]
+        jobs = [
+            engine._make_job(prompt, 3, params.model_copy(update={"seed": seed})) for seed, prompt in enumerate(prompts)
+        ]
         with engine.bank.inference(client.adapter, merge=False):
             decoder = FastDecoder(engine.bank.base_model, whole_layers=whole_layers)
             assert (decoder.kernel_layers is not None) == whole_layers
-            return [s for r in generate(decoder, jobs, engine.tokenizer, engine.tokenizer.pad_token_id) for s in r.sequences]
+            return [
+                s for r in generate(decoder, jobs, engine.tokenizer, engine.tokenizer.pad_token_id) for s in r.sequences
+            ]
 
     for _ in range(2):  # the layers read the copies the adapter was folded into, rewritten after each step
         sft_step(client, prompts[0] + [40, 41, 42])
-        whole, ops = engine.call(lambda: sample(True)).result(timeout=60), engine.call(lambda: sample(False)).result(timeout=60)
+        whole, ops = (
+            engine.call(lambda: sample(True)).result(timeout=60),
+            engine.call(lambda: sample(False)).result(timeout=60),
+        )
         assert [s.tokens for s in whole] == [s.tokens for s in ops]
         torch.testing.assert_close([s.logprobs for s in whole], [s.logprobs for s in ops], rtol=0, atol=1e-4)
 
 
 def sft_step(client, tokens: list[int]) -> None:
-    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)},
+    )
     client.forward_backward([datum], "cross_entropy").result(timeout=60)
     client.optim_step(types.AdamParams(learning_rate=1e-2)).result(timeout=60)
 
@@ -197,9 +251,15 @@ def test_the_copy_of_an_adapted_group_is_rewritten_in_place_after_an_optimizer_s
 def test_the_kernels_sample_what_onednn_and_torchs_ops_and_the_merged_weights_sample(tiny_model_dir, tmp_path):
     def client(name: str, config: EngineConfig):
         path = shutil.copytree(tiny_model_dir, tmp_path / name)  # an engine of its own per setting
-        return ServiceClient(base_dir=tmp_path / f"checkpoints-{name}", engine_config=config).create_lora_training_client(str(path), rank=4, seed=3)
+        return ServiceClient(
+            base_dir=tmp_path / f"checkpoints-{name}", engine_config=config
+        ).create_lora_training_client(str(path), rank=4, seed=3)
 
-    configs = {"kernels": EngineConfig(), "torch": EngineConfig(sampler_cpu_kernels=False), "merged": EngineConfig(pack_cpu_weights=False, sampler_cpu_kernels=False)}
+    configs = {
+        "kernels": EngineConfig(),
+        "torch": EngineConfig(sampler_cpu_kernels=False),
+        "merged": EngineConfig(pack_cpu_weights=False, sampler_cpu_kernels=False),
+    }
     clients = [client(name, config) for name, config in configs.items()]
     prompt = clients[0].get_renderer().render([{"role": "user", "content": "what is two plus two?"}])
     params = types.SamplingParams(max_tokens=8, temperature=1.0, stop=[], seed=5)
@@ -216,8 +276,13 @@ def test_the_kernels_sample_what_onednn_and_torchs_ops_and_the_merged_weights_sa
             torch.testing.assert_close(kernels.logprobs, other.logprobs, rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("compiler, reason", [("no-such-compiler", "no C compiler 'no-such-compiler'"), ("false", "false could not build cpu_kernels.c")])
-def test_where_the_kernel_cannot_be_built_the_reason_is_logged_and_onednn_multiplies(tiny_model_dir, tmp_path, monkeypatch, caplog, compiler, reason):
+@pytest.mark.parametrize(
+    "compiler, reason",
+    [("no-such-compiler", "no C compiler 'no-such-compiler'"), ("false", "false could not build cpu_kernels.c")],
+)
+def test_where_the_kernel_cannot_be_built_the_reason_is_logged_and_onednn_multiplies(
+    tiny_model_dir, tmp_path, monkeypatch, caplog, compiler, reason
+):
     if kernel._unsupported() is not None and "compiler" not in kernel._unsupported():
         pytest.skip(kernel._unsupported())
     monkeypatch.setenv("CC", compiler)

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from sparring.trainer.config import DatasetConfig
-from sparring.trainer.dataset import DatasetError, TaskStream, load_tasks, load_train_and_eval_tasks, prepare_tasks, split_eval
+from sparring.trainer.dataset import (
+    DatasetError,
+    TaskStream,
+    load_tasks,
+    load_train_and_eval_tasks,
+    prepare_tasks,
+    split_eval,
+)
 
 ROWS = [{"seed": 0, "question": "a"}, {"seed": 1, "question": "b"}, {"seed": 2, "question": "c"}]
 
@@ -27,11 +34,18 @@ def seeds(tasks) -> list:
 
 
 def test_jsonl_tasks_get_ids_and_workflow_args(tmp_path):
-    path = write_jsonl(tmp_path / "seeds.jsonl", [*ROWS[:2], {"seed": 9, "task_id": "nine", "workflow_args": {"target": "villager", "x": 1}}])
+    path = write_jsonl(
+        tmp_path / "seeds.jsonl",
+        [*ROWS[:2], {"seed": 9, "task_id": "nine", "workflow_args": {"target": "villager", "x": 1}}],
+    )
     (tmp_path / "seeds.jsonl").write_text((tmp_path / "seeds.jsonl").read_text() + "\n  \n")  # blank lines are skipped
     tasks = load_tasks(DatasetConfig(path=str(path), workflow_args={"target": "werewolf"}))
     assert [task["task_id"] for task in tasks] == ["0", "1", "nine"]
-    assert [task["workflow_args"] for task in tasks] == [{"target": "werewolf"}, {"target": "werewolf"}, {"target": "villager", "x": 1}]
+    assert [task["workflow_args"] for task in tasks] == [
+        {"target": "werewolf"},
+        {"target": "werewolf"},
+        {"target": "villager", "x": 1},
+    ]
     assert tasks[0]["question"] == "a"
 
 
@@ -68,14 +82,14 @@ def test_json_errors(tmp_path):
     path.write_text(json.dumps([{"seed": 0}, "oops"]))
     with pytest.raises(DatasetError, match=rf"^{path}: item 1: expected an object"):
         load_tasks(DatasetConfig(path=str(path)))
-    path.write_text("[{\"seed\": 0},\n{\"seed\" 1}]")
+    path.write_text('[{"seed": 0},\n{"seed" 1}]')
     with pytest.raises(DatasetError, match=rf"^{path}:2: invalid JSON"):
         load_tasks(DatasetConfig(path=str(path)))
 
 
 def test_csv_values_stay_strings(tmp_path):
     path = tmp_path / "tasks.csv"
-    path.write_text("\ufeffseed,question\n0,what is 2+2?\n1,\"a, b\"\n", encoding="utf-8")
+    path.write_text('\ufeffseed,question\n0,what is 2+2?\n1,"a, b"\n', encoding="utf-8")
     tasks = load_tasks(DatasetConfig(path=str(path)))
     assert [(task["seed"], task["question"]) for task in tasks] == [("0", "what is 2+2?"), ("1", "a, b")]
 
@@ -105,7 +119,9 @@ def test_parquet(tmp_path):
 
 def test_saved_hf_datasets_directory(tmp_path):
     datasets = pytest.importorskip("datasets")
-    splits = datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS[:2]), "test": datasets.Dataset.from_list(ROWS[2:])})
+    splits = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(ROWS[:2]), "test": datasets.Dataset.from_list(ROWS[2:])}
+    )
     splits.save_to_disk(str(tmp_path / "saved"))
     assert seeds(load_tasks(DatasetConfig(path=str(tmp_path / "saved")))) == [0, 1]
     assert seeds(load_tasks(DatasetConfig(path=str(tmp_path / "saved"), split="test"))) == [2]
@@ -125,7 +141,9 @@ def test_directory_picks_files_of_the_split(tmp_path):
     write_jsonl(tmp_path / ".cache" / "train.jsonl", [{"seed": 99}])
     assert seeds(load_tasks(DatasetConfig(path=str(tmp_path)))) == [0, 1]
     assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), split="test"))) == [2]
-    with pytest.raises(DatasetError, match=r"no file for split 'validation'; files of other splits: \['data/test.jsonl'"):
+    with pytest.raises(
+        DatasetError, match=r"no file for split 'validation'; files of other splits: \['data/test.jsonl'"
+    ):
         load_tasks(DatasetConfig(path=str(tmp_path), split="validation"))
 
 
@@ -151,9 +169,15 @@ def test_path_errors(tmp_path, monkeypatch):
     with pytest.raises(DatasetError, match="does not exist"):
         load_tasks(DatasetConfig(path=str(tmp_path / "missing.jsonl")))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(DatasetError, match=r"dataset path openai/gsm8k does not exist; .* \(if that is a Hugging Face hub name: nothing is downloaded"):
+    with pytest.raises(
+        DatasetError,
+        match=r"dataset path openai/gsm8k does not exist; .* \(if that is a Hugging Face hub name: nothing is downloaded",
+    ):
         load_tasks(DatasetConfig(path="openai/gsm8k"))
-    with pytest.raises(DatasetError, match=r"data/train.jsonl does not exist; give a .jsonl/.json/.csv/.parquet file or a directory of them$"):
+    with pytest.raises(
+        DatasetError,
+        match=r"data/train.jsonl does not exist; give a .jsonl/.json/.csv/.parquet file or a directory of them$",
+    ):
         load_tasks(DatasetConfig(path="data/train.jsonl"))
     (tmp_path / "tasks.txt").write_text("hello")
     with pytest.raises(DatasetError, match="unsupported dataset format '.txt'"):
@@ -213,15 +237,22 @@ def test_split_files_of_every_inferred_layout(tmp_path):
         assert seeds(load_tasks(DatasetConfig(path=str(folder), split="validation"))) == [5]
         assert seeds(load_tasks(DatasetConfig(path=str(folder), split="dev"))) == [5]  # a keyword names its split
     write_parquet(tmp_path / "shards" / "data" / "extra-00000-of-00001.parquet", [{"seed": 7}])
-    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path / "shards"), split="extra"))) == [7]  # any shard's split name
+    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path / "shards"), split="extra"))) == [
+        7
+    ]  # any shard's split name
 
 
 def test_a_missing_split_names_the_path_and_the_splits_found(tmp_path):
     folders = hf_layouts(tmp_path)
-    with pytest.raises(DatasetError, match=r"folders: no file for split 'validation'; .* splits found: \['train', 'test'\]$"):
+    with pytest.raises(
+        DatasetError, match=r"folders: no file for split 'validation'; .* splits found: \['train', 'test'\]$"
+    ):
         load_tasks(DatasetConfig(path=str(folders["folders"]), split="validation"))
     write_jsonl(tmp_path / "plain" / "tasks.jsonl", ROWS)
-    with pytest.raises(DatasetError, match=r"plain: no split 'test': no file or folder name marks a split, so every file is the 'train' split"):
+    with pytest.raises(
+        DatasetError,
+        match=r"plain: no split 'test': no file or folder name marks a split, so every file is the 'train' split",
+    ):
         load_tasks(DatasetConfig(path=str(tmp_path / "plain"), split="test"))
 
 
@@ -250,16 +281,26 @@ def test_a_dataset_cards_configs_choose_the_files(tmp_path):
     write_parquet(tmp_path / "main" / "test-00000-of-00001.parquet", ROWS[2:])
     write_parquet(tmp_path / "socratic" / "train-00000-of-00001.parquet", [{"seed": 8}])
     (tmp_path / "README.md").write_text(CARD)
-    with pytest.raises(DatasetError, match=r"the dataset card lists configs \['main', 'socratic', 'everything'\] and none is the default; pick one with `name`"):
+    with pytest.raises(
+        DatasetError,
+        match=r"the dataset card lists configs \['main', 'socratic', 'everything'\] and none is the default; pick one with `name`",
+    ):
         load_tasks(DatasetConfig(path=str(tmp_path)))
     assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="main", split="test"))) == [2]
     assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="socratic"))) == [8]
     assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="everything"))) == [0, 1, 8]
-    with pytest.raises(DatasetError, match=r"no split 'test' in config 'socratic' of the dataset card; splits found: \['train'\]"):
+    with pytest.raises(
+        DatasetError, match=r"no split 'test' in config 'socratic' of the dataset card; splits found: \['train'\]"
+    ):
         load_tasks(DatasetConfig(path=str(tmp_path), name="socratic", split="test"))
-    with pytest.raises(DatasetError, match=r"no config 'default' in the dataset card; its configs: \['main', 'socratic', 'everything'\]"):
+    with pytest.raises(
+        DatasetError,
+        match=r"no config 'default' in the dataset card; its configs: \['main', 'socratic', 'everything'\]",
+    ):
         load_tasks(DatasetConfig(path=str(tmp_path), name="default"))
-    (tmp_path / "README.md").write_text(CARD.replace("- config_name: socratic", "- config_name: socratic\n  default: true"))
+    (tmp_path / "README.md").write_text(
+        CARD.replace("- config_name: socratic", "- config_name: socratic\n  default: true")
+    )
     assert seeds(load_tasks(DatasetConfig(path=str(tmp_path)))) == [8]
 
 
@@ -267,8 +308,13 @@ def test_a_save_to_disk_folder_reads_without_datasets(tmp_path):
     """The layout `DatasetDict.save_to_disk` writes, written here with pyarrow alone: splits listed, shards in order."""
     saved = tmp_path / "saved"
     for split, shards in {"train": [ROWS[1:2], ROWS[:1]], "test": [ROWS[2:]]}.items():
-        files = [write_arrow_stream(saved / split / f"data-{index:05d}-of-{len(shards):05d}.arrow", rows) for index, rows in enumerate(shards)]
-        (saved / split / "state.json").write_text(json.dumps({"_data_files": [{"filename": name} for name in files], "_split": None}))
+        files = [
+            write_arrow_stream(saved / split / f"data-{index:05d}-of-{len(shards):05d}.arrow", rows)
+            for index, rows in enumerate(shards)
+        ]
+        (saved / split / "state.json").write_text(
+            json.dumps({"_data_files": [{"filename": name} for name in files], "_split": None})
+        )
         (saved / split / "dataset_info.json").write_text("{}")
     (saved / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
     assert seeds(load_tasks(DatasetConfig(path=str(saved)))) == [1, 0]
@@ -276,7 +322,9 @@ def test_a_save_to_disk_folder_reads_without_datasets(tmp_path):
     with pytest.raises(DatasetError, match=r"saved: no split 'validation'; available splits: \['train', 'test'\]"):
         load_tasks(DatasetConfig(path=str(saved), split="validation"))
     assert seeds(load_tasks(DatasetConfig(path=str(saved / "test")))) == [2]  # one saved Dataset: every split
-    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="saved", split="test"))) == [2]  # a config's folder, saved
+    assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="saved", split="test"))) == [
+        2
+    ]  # a config's folder, saved
     (saved / "test" / "data-00000-of-00001.arrow").write_bytes(b"not arrow")
     with pytest.raises(DatasetError, match="not a readable Arrow file"):
         load_tasks(DatasetConfig(path=str(saved), split="test"))
@@ -289,7 +337,10 @@ def test_the_layouts_split_as_datasets_load_dataset_splits_them(tmp_path):
         loaded = datasets.load_dataset(str(folder), cache_dir=str(tmp_path / "cache"))
         for split in loaded:
             ours = load_tasks(DatasetConfig(path=str(folder), split=split))
-            assert [{key: task[key] for key in ("seed", "question")} for task in ours] == loaded[split].to_list(), (name, split)
+            assert [{key: task[key] for key in ("seed", "question")} for task in ours] == loaded[split].to_list(), (
+                name,
+                split,
+            )
 
 
 # --- in-memory tasks and preparation -------------------------------------------------------------
@@ -377,7 +428,9 @@ def test_stream_yields_copies():
 
 
 def test_stream_from_config_and_bad_arguments(tmp_path):
-    config = DatasetConfig(path=str(write_jsonl(tmp_path / "t.jsonl", ROWS)), total_epochs=2, shuffle=False, workflow_args={"k": 1})
+    config = DatasetConfig(
+        path=str(write_jsonl(tmp_path / "t.jsonl", ROWS)), total_epochs=2, shuffle=False, workflow_args={"k": 1}
+    )
     batches = list(TaskStream.from_config(config, batch_size=2))
     assert [seeds(batch) for batch in batches] == [[0, 1], [2], [0, 1], [2]]
     assert batches[0][0]["workflow_args"] == {"k": 1}

@@ -8,7 +8,18 @@ from dataclasses import dataclass, field
 import pytest
 from safetensors.torch import load_file
 
-from sparring import AlgorithmConfig, ChatModel, ChatResponse, DatasetConfig, Job, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, tune
+from sparring import (
+    AlgorithmConfig,
+    ChatModel,
+    ChatResponse,
+    DatasetConfig,
+    Job,
+    LoggingConfig,
+    ServiceClient,
+    TunerHandle,
+    TunerModelConfig,
+    tune,
+)
 from sparring.envs import load_game_config
 from sparring.envs.debate import Debate
 from sparring.envs.debate.rules import judge_debate, parse_verdict, speaking_order
@@ -47,7 +58,9 @@ def prefers_longer(messages):
     return "Speaker 1" if len(first) > len(second) else "I pick 2."
 
 
-@pytest.mark.parametrize("text, expected", [("1", 1), ("Speaker 2 wins.", 2), ("2, then 1", 2), ("neither", None), ("", None)])
+@pytest.mark.parametrize(
+    "text, expected", [("1", 1), ("Speaker 2 wins.", 2), ("2, then 1", 2), ("neither", None), ("", None)]
+)
 def test_parse_verdict(text, expected):
     assert parse_verdict(text) == expected
 
@@ -61,7 +74,10 @@ def test_speaking_order_depends_on_the_arguments_not_the_side():
 def test_judge_in_both_orders_cancels_a_position_bias():
     arguments = {"pro": ["short"], "con": ["a much longer argument than that"]}
     assert asyncio.run(judge_debate(Scripted(prefers_longer), "t", arguments, orders=2)) == ("con", 0.0)
-    assert asyncio.run(judge_debate(says("1"), "t", arguments, orders=2)) == (None, 0.0)  # pure position bias, no logprobs: a tie
+    assert asyncio.run(judge_debate(says("1"), "t", arguments, orders=2)) == (
+        None,
+        0.0,
+    )  # pure position bias, no logprobs: a tie
     assert asyncio.run(judge_debate(says("hmm"), "t", arguments, orders=1)) == (None, 1.0)
 
     def always_one(messages):
@@ -72,9 +88,20 @@ def test_judge_in_both_orders_cancels_a_position_bias():
 
     judge = Scripted(always_one)
     assert asyncio.run(judge_debate(judge, "t", arguments, orders=2)) == ("con", 0.0)
-    assert len(judge.seen) == 2 and judge.seen[0][2] == {"role": "assistant", "content": "1"}  # after the worked example
-    assert {m[-1]["content"].index("short") < m[-1]["content"].index("much longer") for m in judge.seen} == {True, False}
-    assert asyncio.run(judge_debate(Scripted(always_one), "t", {"pro": ["a much longer argument"], "con": ["short"]}, orders=2))[0] == "pro"
+    assert len(judge.seen) == 2 and judge.seen[0][2] == {
+        "role": "assistant",
+        "content": "1",
+    }  # after the worked example
+    assert {m[-1]["content"].index("short") < m[-1]["content"].index("much longer") for m in judge.seen} == {
+        True,
+        False,
+    }
+    assert (
+        asyncio.run(
+            judge_debate(Scripted(always_one), "t", {"pro": ["a much longer argument"], "con": ["short"]}, orders=2)
+        )[0]
+        == "pro"
+    )
 
 
 def handle(pro, con, judge, single_policy=False):
@@ -90,14 +117,25 @@ def test_rounds_rewards_and_metrics():
     pro, con, judge = says("Yes, because it helps everyone a lot."), says("No."), Scripted(prefers_longer)
     out = run_debate({"topic": "Tea is better than coffee.", "workflow_args": {"rounds": 3}}, handle(pro, con, judge))
     assert out.reward == {"pro": 1.0, "con": -0.5} and out.response["winner"] == "pro"
-    assert out.metrics["agent/pro/win_rate"] == 1.0 and out.metrics["tie_rate"] == 0.0 and out.metrics["judge_unparsable_rate"] == 0.0
+    assert (
+        out.metrics["agent/pro/win_rate"] == 1.0
+        and out.metrics["tie_rate"] == 0.0
+        and out.metrics["judge_unparsable_rate"] == 0.0
+    )
     assert [len(m) for m in pro.seen] == [2, 4, 6] and [len(m) for m in con.seen] == [2, 4, 6]  # one conversation each
     assert 'Your opponent said: "No."' in pro.seen[1][-1]["content"] and "against" in con.seen[0][0]["content"]
     assert len(judge.seen) == 2 and "Tea is better than coffee." in judge.seen[0][-1]["content"]
-    out = run_debate({"topic": "t", "workflow_args": {"loss_reward": -1.0}}, handle(says("short"), says("a longer reply"), Scripted(prefers_longer)))
+    out = run_debate(
+        {"topic": "t", "workflow_args": {"loss_reward": -1.0}},
+        handle(says("short"), says("a longer reply"), Scripted(prefers_longer)),
+    )
     assert out.reward == {"pro": -1.0, "con": 1.0}
     out = run_debate({"topic": "t"}, handle(pro, con, says("I cannot decide")))
-    assert out.reward == {"pro": 0.0, "con": 0.0} and out.metrics["tie_rate"] == 1.0 and out.metrics["judge_unparsable_rate"] == 1.0
+    assert (
+        out.reward == {"pro": 0.0, "con": 0.0}
+        and out.metrics["tie_rate"] == 1.0
+        and out.metrics["judge_unparsable_rate"] == 1.0
+    )
 
 
 def test_one_policy_argues_both_sides_and_a_missing_judge_is_named():
@@ -127,7 +165,9 @@ def test_two_adapters_train_at_once_and_the_saved_adapters_differ(tiny_model_dir
         workflow_func=LengthJudgedDebate,
         train_dataset=DatasetConfig(tasks=TOPICS, total_steps=2, workflow_args={"rounds": 1}),
         models={"pro": debater(tiny_model_dir), "con": debater(tiny_model_dir)},
-        algorithm=AlgorithmConfig(group_size=4, batch_size=2, learning_rate=1e-2, save_interval_steps=1, episode_timeout_s=60),
+        algorithm=AlgorithmConfig(
+            group_size=4, batch_size=2, learning_rate=1e-2, save_interval_steps=1, episode_timeout_s=60
+        ),
         run_dir=tmp_path / "run",
         logging=QUIET,
     )
@@ -138,7 +178,9 @@ def test_two_adapters_train_at_once_and_the_saved_adapters_differ(tiny_model_dir
     adapters = {side: load_file(f"{path}/adapter_model.safetensors") for side, path in result.sampler_paths.items()}
     lora_b = [key for key in adapters["pro"] if "lora_B" in key]
     for side in ("pro", "con"):
-        assert any(adapters[side][key].abs().sum() > 0 for key in lora_b), f"{side} did not train (lora_B is still zero)"
+        assert any(adapters[side][key].abs().sum() > 0 for key in lora_b), (
+            f"{side} did not train (lora_B is still zero)"
+        )
     assert any(not adapters["pro"][key].allclose(adapters["con"][key]) for key in lora_b)
     state = json.loads((tmp_path / "run" / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
     assert set(state["models"]) == {"pro", "con"} and state["models"]["pro"] != state["models"]["con"]
@@ -162,7 +204,12 @@ def test_the_debate_runs_with_a_model_as_judge(tiny_model_dir, tmp_path):
     )
     (metrics,) = read_metrics(tmp_path / "run")
     assert result.steps == 1 and metrics["episode/error_rate"] == 0.0
-    assert {"workflow/judge_unparsable_rate", "workflow/tie_rate", "agent/pro/win_rate", "workflow/argument_words"} <= set(metrics)
+    assert {
+        "workflow/judge_unparsable_rate",
+        "workflow/tie_rate",
+        "agent/pro/win_rate",
+        "workflow/argument_words",
+    } <= set(metrics)
 
 
 def test_the_example_config_loads():

@@ -55,7 +55,9 @@ def built_site(tmp_path_factory) -> Path:
     does not count the warnings that strict mode fails on)."""
     site = tmp_path_factory.mktemp("site")
     command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)]
-    built = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    built = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    )
     assert built.returncode == 0, f"mkdocs build --strict failed:\n{built.stdout}\n{built.stderr}"
     return site
 
@@ -92,7 +94,9 @@ def reference_rows(built_site: Path) -> dict[str, dict[str, str]]:
 def test_configuration_reference_covers_every_field(built_site):
     sections = reference_rows(built_site)
     records = config_records()
-    assert {"TuneConfig", "TunerModelConfig", "AlgorithmConfig", "LeagueConfig"} <= {record.__name__ for record in records}
+    assert {"TuneConfig", "TunerModelConfig", "AlgorithmConfig", "LeagueConfig"} <= {
+        record.__name__ for record in records
+    }
     for record in records:
         assert record.__name__ in sections, f"{record.__name__} has no section in the configuration reference"
         rows = sections[record.__name__]
@@ -102,7 +106,9 @@ def test_configuration_reference_covers_every_field(built_site):
             assert info.description, f"{record.__name__}.{name} has no docstring"
             last_cell = re.findall(r"<td>(.*?)</td>", keys[name], re.DOTALL)[-1]
             shown = html.unescape(re.sub(r"<[^>]+>", "", last_cell))
-            assert shown == " ".join(info.description.replace("`", "").split()), f"{record.__name__}.{name}: its row lacks its docstring"
+            assert shown == " ".join(info.description.replace("`", "").split()), (
+                f"{record.__name__}.{name}: its row lacks its docstring"
+            )
     group_size = sections["AlgorithmConfig"]["algorithm.group_size"]
     default = config_module.AlgorithmConfig.model_fields["group_size"].default
     assert f"<code>{default}</code>" in group_size and f"≤ {config_module.MAX_GROUP_SIZE}" in group_size
@@ -116,6 +122,8 @@ def test_some_page_has_runnable_snippets():
 @pytest.mark.parametrize("page", PAGES_WITH_SNIPPETS, ids=[str(page.relative_to(ROOT)) for page in PAGES_WITH_SNIPPETS])
 def test_runnable_snippets(page, tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SPARRING_HOME", str(tmp_path / "sparring-home"))  # what a snippet saves stays in the test's folder
+    monkeypatch.setenv(
+        "SPARRING_HOME", str(tmp_path / "sparring-home")
+    )  # what a snippet saves stays in the test's folder
     for example in runnable_sybil(str(tiny_model_dir)).parse(page):
         example.evaluate()

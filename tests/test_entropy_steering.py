@@ -26,7 +26,10 @@ def test_the_coefficient_rises_below_the_target_falls_above_it_within_its_bounds
 @pytest.mark.parametrize(
     ("algorithm", "message"),
     [
-        ({"entropy_target": {"target": 0.3}, "loss_fn_config": {"entropy_coef": 0.1}}, "remove loss_fn_config.entropy_coef"),
+        (
+            {"entropy_target": {"target": 0.3}, "loss_fn_config": {"entropy_coef": 0.1}},
+            "remove loss_fn_config.entropy_coef",
+        ),
         ({"entropy_target": {"target": 0.3, "initial_coef": 2.0}}, "min_coef <= initial_coef <= max_coef"),
         ({"entropy_target": {"target": 0.0}}, "entropy_target.target"),
         ({"entropy_target": {"taget": 0.3}}, "entropy_target.taget"),
@@ -37,7 +40,9 @@ def test_a_bad_entropy_target_is_a_config_error_naming_it(algorithm, message):
         TuneConfig.from_dict({"algorithm": algorithm})
 
 
-def test_every_update_trains_with_its_steered_coefficient_and_a_resumed_run_continues_from_the_last(tiny_model_dir, tmp_path):
+def test_every_update_trains_with_its_steered_coefficient_and_a_resumed_run_continues_from_the_last(
+    tiny_model_dir, tmp_path
+):
     coefficients_seen = []
 
     def recording_ppo(target_logprobs, inputs, config):
@@ -48,9 +53,21 @@ def test_every_update_trains_with_its_steered_coefficient_and_a_resumed_run_cont
     target = EntropyTargetConfig(target=0.5, rate=3.0, initial_coef=0.05, min_coef=0.001, max_coef=10.0)
     tune(
         workflow_func=tictactoe,
-        train_dataset=DatasetConfig(tasks=make_tasks("train", 6, seed=1), total_steps=2, workflow_args={"opponent": "random", "memory": "turn", "move_credit": 0.5}),
+        train_dataset=DatasetConfig(
+            tasks=make_tasks("train", 6, seed=1),
+            total_steps=2,
+            workflow_args={"opponent": "random", "memory": "turn", "move_credit": 0.5},
+        ),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=4),
-        algorithm=AlgorithmConfig(group_size=4, batch_size=2, learning_rate=1e-3, save_interval_steps=1, episode_timeout_s=60, loss_fn="ppo_recording_entropy_coef", entropy_target=target),
+        algorithm=AlgorithmConfig(
+            group_size=4,
+            batch_size=2,
+            learning_rate=1e-3,
+            save_interval_steps=1,
+            episode_timeout_s=60,
+            loss_fn="ppo_recording_entropy_coef",
+            entropy_target=target,
+        ),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )
@@ -61,7 +78,10 @@ def test_every_update_trains_with_its_steered_coefficient_and_a_resumed_run_cont
     assert len(steps) == 3 and all(m["tokens/trained"] > 0 for m in steps)
     coef = target.initial_coef
     for metrics in steps:  # the resumed third step steers from the second's coefficient, not from initial_coef
-        coef = min(max(coef * math.exp(target.rate * (target.target - metrics["collapse/entropy"])), target.min_coef), target.max_coef)
+        coef = min(
+            max(coef * math.exp(target.rate * (target.target - metrics["collapse/entropy"])), target.min_coef),
+            target.max_coef,
+        )
         assert metrics["optim/entropy_coef"] == pytest.approx(coef, rel=1e-9)
     assert len({round(m["optim/entropy_coef"], 12) for m in steps}) == 3  # it moved every step
     assert list(dict.fromkeys(coefficients_seen)) == [m["optim/entropy_coef"] for m in steps]  # what the loss was given

@@ -12,7 +12,16 @@ from peft import AutoPeftModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerModelConfig, WorkflowOutput, tune, types
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    LoggingConfig,
+    ServiceClient,
+    TunerModelConfig,
+    WorkflowOutput,
+    tune,
+    types,
+)
 from sparring.cli import app
 
 runner = CliRunner()
@@ -33,7 +42,14 @@ def trained(tiny_model_dir, tmp_path_factory):
         workflow_func=say_something,
         train_dataset=DatasetConfig(tasks=[{"topic": f"topic {i}"} for i in range(4)], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
-        algorithm=AlgorithmConfig(group_size=4, batch_size=2, learning_rate=5e-2, drop_zero_variance_groups=False, eval_interval_steps=0, save_interval_steps=0),
+        algorithm=AlgorithmConfig(
+            group_size=4,
+            batch_size=2,
+            learning_rate=5e-2,
+            drop_zero_variance_groups=False,
+            eval_interval_steps=0,
+            save_interval_steps=0,
+        ),
         run_dir=run_dir,
         logging=LoggingConfig(console=False, tensorboard=False),
     )
@@ -45,7 +61,11 @@ def sampled_by_the_sampler(adapter: str, tiny_model_dir) -> tuple[list[int], lis
     """A prompt, the tokens the sampler drew from the adapter after it, and the sampler's logprob of each."""
     sampler = ServiceClient().create_sampling_client(model_path=adapter)
     prompt = sampler.get_renderer().render([{"role": "user", "content": "topic 7"}])
-    (sequence,) = sampler.sample(types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=8, seed=3)).result().sequences
+    (sequence,) = (
+        sampler.sample(types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=8, seed=3))
+        .result()
+        .sequences
+    )
     return prompt, sequence.tokens, sequence.logprobs
 
 
@@ -70,7 +90,9 @@ def test_auto_peft_loads_the_adapter_alone_and_scores_the_sampled_tokens_as_the_
     model = AutoPeftModelForCausalLM.from_pretrained(adapter, dtype=torch.float32).eval()
     assert scored(model, prompt, completion) == pytest.approx(sampler_logprobs, abs=1e-4)
     base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
-    assert scored(base, prompt, completion) != pytest.approx(sampler_logprobs, abs=1e-3), "the adapter itself is what scores them"
+    assert scored(base, prompt, completion) != pytest.approx(sampler_logprobs, abs=1e-3), (
+        "the adapter itself is what scores them"
+    )
 
 
 def test_sparring_export_writes_the_adapter_or_a_merged_model_that_score_the_same(trained, tiny_model_dir, tmp_path):
@@ -82,7 +104,9 @@ def test_sparring_export_writes_the_adapter_or_a_merged_model_that_score_the_sam
     assert "AutoPeftModelForCausalLM" in result.output
     exported = AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "adapter"), dtype=torch.float32).eval()
     assert scored(exported, prompt, completion) == pytest.approx(sampler_logprobs, abs=1e-4)
-    assert AutoTokenizer.from_pretrained(str(tmp_path / "adapter")).chat_template, "the tokenizer (and its chat template) travels with it"
+    assert AutoTokenizer.from_pretrained(str(tmp_path / "adapter")).chat_template, (
+        "the tokenizer (and its chat template) travels with it"
+    )
 
     result = runner.invoke(app, ["export", str(run_dir), str(tmp_path / "merged"), "--merged"])
     assert result.exit_code == 0, result.output

@@ -21,7 +21,10 @@ except SystemExit as done:
 """
 
 BAD_CONFIGS = {
-    "a wrong type": ("algorithm:\n  algorithm_type: grpo\n  learning_rate: fast\nworkflow: sparring.envs.guess_number:guess_number\n", "algorithm.learning_rate"),
+    "a wrong type": (
+        "algorithm:\n  algorithm_type: grpo\n  learning_rate: fast\nworkflow: sparring.envs.guess_number:guess_number\n",
+        "algorithm.learning_rate",
+    ),
     "an unknown field": ("model:\n  model_path: smollm2-135m-instruct\n  lora_rnak: 4\n", "model.lora_rnak"),
     "a bound passed": ("algorithm:\n  loss_fn: ppo\n  group_size: 100000\n", "algorithm.group_size"),
     "not YAML": ("algorithm: [unclosed\n", "bad.yaml"),
@@ -33,7 +36,9 @@ def test_a_bad_config_is_reported_without_importing_torch(tmp_path, case):
     text, named = BAD_CONFIGS[case]
     config = tmp_path / "bad.yaml"
     config.write_text(text)
-    ran = subprocess.run([sys.executable, "-c", CLI_THEN_IMPORTED, str(config)], capture_output=True, text=True, timeout=60)
+    ran = subprocess.run(
+        [sys.executable, "-c", CLI_THEN_IMPORTED, str(config)], capture_output=True, text=True, timeout=60
+    )
     assert ran.stdout.strip() == "exit 2 imported []", ran.stdout + ran.stderr
     (line,) = ran.stderr.strip().splitlines()
     assert line.startswith("error: ") and named in line, line

@@ -23,8 +23,7 @@ import time
 
 import pytest
 
-from sparring.rollout import RunnerSettings, WorkflowOutput, run_episodes
-from sparring.rollout import player
+from sparring.rollout import RunnerSettings, WorkflowOutput, player, run_episodes
 from sparring.rollout.episode_clock import EpisodeClock, sampler_wait
 from sparring.rollout.loop_watchdog import watching
 
@@ -79,7 +78,10 @@ async def episode(task: dict, tuner) -> WorkflowOutput:
 async def play_step(round_: int) -> list:
     shared = {"sampler": asyncio.Lock(), "go": asyncio.Event()}
     faults = [{"task_id": f"{fault}-{round_}", "fault": fault, **shared} for fault in FAULTS]
-    healthy = [{"task_id": f"healthy-{index}-{round_}", "fault": "healthy", "last": index == HEALTHY - 1, **shared} for index in range(HEALTHY)]
+    healthy = [
+        {"task_id": f"healthy-{index}-{round_}", "fault": "healthy", "last": index == HEALTHY - 1, **shared}
+        for index in range(HEALTHY)
+    ]
     tasks = healthy[:-1] + faults + healthy[-1:]
     asyncio.get_running_loop().call_later(GO_S, shared["go"].set)
     return await run_episodes(episode, tasks, lambda: None, RunnerSettings(group_size=1, episode_timeout_s=TIMEOUT_S))
@@ -161,7 +163,9 @@ def _late_loop(mode: str, cpu: int) -> dict:
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not os.path.exists("/proc/self/task"), reason="needs Linux")
 def test_a_loop_starved_of_cpu_is_not_blamed_but_code_blocking_it_is(caplog):
     cpu = min(os.sched_getaffinity(0))
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)]  # take the CPU from the loop's thread
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)
+    ]  # take the CPU from the loop's thread
     try:
         for hog in hogs:
             os.sched_setaffinity(hog.pid, {cpu})
@@ -176,9 +180,13 @@ def test_a_loop_starved_of_cpu_is_not_blamed_but_code_blocking_it_is(caplog):
             hog.kill()
             hog.wait()
     if starved["cpu"] >= STARVED_CPU_S:
-        pytest.skip(f"the loop's thread got {starved['cpu']:.2f} s of CPU beside {HOGS} busy processes: not starved here")
+        pytest.skip(
+            f"the loop's thread got {starved['cpu']:.2f} s of CPU beside {HOGS} busy processes: not starved here"
+        )
     assert not any("is blocked" in message for message in starved_log), starved_log
     assert any("no code holds it" in message and "overloaded" in message for message in starved_log), starved_log
     assert starved["own"] == pytest.approx(starved["elapsed"], abs=0.3)  # a slow machine is everybody's time
-    assert any("is blocked" in message and "test_fault_accounting.py" in message for message in blocked_log), blocked_log
+    assert any("is blocked" in message and "test_fault_accounting.py" in message for message in blocked_log), (
+        blocked_log
+    )
     assert blocked["own"] < blocked["elapsed"] - 0.8  # the sleep was taken off the bystander's clock

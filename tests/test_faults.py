@@ -23,9 +23,18 @@ import pytest
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, WorkflowOutput, tune
-from sparring.logging import read_metrics, read_rollouts
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    LoggingConfig,
+    ServiceClient,
+    TunerHandle,
+    TunerModelConfig,
+    WorkflowOutput,
+    tune,
+)
 from sparring.cli import app
+from sparring.logging import read_metrics, read_rollouts
 from sparring.rollout import ERROR_KINDS, Episode, PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
 from sparring.rollout.episode_clock import EpisodeClock, SharedTime
 from sparring.rollout.loop_interrupt import INTERRUPT_SIGNAL, MainThreadInterrupter
@@ -38,7 +47,9 @@ BLOCK_S = 2.0  # longer than the timeout: every episode waiting meanwhile would 
 QUIET = LoggingConfig(console=False, tensorboard=False)
 REWARDS = itertools.count()
 ENDED: dict[str, float] = {}
-BLOCKERS: set[str] = set()  # tasks whose first episode blocked the loop ("*_forever"): the others of its group are healthy
+BLOCKERS: set[str] = (
+    set()
+)  # tasks whose first episode blocked the loop ("*_forever"): the others of its group are healthy
 
 FAULTS = {
     "raise": "exception",
@@ -68,7 +79,9 @@ async def faulty(task, model, auxiliary_models):
     try:
         said = await model([{"role": "user", "content": "hi"}])
         if fault == "healthy_slow":
-            await asyncio.sleep(BLOCK_S + 0.8)  # running (not waiting on the sampler) before, while and after another episode blocks the loop
+            await asyncio.sleep(
+                BLOCK_S + 0.8
+            )  # running (not waiting on the sampler) before, while and after another episode blocks the loop
         if fault.startswith("healthy"):
             return WorkflowOutput(reward=float(next(REWARDS)), metrics={"length": len(said.tokens), "won": True})
         if fault == "raise":
@@ -119,9 +132,20 @@ def model_config(tiny_model_dir):
 
 
 def test_every_fault_is_an_error_episode_of_its_kind_and_the_healthy_ones_train(tiny_model_dir, tmp_path):
-    tasks = [{"task_id": fault, "fault": fault} for fault in FAULTS] + [{"task_id": f"healthy-{i}", "fault": "healthy"} for i in range(2)]
-    algorithm = AlgorithmConfig(group_size=2, batch_size=len(tasks), learning_rate=1e-3, episode_timeout_s=TIMEOUT_S, error_reward=-0.5)
-    result = tune(faulty, train_dataset=DatasetConfig(tasks=tasks, total_steps=1, shuffle=False), model=model_config(tiny_model_dir), algorithm=algorithm, run_dir=tmp_path / "run", logging=QUIET)
+    tasks = [{"task_id": fault, "fault": fault} for fault in FAULTS] + [
+        {"task_id": f"healthy-{i}", "fault": "healthy"} for i in range(2)
+    ]
+    algorithm = AlgorithmConfig(
+        group_size=2, batch_size=len(tasks), learning_rate=1e-3, episode_timeout_s=TIMEOUT_S, error_reward=-0.5
+    )
+    result = tune(
+        faulty,
+        train_dataset=DatasetConfig(tasks=tasks, total_steps=1, shuffle=False),
+        model=model_config(tiny_model_dir),
+        algorithm=algorithm,
+        run_dir=tmp_path / "run",
+        logging=QUIET,
+    )
 
     assert result.steps == 1 and not result.interrupted  # 0 runs killed
     (metrics,) = read_metrics(tmp_path / "run")
@@ -142,12 +166,26 @@ def test_every_fault_is_an_error_episode_of_its_kind_and_the_healthy_ones_train(
             assert row["reward"] == -0.5 and row["advantage"] is None  # an all-penalty group has no signal: not trained
     assert metrics["tokens/trained"] > 0
     (path,) = result.sampler_paths.values()
-    assert any(value.abs().sum() > 0 for key, value in load_file(f"{path}/adapter_model.safetensors").items() if "lora_B" in key)
+    assert any(
+        value.abs().sum() > 0
+        for key, value in load_file(f"{path}/adapter_model.safetensors").items()
+        if "lora_B" in key
+    )
 
 
 def test_error_messages_name_what_was_wrong(tiny_model_dir, tmp_path):
-    tasks = [{"task_id": fault, "fault": fault} for fault in ("string_reward", "none_metric", "wrong_type", "swallow", "block")]
-    episodes = asyncio.run(run_episodes(as_episode_fn(faulty), tasks, tuner_for(policy(tiny_model_dir, tmp_path)), RunnerSettings(group_size=1, episode_timeout_s=TIMEOUT_S)))
+    tasks = [
+        {"task_id": fault, "fault": fault}
+        for fault in ("string_reward", "none_metric", "wrong_type", "swallow", "block")
+    ]
+    episodes = asyncio.run(
+        run_episodes(
+            as_episode_fn(faulty),
+            tasks,
+            tuner_for(policy(tiny_model_dir, tmp_path)),
+            RunnerSettings(group_size=1, episode_timeout_s=TIMEOUT_S),
+        )
+    )
     errors = {episode.task["task_id"]: episode.error for episode in episodes}
     assert "reward is '0.5' (str), not a number" in errors["string_reward"]
     assert "metric x is None" in errors["none_metric"]
@@ -159,7 +197,9 @@ def test_error_messages_name_what_was_wrong(tiny_model_dir, tmp_path):
 def policy(tiny_model_dir, tmp_path, sampler_wrapper=lambda sampler: sampler):
     service = ServiceClient(base_dir=tmp_path / "checkpoints")
     client = service.create_lora_training_client(str(tiny_model_dir), rank=4, seed=0)
-    return PolicyChatModel(sampler_wrapper(client.save_weights_and_get_sampling_client(kind="inflight")), defaults={"max_tokens": 6})
+    return PolicyChatModel(
+        sampler_wrapper(client.save_weights_and_get_sampling_client(kind="inflight")), defaults={"max_tokens": 6}
+    )
 
 
 def tuner_for(model):
@@ -172,7 +212,14 @@ def play(model, faults, timeout_s=TIMEOUT_S):
     found = {}
 
     def run_them():
-        found["episodes"] = asyncio.run(run_episodes(as_episode_fn(faulty), tasks, tuner_for(model), RunnerSettings(group_size=1, episode_timeout_s=timeout_s)))
+        found["episodes"] = asyncio.run(
+            run_episodes(
+                as_episode_fn(faulty),
+                tasks,
+                tuner_for(model),
+                RunnerSettings(group_size=1, episode_timeout_s=timeout_s),
+            )
+        )
 
     started = time.monotonic()
     runner = threading.Thread(target=run_them, daemon=True)
@@ -191,19 +238,27 @@ def test_hung_and_cancel_swallowing_episodes_end_at_their_own_timeout_and_the_ot
     hang, hang_ended = by_fault["hang"]
     assert hang.error_kind == "timeout" and TIMEOUT_S <= hang_ended < TIMEOUT_S + 1.0
     swallow, swallow_ended = by_fault["swallow"]
-    assert swallow.error_kind == "timeout" and TIMEOUT_S + CANCEL_GRACE_S <= swallow_ended < TIMEOUT_S + CANCEL_GRACE_S + 1.0
+    assert (
+        swallow.error_kind == "timeout"
+        and TIMEOUT_S + CANCEL_GRACE_S <= swallow_ended < TIMEOUT_S + CANCEL_GRACE_S + 1.0
+    )
     late, _ = by_fault["swallow_and_return"]
     assert late.error_kind == "timeout" and late.rewards == {"policy": -0.1}  # counted once, its late reward ignored
 
 
-def test_an_episode_that_blocks_the_loop_is_named_and_the_others_are_not_charged_for_it(tiny_model_dir, tmp_path, caplog):
+def test_an_episode_that_blocks_the_loop_is_named_and_the_others_are_not_charged_for_it(
+    tiny_model_dir, tmp_path, caplog
+):
     faults = ["block"] + ["healthy_slow"] * 4
     with caplog.at_level(logging.WARNING, logger="sparring.rollout.loop_watchdog"):
         episodes, ended = play(policy(tiny_model_dir, tmp_path), faults)
     block, *healthy = episodes
     assert all(episode.error is None for episode in healthy)  # they waited BLOCK_S > TIMEOUT_S, not on their own time
     assert block.error_kind == "timeout" and BLOCK_S <= ended[0] < TIMEOUT_S + CANCEL_GRACE_S + 0.3
-    assert any("blocked by the episode of task block-0" in record.message and "test_faults.py" in record.message for record in caplog.records)
+    assert any(
+        "blocked by the episode of task block-0" in record.message and "test_faults.py" in record.message
+        for record in caplog.records
+    )
 
 
 def test_an_episode_that_returns_only_by_blocking_past_its_timeout_is_a_timeout(tiny_model_dir, tmp_path):
@@ -212,7 +267,11 @@ def test_an_episode_that_returns_only_by_blocking_past_its_timeout_is_a_timeout(
     late, *healthy = episodes
     assert all(episode.error is None for episode in healthy)
     assert late.error_kind == "timeout" and late.rewards == {"policy": -0.1}  # its reward of 100 came after its time
-    assert "returned only" in late.error and "its result is ignored" in late.error and ended[0] < TIMEOUT_S + CANCEL_GRACE_S, late.error
+    assert (
+        "returned only" in late.error
+        and "its result is ignored" in late.error
+        and ended[0] < TIMEOUT_S + CANCEL_GRACE_S
+    ), late.error
 
 
 class QueuedSampler:
@@ -269,17 +328,41 @@ async def always_raises(task, model, auxiliary_models):
 
 def test_steps_in_which_every_episode_fails_warn_and_stop_the_run_after_a_checkpoint(tiny_model_dir, tmp_path, caplog):
     tasks = [{"task_id": str(i)} for i in range(4)]
-    algorithm = AlgorithmConfig(group_size=2, batch_size=2, episode_timeout_s=TIMEOUT_S, error_reward=-0.25, stop_after_failed_steps=2)
-    with caplog.at_level(logging.WARNING, logger="sparring.trainer.step_sequence"), pytest.raises(EpisodesFailingError) as stopped:
-        tune(always_raises, train_dataset=DatasetConfig(tasks=tasks, total_steps=5), model=model_config(tiny_model_dir), algorithm=algorithm, run_dir=tmp_path / "run", logging=QUIET)
-    assert "stopped after step 2" in str(stopped.value) and "exception in 4 of 4 episodes" in str(stopped.value) and "broken workflow" in str(stopped.value)
-    assert "first error: exception: RuntimeError: broken workflow on" in str(stopped.value) and not list((tmp_path / "run").rglob("final"))
+    algorithm = AlgorithmConfig(
+        group_size=2, batch_size=2, episode_timeout_s=TIMEOUT_S, error_reward=-0.25, stop_after_failed_steps=2
+    )
+    with (
+        caplog.at_level(logging.WARNING, logger="sparring.trainer.step_sequence"),
+        pytest.raises(EpisodesFailingError) as stopped,
+    ):
+        tune(
+            always_raises,
+            train_dataset=DatasetConfig(tasks=tasks, total_steps=5),
+            model=model_config(tiny_model_dir),
+            algorithm=algorithm,
+            run_dir=tmp_path / "run",
+            logging=QUIET,
+        )
+    assert (
+        "stopped after step 2" in str(stopped.value)
+        and "exception in 4 of 4 episodes" in str(stopped.value)
+        and "broken workflow" in str(stopped.value)
+    )
+    assert "first error: exception: RuntimeError: broken workflow on" in str(stopped.value) and not list(
+        (tmp_path / "run").rglob("final")
+    )
     metrics = read_metrics(tmp_path / "run")
-    assert [m["step"] for m in metrics] == [1, 2] and [m["reward/mean"] for m in metrics] == [-0.25, -0.25]  # the error reward, not 0.0
+    assert [m["step"] for m in metrics] == [1, 2] and [m["reward/mean"] for m in metrics] == [
+        -0.25,
+        -0.25,
+    ]  # the error reward, not 0.0
     warnings = [record.message for record in caplog.records if "every episode of this step failed" in record.message]
     assert len(warnings) == 2 and "commonest error: exception" in warnings[0]
     latest = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
-    assert latest["path"].endswith("step_000002") and (tmp_path / "run" / "checkpoints" / "step_000002" / "trainer_state.json").exists()
+    assert (
+        latest["path"].endswith("step_000002")
+        and (tmp_path / "run" / "checkpoints" / "step_000002" / "trainer_state.json").exists()
+    )
 
 
 def test_a_healthy_step_ends_the_failure_streak():
@@ -295,22 +378,39 @@ def test_a_healthy_step_ends_the_failure_streak():
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fault", ["sleep_forever", "busy_forever"])
-def test_an_episode_blocking_the_loop_past_its_time_is_interrupted_there_and_the_others_train(tiny_model_dir, tmp_path, fault):
+def test_an_episode_blocking_the_loop_past_its_time_is_interrupted_there_and_the_others_train(
+    tiny_model_dir, tmp_path, fault
+):
     handler_before = signal.getsignal(INTERRUPT_SIGNAL)
     tasks = [{"task_id": fault, "fault": fault}] + [{"task_id": f"healthy-{i}", "fault": "healthy"} for i in range(3)]
-    algorithm = AlgorithmConfig(group_size=2, batch_size=len(tasks), learning_rate=1e-3, episode_timeout_s=TIMEOUT_S, error_reward=-0.5)
-    result = tune(faulty, train_dataset=DatasetConfig(tasks=tasks, total_steps=1, shuffle=False), model=model_config(tiny_model_dir), algorithm=algorithm, run_dir=tmp_path / "run", logging=QUIET)
+    algorithm = AlgorithmConfig(
+        group_size=2, batch_size=len(tasks), learning_rate=1e-3, episode_timeout_s=TIMEOUT_S, error_reward=-0.5
+    )
+    result = tune(
+        faulty,
+        train_dataset=DatasetConfig(tasks=tasks, total_steps=1, shuffle=False),
+        model=model_config(tiny_model_dir),
+        algorithm=algorithm,
+        run_dir=tmp_path / "run",
+        logging=QUIET,
+    )
 
     (metrics,) = result.history
     # It ends at its own timeout + grace (its share of the sampler wait before it blocked counts), not 600 s later.
     assert TIMEOUT_S + CANCEL_GRACE_S <= metrics["time/rollout"] < TIMEOUT_S + CANCEL_GRACE_S + 5.0
-    assert metrics["episode/error_kind/timeout"] == pytest.approx(1 / 8) and metrics["episode/error_rate"] == pytest.approx(1 / 8)  # counted once
+    assert metrics["episode/error_kind/timeout"] == pytest.approx(1 / 8) and metrics[
+        "episode/error_rate"
+    ] == pytest.approx(1 / 8)  # counted once
     rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl")
     (blocked,) = [row for row in rows if row["error"]]
     line = "time.sleep(600)" if fault == "sleep_forever" else "while True:"
     assert blocked["error_kind"] == "timeout" and blocked["reward"] == -0.5
-    assert "interrupted there" in blocked["error"] and f"test_faults.py:{_line_of(line)} in faulty" in blocked["error"], blocked["error"]
-    assert all(row["reward"] >= 0 and row["advantage"] not in (None, 0.0) for row in rows if not row["error"])  # their own rewards, trained
+    assert (
+        "interrupted there" in blocked["error"] and f"test_faults.py:{_line_of(line)} in faulty" in blocked["error"]
+    ), blocked["error"]
+    assert all(
+        row["reward"] >= 0 and row["advantage"] not in (None, 0.0) for row in rows if not row["error"]
+    )  # their own rewards, trained
     assert metrics["tokens/trained"] > 0
     assert signal.getsignal(INTERRUPT_SIGNAL) == handler_before  # nothing left installed after the step
 
@@ -338,7 +438,9 @@ def test_the_interrupter_raises_in_the_main_thread_only_when_the_decision_says_s
         later(interrupter, lambda frame: frames.append(frame))  # the moment passed: no-op, the sleep goes on
         started = time.monotonic()
         time.sleep(0.6)
-        assert time.monotonic() - started >= 0.6 and frames and frames[0].f_code.co_name.startswith("test_the_interrupter")
+        assert (
+            time.monotonic() - started >= 0.6 and frames and frames[0].f_code.co_name.startswith("test_the_interrupter")
+        )
         later(interrupter, lambda frame: ValueError("stop here"))
         started = time.monotonic()
         with pytest.raises(ValueError, match="stop here"):
@@ -355,7 +457,9 @@ def test_the_interrupter_raises_in_the_main_thread_only_when_the_decision_says_s
         interrupter.restore()
         restored = signal.getsignal(INTERRUPT_SIGNAL)
         signal.signal(INTERRUPT_SIGNAL, previous)
-    assert restored is handler_before and not interrupter.interrupt(lambda frame: ValueError("late"))  # restored: nothing is sent
+    assert restored is handler_before and not interrupter.interrupt(
+        lambda frame: ValueError("late")
+    )  # restored: nothing is sent
     off_main = []
     worker = threading.Thread(target=lambda: off_main.append(MainThreadInterrupter().install()))
     worker.start()
@@ -387,7 +491,13 @@ print(json.dumps({"interrupted": result.interrupted, "steps": result.steps, "fin
 def test_ctrl_c_during_a_blocked_step_still_checkpoints_and_stops(tiny_model_dir, tmp_path):
     script = tmp_path / "blocked_run.py"
     script.write_text(CTRL_C_SCRIPT)
-    run = subprocess.Popen([sys.executable, str(script), str(tiny_model_dir), str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    run = subprocess.Popen(
+        [sys.executable, str(script), str(tiny_model_dir), str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         assert run.stdout.readline().strip() == "blocking"
         time.sleep(0.3)
@@ -398,7 +508,11 @@ def test_ctrl_c_during_a_blocked_step_still_checkpoints_and_stops(tiny_model_dir
         run.kill()
     # The blocked episode is interrupted at its timeout + grace; then the interrupt stops the run.
     assert run.returncode == 0 and time.monotonic() - interrupted < 1.0 + CANCEL_GRACE_S + 20, err
-    assert json.loads(out.splitlines()[-1]) == {"interrupted": True, "steps": 0, "final": {}}  # nothing trained: no final adapter
+    assert json.loads(out.splitlines()[-1]) == {
+        "interrupted": True,
+        "steps": 0,
+        "final": {},
+    }  # nothing trained: no final adapter
     latest = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
     assert latest["path"].endswith("step_000000")
 
@@ -407,16 +521,28 @@ def test_a_run_whose_every_step_failed_raises_the_first_error_and_writes_no_fina
     tasks = [{"task_id": str(i)} for i in range(4)]
     algorithm = AlgorithmConfig(group_size=2, batch_size=2, episode_timeout_s=TIMEOUT_S, stop_after_failed_steps=3)
     with pytest.raises(EpisodesFailingError) as failed:
-        tune(always_raises, train_dataset=DatasetConfig(tasks=tasks, total_steps=2, shuffle=False), model=model_config(tiny_model_dir), algorithm=algorithm, run_dir=tmp_path / "run", logging=QUIET)
+        tune(
+            always_raises,
+            train_dataset=DatasetConfig(tasks=tasks, total_steps=2, shuffle=False),
+            model=model_config(tiny_model_dir),
+            algorithm=algorithm,
+            run_dir=tmp_path / "run",
+            logging=QUIET,
+        )
     message = str(failed.value)
     assert "every episode failed in every step this run took (2, up to step 2): nothing was trained" in message
-    assert "first error: exception: RuntimeError: broken workflow on 0;" in message and "no final adapter written" in message
+    assert (
+        "first error: exception: RuntimeError: broken workflow on 0;" in message
+        and "no final adapter written" in message
+    )
     assert not list((tmp_path / "run").rglob("final"))
     assert [m["step"] for m in read_metrics(tmp_path / "run")] == [1, 2]
 
 
 def test_sparring_train_exits_1_with_the_first_error_when_every_episode_failed(tiny_model_dir, tmp_path):
-    (tmp_path / "broken.py").write_text("async def broken(task, model, auxiliary_models):\n    raise KeyError(f\"no field {task['n']}\")\n")
+    (tmp_path / "broken.py").write_text(
+        "async def broken(task, model, auxiliary_models):\n    raise KeyError(f\"no field {task['n']}\")\n"
+    )
     (tmp_path / "tasks.jsonl").write_text("".join(f'{{"n": {n}}}\n' for n in range(2)))
     config = {
         "workflow": f"{tmp_path / 'broken.py'}:broken",
@@ -429,5 +555,8 @@ def test_sparring_train_exits_1_with_the_first_error_when_every_episode_failed(t
     (tmp_path / "job.yaml").write_text(json.dumps(config))
     result = CliRunner().invoke(app, ["train", str(tmp_path / "job.yaml")])
     assert result.exit_code == 1, result.output
-    assert result.output.startswith("error: every episode failed") and "first error: exception: KeyError: 'no field 0'" in result.output
+    assert (
+        result.output.startswith("error: every episode failed")
+        and "first error: exception: KeyError: 'no field 0'" in result.output
+    )
     assert not list((tmp_path / "run").rglob("final"))

@@ -39,7 +39,15 @@ def write_job(folder: Path, tiny_model_dir: Path, max_staleness: int) -> Path:
         "workflow": "sparring.envs.guess_number:guess_number",
         "run_dir": str(folder / "run"),
         "model": {"model_path": str(tiny_model_dir), "max_tokens": 3, "lora_rank": 2},
-        "algorithm": {"group_size": 2, "batch_size": 1, "learning_rate": 1e-3, "save_interval_steps": 1, "drop_zero_variance_groups": False, "episode_timeout_s": 60, "max_staleness": max_staleness},
+        "algorithm": {
+            "group_size": 2,
+            "batch_size": 1,
+            "learning_rate": 1e-3,
+            "save_interval_steps": 1,
+            "drop_zero_variance_groups": False,
+            "episode_timeout_s": 60,
+            "max_staleness": max_staleness,
+        },
         "train_dataset": {"tasks": TASKS, "total_steps": TOTAL_STEPS, "workflow_args": {"max_turns": 1}},
         "logging": {"tensorboard": False, "console": False, "save_rollouts": True},
     }
@@ -69,9 +77,15 @@ def checkpointed_step(run_dir: Path) -> int:
     assert set(torch.load(directory / "rng.pt", weights_only=False)) == {"torch", "numpy", "python"}
     for key, path in state["models"].items():
         model_state = json.loads((Path(path) / "state.json").read_text())
-        assert model_state["optimizer_steps"] == state["step"], f"{directory}: model {key} saved after {model_state['optimizer_steps']} optimizer steps"
-        assert load_file(Path(path) / "adapter" / "adapter_model.safetensors"), f"{directory}: model {key} has no adapter weights"
-        assert torch.load(Path(path) / "optimizer.pt", weights_only=False)["optimizer"]["state"], f"{directory}: model {key} has no optimizer state"
+        assert model_state["optimizer_steps"] == state["step"], (
+            f"{directory}: model {key} saved after {model_state['optimizer_steps']} optimizer steps"
+        )
+        assert load_file(Path(path) / "adapter" / "adapter_model.safetensors"), (
+            f"{directory}: model {key} has no adapter weights"
+        )
+        assert torch.load(Path(path) / "optimizer.pt", weights_only=False)["optimizer"]["state"], (
+            f"{directory}: model {key} has no optimizer state"
+        )
     return int(state["step"])
 
 
@@ -94,7 +108,9 @@ def test_sigkill_at_random_moments_then_resume_loses_at_most_one_step_a_kill(tmp
             # random moment of the step after: sampling, the update, or writing the checkpoint.
             target, launched = steps_before + rng.randint(2, 3), time.monotonic()
             while len(logged_steps(run_dir)) < target:
-                assert trainer.poll() is None, f"the trainer ended early:\n{(tmp_path / f'stderr-{kill}.txt').read_text()}"
+                assert trainer.poll() is None, (
+                    f"the trainer ended early:\n{(tmp_path / f'stderr-{kill}.txt').read_text()}"
+                )
                 assert time.monotonic() - launched < 120, f"kill {kill}: no new step within 120 s"
                 time.sleep(0.005)
             time.sleep(rng.uniform(0.0, 1.2) * step_seconds(run_dir))
@@ -102,7 +118,15 @@ def test_sigkill_at_random_moments_then_resume_loses_at_most_one_step_a_kill(tmp
             trainer.send_signal(signal.SIGKILL)
             trainer.wait(timeout=30)
         logged, saved = logged_steps(run_dir), checkpointed_step(run_dir)
-        outcomes.append({"kill": kill, "logged": len(logged), "checkpointed": saved, "lost": len(logged) - saved, "exit": trainer.returncode})
+        outcomes.append(
+            {
+                "kill": kill,
+                "logged": len(logged),
+                "checkpointed": saved,
+                "lost": len(logged) - saved,
+                "exit": trainer.returncode,
+            }
+        )
         assert logged == list(range(1, len(logged) + 1)), f"kill {kill}: steps logged {logged}"
         assert 0 <= len(logged) - saved <= 1, f"kill {kill}: {len(logged)} steps logged, checkpoint at step {saved}"
         command = [*train, "--resume", str(run_dir)]
@@ -113,6 +137,8 @@ def test_sigkill_at_random_moments_then_resume_loses_at_most_one_step_a_kill(tmp
     assert f"done: {TOTAL_STEPS} steps" in finished.stdout
     assert logged_steps(run_dir) == list(range(1, TOTAL_STEPS + 1))
     assert checkpointed_step(run_dir) == TOTAL_STEPS
-    final_adapter = next(line.split(": ", 1)[1].strip() for line in finished.stdout.splitlines() if line.strip().startswith("policy: "))
+    final_adapter = next(
+        line.split(": ", 1)[1].strip() for line in finished.stdout.splitlines() if line.strip().startswith("policy: ")
+    )
     assert load_file(Path(final_adapter) / "adapter_model.safetensors")
     print(f"kills: {outcomes}; whole test {time.monotonic() - started:.1f} s")

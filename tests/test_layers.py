@@ -9,8 +9,9 @@ package missing from the list fails too, so a new one is placed deliberately.
 from __future__ import annotations
 
 import ast
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "sparring"
@@ -61,7 +62,9 @@ def layering_breaks(order: list[str], public_api_users: set[str]) -> list[str]:
                 continue
             if there is None:
                 if here not in public_api_users:
-                    breaks.append(f"{path.relative_to(ROOT)}:{line}: {here} imports the package root (only {sorted(public_api_users)} may)")
+                    breaks.append(
+                        f"{path.relative_to(ROOT)}:{line}: {here} imports the package root (only {sorted(public_api_users)} may)"
+                    )
             elif there not in order or order.index(there) > order.index(here):
                 breaks.append(f"{path.relative_to(ROOT)}:{line}: {here} imports {name}, a floor above it")
     return breaks
@@ -75,4 +78,6 @@ def test_an_import_up_the_floors_is_caught():
     """The check itself: the real order reversed makes almost every arrow point up."""
     order, users = contract()
     breaks = layering_breaks(list(reversed(order)), users)
-    assert any("rollout imports sparring.clients" in line or "rollout imports sparring.types" in line for line in breaks), breaks[:5]
+    assert any(
+        "rollout imports sparring.clients" in line or "rollout imports sparring.types" in line for line in breaks
+    ), breaks[:5]

@@ -39,34 +39,64 @@ def ppo_data(seed: int = 0) -> list[types.Datum]:
         data.append(
             types.Datum(
                 model_input=types.ModelInput.from_ints(row[:-1]),
-                loss_fn_inputs={"target_tokens": row[1:], "logprobs": [rng.uniform(-4, -1) for _ in range(targets)], "advantages": [0.0] * 11 + [advantage] * (targets - 11)},
+                loss_fn_inputs={
+                    "target_tokens": row[1:],
+                    "logprobs": [rng.uniform(-4, -1) for _ in range(targets)],
+                    "advantages": [0.0] * 11 + [advantage] * (targets - 11),
+                },
             )
         )
     return data
 
 
-def forward_backward(bank: AdapterBank, data: list[types.Datum], fused: bool, pack: bool = False, prefix_tree: bool = True):
+def forward_backward(
+    bank: AdapterBank, data: list[types.Datum], fused: bool, pack: bool = False, prefix_tree: bool = True
+):
     for parameter in bank.parameters("policy"):
         parameter.grad = None
     with bank.use("policy"):
-        output = run_forward(bank.base_model, prepare_data(data, "ppo", 512), "ppo", {}, backward=True, token_budget=1024, prefix_tree=prefix_tree, fused=fused, pack_weights=pack)
+        output = run_forward(
+            bank.base_model,
+            prepare_data(data, "ppo", 512),
+            "ppo",
+            {},
+            backward=True,
+            token_budget=1024,
+            prefix_tree=prefix_tree,
+            fused=fused,
+            pack_weights=pack,
+        )
     return output, [parameter.grad.clone() for parameter in bank.parameters("policy")]
 
 
-@pytest.mark.parametrize("pack", [False, pytest.param(True, marks=pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN"))], ids=["mkl", "packed"])
+@pytest.mark.parametrize(
+    "pack",
+    [False, pytest.param(True, marks=pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN"))],
+    ids=["mkl", "packed"],
+)
 def test_the_fused_ops_give_the_composites_logprobs_and_gradients(bank, pack, monkeypatch):
     data = ppo_data()
     packs = []  # (module, transposed) of every packed weight the fused ops ask for
     for module in (lora_matmul, target_logprobs_module):
-        monkeypatch.setattr(module, "packed_frozen", lambda weight, transposed=False, _m=module.__name__: packs.append((_m, transposed)) or packed_frozen(weight, transposed))
+        monkeypatch.setattr(
+            module,
+            "packed_frozen",
+            lambda weight, transposed=False, _m=module.__name__: (
+                packs.append((_m, transposed)) or packed_frozen(weight, transposed)
+            ),
+        )
     calls, originals = [], {op: vars(op)["forward"] for op in (LoraMatmul, TargetLogprobs)}
     for op in originals:  # count the fused ops' forwards: the fused run must use both
-        op.forward = staticmethod(lambda ctx, *args, _op=op, _forward=op.forward: calls.append(_op) or _forward(ctx, *args))
+        op.forward = staticmethod(
+            lambda ctx, *args, _op=op, _forward=op.forward: calls.append(_op) or _forward(ctx, *args)
+        )
     try:
         fused, fused_gradients = forward_backward(bank, data, fused=True, pack=pack)
         assert LoraMatmul in calls and TargetLogprobs in calls
         # packed: forward (W) and backward (W^T) matmuls of the LoRA layers and the head, and nothing packed otherwise
-        assert set(packs) == ({(m.__name__, t) for m in (lora_matmul, target_logprobs_module) for t in (False, True)} if pack else set())
+        assert set(packs) == (
+            {(m.__name__, t) for m in (lora_matmul, target_logprobs_module) for t in (False, True)} if pack else set()
+        )
         calls.clear()
         composite, composite_gradients = forward_backward(bank, data, fused=False)
         assert calls == []
@@ -76,7 +106,9 @@ def test_the_fused_ops_give_the_composites_logprobs_and_gradients(bank, pack, mo
     assert fused.loss == pytest.approx(composite.loss, rel=1e-5)
     for ours, reference in zip(fused.loss_fn_outputs, composite.loss_fn_outputs):
         torch.testing.assert_close(ours["logprobs"].to_torch(), reference["logprobs"].to_torch(), rtol=1e-5, atol=1e-5)
-    assert len(fused_gradients) == len(composite_gradients) and all(gradient.abs().sum() > 0 for gradient in composite_gradients)
+    assert len(fused_gradients) == len(composite_gradients) and all(
+        gradient.abs().sum() > 0 for gradient in composite_gradients
+    )
     for ours, reference in zip(fused_gradients, composite_gradients):
         torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-5 * float(reference.abs().max()))
 
@@ -120,7 +152,10 @@ def test_target_logprobs_match_log_softmax_through_repeated_backwards():
     for _ in range(2):  # the saved logits survive a backward
         (fused_grad,) = torch.autograd.grad((fused * upstream).sum(), hidden, retain_graph=True)
         torch.testing.assert_close(fused_grad, reference_grad)
-    torch.autograd.gradcheck(lambda h: TargetLogprobs.apply(h, head.weight.double(), None, targets, False), (torch.randn(300, 8, dtype=torch.float64, requires_grad=True),))
+    torch.autograd.gradcheck(
+        lambda h: TargetLogprobs.apply(h, head.weight.double(), None, targets, False),
+        (torch.randn(300, 8, dtype=torch.float64, requires_grad=True),),
+    )
     assert target_logprobs(torch.nn.Linear(8, 50), hidden, targets) is None  # a trainable head: the composite runs
 
 
@@ -131,12 +166,16 @@ def test_the_sampler_writes_the_effective_weight_peft_would_merge(bank):
         out = torch.empty_like(part.weight)
         part.write_effective(out)
         # peft's merge, to float32 rounding (one fused multiply-add instead of its three passes)
-        torch.testing.assert_close(out, part.weight.detach() + layer.get_delta_weight("policy").detach(), rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(
+            out, part.weight.detach() + layer.get_delta_weight("policy").detach(), rtol=1e-6, atol=1e-7
+        )
 
 
 def test_the_effective_weight_adds_every_active_adapter():
     torch.manual_seed(0)
-    model = get_peft_model(torch.nn.Sequential(torch.nn.Linear(16, 24)), LoraConfig(r=4, lora_alpha=8, target_modules=["0"]))
+    model = get_peft_model(
+        torch.nn.Sequential(torch.nn.Linear(16, 24)), LoraConfig(r=4, lora_alpha=8, target_modules=["0"])
+    )
     model.add_adapter("second", LoraConfig(r=2, lora_alpha=6, target_modules=["0"]))
     model.base_model.set_adapter(["default", "second"])
     layer = model.base_model.model[0]
@@ -154,13 +193,31 @@ def test_the_effective_weight_adds_every_active_adapter():
 def test_without_untrained_logprobs_the_trained_positions_get_the_same_logprobs_loss_and_gradients(bank, loss_fn):
     data = ppo_data(seed=2)
     if loss_fn == "cross_entropy":
-        data = [types.Datum(model_input=d.model_input, loss_fn_inputs={"target_tokens": d.loss_fn_inputs["target_tokens"], "weights": d.loss_fn_inputs["advantages"].to_torch().abs()}) for d in data]
+        data = [
+            types.Datum(
+                model_input=d.model_input,
+                loss_fn_inputs={
+                    "target_tokens": d.loss_fn_inputs["target_tokens"],
+                    "weights": d.loss_fn_inputs["advantages"].to_torch().abs(),
+                },
+            )
+            for d in data
+        ]
     runs = []
     for untrained in (True, False):
         for parameter in bank.parameters("policy"):
             parameter.grad = None
         with bank.use("policy"):
-            output = run_forward(bank.base_model, prepare_data(data, loss_fn, 512), loss_fn, {}, backward=True, token_budget=1024, prefix_tree=True, untrained_logprobs=untrained)
+            output = run_forward(
+                bank.base_model,
+                prepare_data(data, loss_fn, 512),
+                loss_fn,
+                {},
+                backward=True,
+                token_budget=1024,
+                prefix_tree=True,
+                untrained_logprobs=untrained,
+            )
         runs.append((output, [parameter.grad.clone() for parameter in bank.parameters("policy")]))
     (every, every_gradients), (trained_only, trained_gradients) = runs
     assert trained_only.loss == pytest.approx(every.loss, rel=1e-6)

@@ -59,15 +59,25 @@ def test_grpo_learns_a_toy_task_from_chance_to_the_optimum(tiny_model_dir, tiny_
     base_probs_P_V = first_token_probs(tiny_loaded.model, tiny_loaded.renderer, PROMPTS)
     targets = choose_targets(base_probs_P_V)
     chance = base_probs_P_V[:, targets].sum(-1).mean().item()
-    assert 0.05 <= chance <= 0.15, f"target set {targets} has base mass {chance:.3f}; the task is meant to start near 10 %"
+    assert 0.05 <= chance <= 0.15, (
+        f"target set {targets} has base mass {chance:.3f}; the task is meant to start near 10 %"
+    )
 
     result = tune(
         workflow_func=first_token_in_targets,
-        train_dataset=DatasetConfig(tasks=[{"prompt": p, "targets": targets} for p in PROMPTS], total_steps=STEPS, seed=0),
+        train_dataset=DatasetConfig(
+            tasks=[{"prompt": p, "targets": targets} for p in PROMPTS], total_steps=STEPS, seed=0
+        ),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=1, lora_rank=4),
         algorithm=AlgorithmConfig(
-            algorithm_type="grpo", group_size=8, batch_size=4, learning_rate=1e-3, seed=0,
-            save_interval_steps=0, eval_interval_steps=0, episode_timeout_s=60,
+            algorithm_type="grpo",
+            group_size=8,
+            batch_size=4,
+            learning_rate=1e-3,
+            seed=0,
+            save_interval_steps=0,
+            eval_interval_steps=0,
+            episode_timeout_s=60,
         ),
         run_dir=tmp_path / "run",
         logging=QUIET,

@@ -4,7 +4,6 @@ evaluated beside its scripted baselines, through `benchmarks/learning_suite/run.
 import sys
 
 import pytest
-
 from benchmark_scripts import BENCHMARKS
 
 SUITE = BENCHMARKS / "learning_suite"

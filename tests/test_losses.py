@@ -35,11 +35,15 @@ def numeric_grad(name, values, inputs, config, eps=1e-6):
         up, down = list(values), list(values)
         up[i] += eps
         down[i] -= eps
-        grads.append((reference_loss(name, up, inputs, config) - reference_loss(name, down, inputs, config)) / (2 * eps))
+        grads.append(
+            (reference_loss(name, up, inputs, config) - reference_loss(name, down, inputs, config)) / (2 * eps)
+        )
     return grads
 
 
-@pytest.mark.parametrize("name", sorted(name for name, spec in LOSSES.items() if not spec.term))  # terms: tests/test_league.py
+@pytest.mark.parametrize(
+    "name", sorted(name for name, spec in LOSSES.items() if not spec.term)
+)  # terms: tests/test_league.py
 @pytest.mark.parametrize("config", [{}, {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}, {"beta": 0.3}])
 def test_loss_matches_reference_value_and_gradient(name, config):
     config = {k: v for k, v in config.items() if k in LOSSES[name].config_keys}
@@ -59,7 +63,9 @@ def test_loss_matches_reference_value_and_gradient(name, config):
     assert loss.item() == pytest.approx(reference_loss(name, target.tolist(), plain_inputs, config), rel=1e-9, abs=1e-9)
     if name == "cispo":
         # The clipped ratio is a stop-gradient weight: d/dlp = -clip(r) * A.
-        ratio = torch.exp(target - inputs["logprobs"]).clamp(config.get("clip_low_threshold", 0.8), config.get("clip_high_threshold", 1.2))
+        ratio = torch.exp(target - inputs["logprobs"]).clamp(
+            config.get("clip_low_threshold", 0.8), config.get("clip_high_threshold", 1.2)
+        )
         expected = (-ratio * inputs["advantages"]).tolist()
     else:
         expected = numeric_grad(name, target.tolist(), plain_inputs, config)

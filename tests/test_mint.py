@@ -35,13 +35,33 @@ API_KEY = "tml-sparring-mint"
 def mint_overlay(request, tmp_path_factory) -> Path:
     """mindlab-toolkit and the tinker it pins, kept in the pytest cache (built for this run only under -p no:cacheprovider)."""
     cache = getattr(request.config, "cache", None)
-    return pip_overlay(pinned("mint"), cache.mkdir("mint-overlay") if cache is not None else tmp_path_factory.mktemp("mint-overlay"))
+    return pip_overlay(
+        pinned("mint"), cache.mkdir("mint-overlay") if cache is not None else tmp_path_factory.mktemp("mint-overlay")
+    )
 
 
 def run_recipe(overlay: Path, url: str, base_model: str, report: Path) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TINKER_", "MINT_"))}
-    env.update(PYTHONPATH=str(overlay), MINT_BASE_URL=url, MINT_API_KEY=API_KEY, MINT_BASE_MODEL=base_model, MINT_LORA_RANK="4", HF_HUB_OFFLINE="1")
-    command = [sys.executable, str(RECIPE), "--epochs", "1", "--arguments", "2", "--max-tokens", "6", "--report", str(report)]
+    env.update(
+        PYTHONPATH=str(overlay),
+        MINT_BASE_URL=url,
+        MINT_API_KEY=API_KEY,
+        MINT_BASE_MODEL=base_model,
+        MINT_LORA_RANK="4",
+        HF_HUB_OFFLINE="1",
+    )
+    command = [
+        sys.executable,
+        str(RECIPE),
+        "--epochs",
+        "1",
+        "--arguments",
+        "2",
+        "--max-tokens",
+        "6",
+        "--report",
+        str(report),
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -66,10 +86,16 @@ def test_mint_debate_recipe_trains_both_debaters_against_sparring_serve(served, 
         adapter = load_file(served.base_dir / weights_key / kind / name / "adapter_model.safetensors")
         lora_b = {key: tensor for key, tensor in adapter.items() if "lora_B" in key}
         assert lora_b and all(tensor.abs().max() > 0 for tensor in lora_b.values()), f"{path}: a LoRA B is still zero"
-    assert [argument["path"] for argument in found["arguments"]] == found["paths"] and all(argument["tokens"] > 0 for argument in found["arguments"])
+    assert [argument["path"] for argument in found["arguments"]] == found["paths"] and all(
+        argument["tokens"] > 0 for argument in found["arguments"]
+    )
 
 
 def test_mint_only_extensions_get_a_404_that_names_them(served):
     for endpoint in ("forward_backward_reverse_kl", "checkpoints/interpolate"):
         answer = httpx.post(f"{served.url}/api/v1/mint/{endpoint}", json={}, headers={"X-API-Key": API_KEY}, timeout=30)
-        assert answer.status_code == 404 and "MinT-only extension" in answer.json()["detail"] and endpoint in answer.json()["detail"]
+        assert (
+            answer.status_code == 404
+            and "MinT-only extension" in answer.json()["detail"]
+            and endpoint in answer.json()["detail"]
+        )

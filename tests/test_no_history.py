@@ -43,7 +43,9 @@ def test_no_tracked_file_names_a_session():
     files = tracked_files()
     assert len(files) > 50, "git ls-files listed almost nothing"
     found = history_lines(files)
-    assert not found, "tracked files narrate history by session number (state what holds now, or a date):\n" + "\n".join(found)
+    assert not found, (
+        "tracked files narrate history by session number (state what holds now, or a date):\n" + "\n".join(found)
+    )
 
 
 def test_packaged_configs_have_short_headers():

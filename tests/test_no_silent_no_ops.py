@@ -33,7 +33,16 @@ def test_an_eval_dataset_without_an_interval_is_evaluated_before_and_after_train
 
 
 def test_a_max_model_len_beyond_the_models_context_is_a_config_error(tiny_model_dir, tmp_path):
-    config = load_config_file(_write(tmp_path, {"workflow": "tests.test_training_signal:same_reward_every_time", "model": {"model_path": str(tiny_model_dir), "max_model_len": 16384}, "train_dataset": {"tasks": TASKS}}))
+    config = load_config_file(
+        _write(
+            tmp_path,
+            {
+                "workflow": "tests.test_training_signal:same_reward_every_time",
+                "model": {"model_path": str(tiny_model_dir), "max_model_len": 16384},
+                "train_dataset": {"tasks": TASKS},
+            },
+        )
+    )
     with pytest.raises(ConfigError, match=r"model.max_model_len: 16384 is beyond the context of .*, 1024 tokens"):
         asyncio.run(run_debug_episodes(config))
 
@@ -41,7 +50,9 @@ def test_a_max_model_len_beyond_the_models_context_is_a_config_error(tiny_model_
 def test_tasks_0_is_an_error_not_silence():
     for command in (["run", "guess_number", "--tasks", "0"], ["eval", "guess_number", "--tasks", "0"]):
         result = CliRunner().invoke(app, command)
-        assert result.exit_code == 2 and result.output.strip() == "error: --tasks 0: give at least 1 task", result.output
+        assert result.exit_code == 2 and result.output.strip() == "error: --tasks 0: give at least 1 task", (
+            result.output
+        )
 
 
 def test_an_overrides_error_names_the_override_not_the_packaged_file():
@@ -53,11 +64,15 @@ def test_an_overrides_error_names_the_override_not_the_packaged_file():
         load_config("guess_number", ["algorithm.gruop_size=4"])
 
 
-def test_a_workflow_module_beside_the_config_wins_over_a_same_named_folder_in_the_working_directory(tmp_path, monkeypatch):
+def test_a_workflow_module_beside_the_config_wins_over_a_same_named_folder_in_the_working_directory(
+    tmp_path, monkeypatch
+):
     game = tmp_path / "games" / "rhyme"
     game.mkdir(parents=True)
     (game / "rhyme.py").write_text("async def rhyme(task, model, auxiliary_models):\n    return None\n")
-    (tmp_path / "rhyme").mkdir()  # e.g. the game's data folder: a namespace package named `rhyme` in the working directory
+    (
+        tmp_path / "rhyme"
+    ).mkdir()  # e.g. the game's data folder: a namespace package named `rhyme` in the working directory
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     config = load_config_file(_write(game, {"workflow": "rhyme:rhyme", "train_dataset": {"tasks": TASKS}}))

@@ -15,14 +15,21 @@ pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason
 
 
 def datum(tokens: list[int]) -> types.Datum:
-    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)},
+    )
 
 
 @pytest.mark.parametrize("train_unembed", [False, True], ids=["attn+mlp", "with-tied-head"])
-def test_sampling_folds_the_adapter_into_packed_copies_and_never_writes_the_base_weights(tiny_model_dir, tmp_path, train_unembed):
+def test_sampling_folds_the_adapter_into_packed_copies_and_never_writes_the_base_weights(
+    tiny_model_dir, tmp_path, train_unembed
+):
     def client(pack: bool):
         path = shutil.copytree(tiny_model_dir, tmp_path / f"pack-{pack}")  # an engine of its own per setting
-        service = ServiceClient(base_dir=tmp_path / f"checkpoints-{pack}", engine_config=EngineConfig(pack_cpu_weights=pack))
+        service = ServiceClient(
+            base_dir=tmp_path / f"checkpoints-{pack}", engine_config=EngineConfig(pack_cpu_weights=pack)
+        )
         return service.create_lora_training_client(str(path), rank=4, seed=3, train_unembed=train_unembed)
 
     packed_client, merged_client = client(True), client(False)

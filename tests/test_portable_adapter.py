@@ -20,7 +20,9 @@ LOAD = "import sys; from peft import AutoPeftModelForCausalLM; print(type(AutoPe
 
 def test_an_adapter_loads_by_hub_id_where_its_local_base_path_does_not_exist(tiny_model_dir, tmp_path, monkeypatch):
     local = shutil.copytree(tiny_model_dir, tmp_path / "local-weights")
-    monkeypatch.setitem(catalogue.KNOWN_MODELS, "tiny-chat", lambda: ModelSpec(name="tiny-chat", kind="hf_dir", path=local))
+    monkeypatch.setitem(
+        catalogue.KNOWN_MODELS, "tiny-chat", lambda: ModelSpec(name="tiny-chat", kind="hf_dir", path=local)
+    )
     monkeypatch.setitem(catalogue.HUB_IDS, "tiny-chat", HUB_ID)
     client = ServiceClient(base_dir=tmp_path / "server").create_lora_training_client("tiny-chat", rank=2)
     saved = client.save_weights_for_sampler("portable").result().path
@@ -40,5 +42,12 @@ def test_an_adapter_loads_by_hub_id_where_its_local_base_path_does_not_exist(tin
     shutil.rmtree(local)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf-home")}
     for adapter in (saved, exported):
-        loaded = subprocess.run([sys.executable, "-c", LOAD, str(adapter)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        loaded = subprocess.run(
+            [sys.executable, "-c", LOAD, str(adapter)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert loaded.returncode == 0 and "PeftModelForCausalLM" in loaded.stdout, loaded.stderr[-2000:]

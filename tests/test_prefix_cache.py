@@ -13,7 +13,9 @@ import torch
 from sparring import EngineConfig, ServiceClient, types
 from sparring.engine.prefix_cache import PrefillCounts, PrefixCache
 
-SYSTEM = "You are a player in a game of werewolf. The rules: every night the wolves choose a victim; every day all vote."
+SYSTEM = (
+    "You are a player in a game of werewolf. The rules: every night the wolves choose a victim; every day all vote."
+)
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["packed", "merged"])
@@ -33,17 +35,24 @@ def clients(request, tiny_model_dir, tmp_path_factory):
 
 def step(client) -> None:
     prompt = chat(client, "hello")
-    datum = types.Datum(model_input=types.ModelInput.from_ints(prompt[:-1]), loss_fn_inputs={"target_tokens": prompt[1:], "weights": [1.0] * (len(prompt) - 1)})
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(prompt[:-1]),
+        loss_fn_inputs={"target_tokens": prompt[1:], "weights": [1.0] * (len(prompt) - 1)},
+    )
     client.forward_backward([datum], "cross_entropy").result()
     client.optim_step(types.AdamParams(learning_rate=5e-2)).result()
 
 
 def chat(client, *turns: str) -> list[int]:
-    messages = [{"role": "system", "content": SYSTEM}] + [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    messages = [{"role": "system", "content": SYSTEM}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)
+    ]
     return client.get_renderer().render(messages)
 
 
-def sample_all(client, requests: list[tuple[list[int], int, types.SamplingParams]]) -> tuple[list[types.SampleResponse], PrefillCounts]:
+def sample_all(
+    client, requests: list[tuple[list[int], int, types.SamplingParams]]
+) -> tuple[list[types.SampleResponse], PrefillCounts]:
     """Submit every request at once (the engine batches them); the responses and what prefilling them cost."""
     engine = client.engine
     before = PrefillCounts() + engine.prefill_counts
@@ -79,8 +88,14 @@ def test_cached_prefixes_give_the_same_tokens_and_logprobs_and_skip_their_prefil
     again = both(clients, [(first, 2, params)])
     assert again.prefilled_tokens == 1 and again.cached_tokens == len(first) - 1  # the last token runs for its logits
     # A batch of several prompts sharing the system prompt (and one new one), several samples each, with choices.
-    choose = types.SamplingParams(seed=5, temperature=1.5, constraint=types.OutputConstraint(choices=["Player1", "Player2", "nobody"]))
-    batch = [(first, 3, params), (chat(cached_client, "who is the seer?"), 2, choose), (chat(cached_client, "vote now"), 1, params)]
+    choose = types.SamplingParams(
+        seed=5, temperature=1.5, constraint=types.OutputConstraint(choices=["Player1", "Player2", "nobody"])
+    )
+    batch = [
+        (first, 3, params),
+        (chat(cached_client, "who is the seer?"), 2, choose),
+        (chat(cached_client, "vote now"), 1, params),
+    ]
     shared = [next(i for i, (a, b) in enumerate(zip(first, prompt)) if a != b) for prompt, _, _ in batch[1:]]
     counts = both(clients, batch)
     assert counts.cached_tokens == len(first) - 1 + sum(shared)  # the others find what they share with `first`
@@ -91,7 +106,9 @@ def test_a_prompt_that_several_requests_of_a_batch_share_is_prefilled_once_and_s
     _, uncached_client = clients
     prompt = chat(uncached_client, "what number am I thinking of?")
     seeded = [types.SamplingParams(max_tokens=8, seed=seed, temperature=1.0, stop=[]) for seed in range(4)]
-    together, counts = sample_all(uncached_client, [(prompt, 1, params) for params in seeded])  # a GRPO group's episodes
+    together, counts = sample_all(
+        uncached_client, [(prompt, 1, params) for params in seeded]
+    )  # a GRPO group's episodes
     assert (counts.requests, counts.prompt_tokens, counts.prefilled_tokens) == (4, 4 * len(prompt), len(prompt))
     alone = [sample_all(uncached_client, [(prompt, 1, params)])[0][0] for params in seeded]
     assert_same(together, alone)
@@ -102,7 +119,11 @@ def test_a_conversation_prefills_only_its_new_tokens(clients):
     params = types.SamplingParams(max_tokens=10, seed=11, temperature=1.0, stop=[])
     opening = chat(cached_client, "night falls. who do you accuse?")
     (reply,), _ = both_responses(clients, [(opening, 1, params)])
-    follow_up = opening + reply.sequences[0].tokens + cached_client.get_renderer().render([{"role": "user", "content": "why?"}])[-8:]
+    follow_up = (
+        opening
+        + reply.sequences[0].tokens
+        + cached_client.get_renderer().render([{"role": "user", "content": "why?"}])[-8:]
+    )
     counts = both(clients, [(follow_up, 1, params)])
     assert counts.prefilled_tokens == len(follow_up) - len(opening) - len(reply.sequences[0].tokens) + 1
 
@@ -143,7 +164,9 @@ def test_eviction_keeps_the_cache_within_its_budget_least_recently_used_first():
     match = store.match(newer + [1])
     assert match.length == len(newer) and match.kv_L_2_H_N_D()[0, 0, 0, :, 0].tolist() == newer
     store.insert(list(range(300, 315)), kv(list(range(300, 315))))  # 45 tokens: the least recently used go
-    assert cache.bytes <= cache.budget_bytes and store.match(old).length == 0 and store.match(newer).length == len(newer)
+    assert (
+        cache.bytes <= cache.budget_bytes and store.match(old).length == 0 and store.match(newer).length == len(newer)
+    )
     assert store.match(shared).length == 5  # its own tail went first; the part it shares with `newer` stays
     assert cache.bytes == sum(node.nbytes for node in cache._recent)
     assert cache.store("policy", fingerprint=1).match(newer).length == 0 and cache.bytes == 0
@@ -167,7 +190,13 @@ def test_a_second_run_in_the_same_process_gets_the_budget_it_configured(tiny_mod
         prompt = sampler.get_renderer().render([{"role": "user", "content": "hello there"}])
         sampler.sample(types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=4, seed=1)).result()
         assert sampler.engine.config.prefix_cache_mib == mib
-        assert (sampler.engine.prefix_cache is None) == (mib == 0) and (mib == 0 or sampler.engine.prefix_cache.budget_bytes == int(mib * 2**20))
-    other = ServiceClient(base_dir=tmp_path / "ckpt-other", engine_config=EngineConfig(prefix_cache_mib=2.0, max_batch_rows=3))
-    assert other.create_sampling_client(base_model=path).engine.config.max_batch_rows != 3  # one engine: not applied ...
+        assert (sampler.engine.prefix_cache is None) == (mib == 0) and (
+            mib == 0 or sampler.engine.prefix_cache.budget_bytes == int(mib * 2**20)
+        )
+    other = ServiceClient(
+        base_dir=tmp_path / "ckpt-other", engine_config=EngineConfig(prefix_cache_mib=2.0, max_batch_rows=3)
+    )
+    assert (
+        other.create_sampling_client(base_model=path).engine.config.max_batch_rows != 3
+    )  # one engine: not applied ...
     assert "max_batch_rows" in caplog.text  # ... and said so

@@ -55,7 +55,11 @@ def distinct_prefixes(rows) -> int:
 
 @pytest.mark.parametrize("budget", [30, 100, 10_000])
 def test_every_distinct_prefix_is_one_node_and_every_position_reads_its_own(budget):
-    rows = game_tokens(games=12, turns=4) + [SYSTEM, SYSTEM + [301, 2], game_tokens(1, 4)[0]]  # nested and repeated datums
+    rows = game_tokens(games=12, turns=4) + [
+        SYSTEM,
+        SYSTEM + [301, 2],
+        game_tokens(1, 4)[0],
+    ]  # nested and repeated datums
     plan = plan_tree_batches(as_tensors(rows), budget)
     assert sorted(i for batch in plan for i in batch.indices) == list(range(len(rows)))
     for batch in plan:
@@ -65,7 +69,9 @@ def test_every_distinct_prefix_is_one_node_and_every_position_reads_its_own(budg
         for row, nodes_N in zip(members, batch.nodes_of):
             assert batch.tokens_N[nodes_N].tolist() == row and batch.depths_N[nodes_N].tolist() == list(range(len(row)))
             assert (nodes_N[1:] > nodes_N[:-1]).all()  # each node after its parent
-        for (row_a, nodes_a), (row_b, nodes_b) in zip(zip(members, batch.nodes_of), list(zip(members, batch.nodes_of))[1:]):
+        for (row_a, nodes_a), (row_b, nodes_b) in zip(
+            zip(members, batch.nodes_of), list(zip(members, batch.nodes_of))[1:]
+        ):
             common = next((k for k, (x, y) in enumerate(zip(row_a, row_b)) if x != y), min(len(row_a), len(row_b)))
             assert nodes_a[:common].tolist() == nodes_b[:common].tolist()  # the same prefix is the same nodes...
             assert common == min(len(row_a), len(row_b)) or nodes_a[common] != nodes_b[common]  # ...and no more
@@ -100,7 +106,9 @@ def test_chunked_attention_sees_exactly_each_nodes_ancestors(chunk):
 def test_only_plain_full_attention_models_run_as_trees(tiny_loaded):
     config = tiny_loaded.model.config
     assert runs_as_trees(config)
-    windowed = type(config).from_dict({**config.to_dict(), "layer_types": ["sliding_attention"] * config.num_hidden_layers})
+    windowed = type(config).from_dict(
+        {**config.to_dict(), "layer_types": ["sliding_attention"] * config.num_hidden_layers}
+    )
     assert not runs_as_trees(windowed)
 
 
@@ -140,7 +148,10 @@ def weighted_data(rows, seed=0):
     """Cross-entropy with a weight on every position, prompt included: shared positions carry loss and gradient."""
     rng = random.Random(seed)
     return [
-        types.Datum(model_input=types.ModelInput.from_ints(row[:-1]), loss_fn_inputs={"target_tokens": row[1:], "weights": [rng.uniform(0, 1) for _ in row[1:]]})
+        types.Datum(
+            model_input=types.ModelInput.from_ints(row[:-1]),
+            loss_fn_inputs={"target_tokens": row[1:], "weights": [rng.uniform(0, 1) for _ in row[1:]]},
+        )
         for row in rows
     ]
 
@@ -149,12 +160,22 @@ def run(bank, data, loss_fn, prefix_tree, token_budget):
     for parameter in bank.parameters("policy"):
         parameter.grad = None
     with bank.use("policy"):
-        output = run_forward(bank.base_model, prepare_data(data, loss_fn, 512), loss_fn, {}, backward=True, token_budget=token_budget, prefix_tree=prefix_tree)
+        output = run_forward(
+            bank.base_model,
+            prepare_data(data, loss_fn, 512),
+            loss_fn,
+            {},
+            backward=True,
+            token_budget=token_budget,
+            prefix_tree=prefix_tree,
+        )
     gradients = [parameter.grad.clone() for parameter in bank.parameters("policy")]
     return output, gradients
 
 
-@pytest.mark.parametrize("loss_fn, make_data", [("ppo", policy_data), ("cross_entropy", weighted_data), ("dro", policy_data)])
+@pytest.mark.parametrize(
+    "loss_fn, make_data", [("ppo", policy_data), ("cross_entropy", weighted_data), ("dro", policy_data)]
+)
 @pytest.mark.parametrize("token_budget", [40, 1024])
 def test_prefix_trees_give_the_same_loss_logprobs_and_gradients(bank, loss_fn, make_data, token_budget):
     rows = grpo_tokens(prompts=3, group=4, seed=token_budget) + game_tokens(games=16, turns=6, seed=token_budget)
@@ -163,13 +184,22 @@ def test_prefix_trees_give_the_same_loss_logprobs_and_gradients(bank, loss_fn, m
     whole, whole_gradients = run(bank, data, loss_fn, prefix_tree=False, token_budget=token_budget)
     shared, shared_gradients = run(bank, data, loss_fn, prefix_tree=True, token_budget=token_budget)
     if token_budget > 128:  # tries of several attention chunks
-        assert max(len(batch.tokens_N) for batch in plan_tree_batches(as_tensors([row[:-1] for row in rows]), token_budget)) > 128
+        assert (
+            max(
+                len(batch.tokens_N) for batch in plan_tree_batches(as_tensors([row[:-1] for row in rows]), token_budget)
+            )
+            > 128
+        )
     assert shared.loss == pytest.approx(whole.loss, rel=1e-5, abs=1e-5)
     for ours, reference in zip(shared.loss_fn_outputs, whole.loss_fn_outputs):
         torch.testing.assert_close(ours["logprobs"].to_torch(), reference["logprobs"].to_torch(), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(ours["elementwise_loss"].to_torch(), reference["elementwise_loss"].to_torch(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            ours["elementwise_loss"].to_torch(), reference["elementwise_loss"].to_torch(), rtol=1e-5, atol=1e-5
+        )
     assert any(gradient.abs().sum() > 0 for gradient in whole_gradients)
-    for ours, reference in zip(shared_gradients, whole_gradients):  # float32 sums in another order: 1e-4 of the largest entry
+    for ours, reference in zip(
+        shared_gradients, whole_gradients
+    ):  # float32 sums in another order: 1e-4 of the largest entry
         torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-4 * float(reference.abs().max()))
 
 
@@ -178,13 +208,47 @@ def test_a_recorded_step_replays_with_each_calls_advantage_on_the_tokens_it_samp
 
     recorded = load_benchmark("recorded_steps")
     lines = [
-        {"agent": "policy", "model": "policy", "num_calls": 2, "tokens": [5, 6, 7, 8, 9, 10, 11], "loss_mask": [0, 0, 1, 1, 0, 1, 0], "logprobs": [0, 0, -1, -2, 0, -3, 0], "call_index": [-1, -1, 0, 0, -1, 1, -1], "advantage": [0.5, -1.0]},
-        {"agent": "policy", "model": "policy", "num_calls": 1, "tokens": [5, 6, 7], "loss_mask": [0, 1, 1], "logprobs": [0, -1, -1], "call_index": [-1, 0, 0], "advantage": 2.0},
-        {"agent": "policy", "model": "policy", "num_calls": 1, "tokens": [5, 6, 7], "loss_mask": [0, 1, 1], "logprobs": [0, -1, -1], "call_index": [-1, 0, 0], "advantage": None},  # not trained
+        {
+            "agent": "policy",
+            "model": "policy",
+            "num_calls": 2,
+            "tokens": [5, 6, 7, 8, 9, 10, 11],
+            "loss_mask": [0, 0, 1, 1, 0, 1, 0],
+            "logprobs": [0, 0, -1, -2, 0, -3, 0],
+            "call_index": [-1, -1, 0, 0, -1, 1, -1],
+            "advantage": [0.5, -1.0],
+        },
+        {
+            "agent": "policy",
+            "model": "policy",
+            "num_calls": 1,
+            "tokens": [5, 6, 7],
+            "loss_mask": [0, 1, 1],
+            "logprobs": [0, -1, -1],
+            "call_index": [-1, 0, 0],
+            "advantage": 2.0,
+        },
+        {
+            "agent": "policy",
+            "model": "policy",
+            "num_calls": 1,
+            "tokens": [5, 6, 7],
+            "loss_mask": [0, 1, 1],
+            "logprobs": [0, -1, -1],
+            "call_index": [-1, 0, 0],
+            "advantage": None,
+        },  # not trained
     ]
     path = tmp_path / "step_0.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines))
     first, second = recorded.recorded_datums(path)
-    assert first.model_input.to_ints() == [5, 6, 7, 8, 9, 10] and first.loss_fn_inputs["target_tokens"].tolist() == [6, 7, 8, 9, 10, 11]
+    assert first.model_input.to_ints() == [5, 6, 7, 8, 9, 10] and first.loss_fn_inputs["target_tokens"].tolist() == [
+        6,
+        7,
+        8,
+        9,
+        10,
+        11,
+    ]
     assert first.loss_fn_inputs["advantages"].tolist() == [0.0, 0.5, 0.5, 0.0, -1.0, 0.0]
     assert second.loss_fn_inputs["advantages"].tolist() == [2.0, 2.0]

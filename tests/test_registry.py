@@ -9,7 +9,15 @@ import yaml
 from typer.testing import CliRunner
 
 from sparring.cli import app
-from sparring.envs import GAMES, UnknownGameError, game_config_path, game_folder, load_config, load_game_config, task_maker
+from sparring.envs import (
+    GAMES,
+    UnknownGameError,
+    game_config_path,
+    game_folder,
+    load_config,
+    load_game_config,
+    task_maker,
+)
 from sparring.trainer import ConfigError, import_object, load_train_and_eval_tasks
 
 runner = CliRunner()
@@ -40,16 +48,26 @@ def test_a_games_config_reads_its_data_from_its_folder_from_any_directory(tmp_pa
     assert len(train) == 128 and len(held_out) == 100
     (tmp_path / "mine.jsonl").write_text('{"secret": 3}\n')
     overridden = load_game_config("guess_number", ["train_dataset.path=mine.jsonl"])
-    assert overridden.train_dataset.path == "mine.jsonl"  # a path the user gives stays relative to the working directory
+    assert (
+        overridden.train_dataset.path == "mine.jsonl"
+    )  # a path the user gives stays relative to the working directory
     assert load_train_and_eval_tasks(overridden.train_dataset, None)[0][0]["secret"] == 3
 
 
 def test_load_config_takes_a_yaml_path_as_before_or_a_games_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump({"workflow": "sparring.envs.guess_number:guess_number", "train_dataset": {"path": "data/train.jsonl"}}))
-    assert load_config("job.yaml").train_dataset.path == "data/train.jsonl"  # not rebased: relative to the working directory
+    (tmp_path / "job.yaml").write_text(
+        yaml.safe_dump(
+            {"workflow": "sparring.envs.guess_number:guess_number", "train_dataset": {"path": "data/train.jsonl"}}
+        )
+    )
+    assert (
+        load_config("job.yaml").train_dataset.path == "data/train.jsonl"
+    )  # not rebased: relative to the working directory
     assert load_config("tictactoe").workflow == "sparring.envs.tictactoe:tictactoe"
-    (tmp_path / "tictactoe").write_text(yaml.safe_dump({"workflow": "sparring.envs.debate:Debate", "train_dataset": {"tasks": [{"topic": "x"}]}}))
+    (tmp_path / "tictactoe").write_text(
+        yaml.safe_dump({"workflow": "sparring.envs.debate:Debate", "train_dataset": {"tasks": [{"topic": "x"}]}})
+    )
     assert load_config("tictactoe").workflow == "sparring.envs.debate:Debate"  # an existing file wins over a name
     with pytest.raises(UnknownGameError, match="unknown game 'chess'; known games: " + ", ".join(GAMES)):
         load_config("chess")
@@ -59,7 +77,16 @@ def test_load_config_takes_a_yaml_path_as_before_or_a_games_name(tmp_path, monke
 
 def tiny(tiny_model_dir, tmp_path) -> list[str]:
     """--set overrides that put a game's default config on the tiny model and keep its records in tmp_path."""
-    return ["--set", f"model.model_path={tiny_model_dir}", "--set", "model.lora_rank=4", "--set", f"run_dir={tmp_path / 'run'}", "--set", "logging.tensorboard=false"]
+    return [
+        "--set",
+        f"model.model_path={tiny_model_dir}",
+        "--set",
+        "model.lora_rank=4",
+        "--set",
+        f"run_dir={tmp_path / 'run'}",
+        "--set",
+        "logging.tensorboard=false",
+    ]
 
 
 def test_cli_runs_and_evaluates_a_game_by_name_from_any_directory(tiny_model_dir, tmp_path, monkeypatch):
@@ -67,14 +94,25 @@ def test_cli_runs_and_evaluates_a_game_by_name_from_any_directory(tiny_model_dir
     ran = runner.invoke(app, ["run", "guess_number", "--tasks", "1", *tiny(tiny_model_dir, tmp_path)])
     assert ran.exit_code == 0, ran.output
     assert "policy" in ran.output and "reward" in ran.output
-    evaluated = runner.invoke(app, ["eval", "tictactoe", "--tasks", "1", "--output", "eval.json", *tiny(tiny_model_dir, tmp_path)])
+    evaluated = runner.invoke(
+        app, ["eval", "tictactoe", "--tasks", "1", "--output", "eval.json", *tiny(tiny_model_dir, tmp_path)]
+    )
     assert evaluated.exit_code == 0, evaluated.output
     assert "random_legal" in evaluated.output and "minimax" in evaluated.output and (tmp_path / "eval.json").is_file()
 
 
 def test_cli_trains_a_game_by_name_and_its_run_resumes_from_anywhere(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    steps = ["--set", "train_dataset.total_steps=1", "--set", "algorithm.group_size=2", "--set", "algorithm.batch_size=1", "--set", "algorithm.eval_interval_steps=0"]
+    steps = [
+        "--set",
+        "train_dataset.total_steps=1",
+        "--set",
+        "algorithm.group_size=2",
+        "--set",
+        "algorithm.batch_size=1",
+        "--set",
+        "algorithm.eval_interval_steps=0",
+    ]
     trained = runner.invoke(app, ["train", "guess_number", *tiny(tiny_model_dir, tmp_path), *steps])
     assert trained.exit_code == 0, trained.output
     assert "done: 1 steps" in trained.output

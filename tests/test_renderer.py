@@ -269,16 +269,25 @@ def test_a_forced_reply_is_a_call_of_the_forced_tool_whatever_was_sampled(loaded
     assert renderer.decode(prompt).endswith("<|im_start|>assistant\n" + prefill)
 
     def reply(sampled: str) -> dict:
-        message = renderer.parse_response(renderer.encode_text(sampled) + [renderer.im_end_id], prefill=prefill, forced_tool="get_weather")
+        message = renderer.parse_response(
+            renderer.encode_text(sampled) + [renderer.im_end_id], prefill=prefill, forced_tool="get_weather"
+        )
         assert [call["function"]["name"] for call in message["tool_calls"]][:1] == ["get_weather"]
         return message
 
-    assert json.loads(reply('{"city": "Paris"}}\n</tool_call>')["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
-    assert reply('{"city": "Paris"}')["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'  # cut before the closing brace
+    assert json.loads(reply('{"city": "Paris"}}\n</tool_call>')["tool_calls"][0]["function"]["arguments"]) == {
+        "city": "Paris"
+    }
+    assert (
+        reply('{"city": "Paris"}')["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
+    )  # cut before the closing brace
     assert reply("garbage {")["tool_calls"][0]["function"]["arguments"] == "garbage {"  # kept as sampled
     assert reply('{"city": 1}} xyz</tool_call>')["tool_calls"][0]["function"]["arguments"] == '{"city": 1}} xyz'
     more = reply('{}}\n</tool_call>\nAlso <tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
-    assert more["content"] == "Also" and [(c["id"], c["function"]["name"]) for c in more["tool_calls"]] == [("call_0", "get_weather"), ("call_1", "get_time")]
+    assert more["content"] == "Also" and [(c["id"], c["function"]["name"]) for c in more["tool_calls"]] == [
+        ("call_0", "get_weather"),
+        ("call_1", "get_time"),
+    ]
     with pytest.raises(ValueError, match="get_time"):
         parse_forced_tool_call('{"city": "Paris"}}', "get_time")
 
@@ -291,19 +300,38 @@ def test_a_forced_call_cut_by_max_tokens_returns_no_markup(loaded):
         tool = "get_weather" if prefill == named else None
         return renderer.parse_response(renderer.encode_text(sampled), prefill=prefill, forced_tool=tool)
 
-    for cut in ("}", "}\n", "}\n</", "}\n</tool_", "}\n</tool_call"):  # the issue's `{"city": "Paris", "days": 3}}\n</tool_`
+    for cut in (
+        "}",
+        "}\n",
+        "}\n</",
+        "}\n</tool_",
+        "}\n</tool_call",
+    ):  # the issue's `{"city": "Paris", "days": 3}}\n</tool_`
         (call,) = forced('{"city": "Paris", "days": 3}' + cut)["tool_calls"]
         assert json.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 3}
-    assert forced('{"city": "Par')["tool_calls"][0]["function"]["arguments"] == '{"city": "Par'  # cut inside: as sampled
-    assert forced('not json}\n</tool_')["tool_calls"][0]["function"]["arguments"] == "not json"
+    assert (
+        forced('{"city": "Par')["tool_calls"][0]["function"]["arguments"] == '{"city": "Par'
+    )  # cut inside: as sampled
+    assert forced("not json}\n</tool_")["tool_calls"][0]["function"]["arguments"] == "not json"
     # "required" among several tools: the model names the tool; a call cut before its closing tag is still that call
     required = renderer.tool_call_prefill()
     whole = forced('{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>', required)
-    assert whole["content"] == "" and whole["tool_calls"][0]["function"] == {"name": "get_time", "arguments": '{"zone": "UTC"}'}
+    assert whole["content"] == "" and whole["tool_calls"][0]["function"] == {
+        "name": "get_time",
+        "arguments": '{"zone": "UTC"}',
+    }
     cut = forced('{"name": "get_time", "arguments": {"zone": "UTC"}}\n</to', required)
-    assert cut["content"] == "" and cut["tool_calls"][0]["function"] == {"name": "get_time", "arguments": '{"zone": "UTC"}'}
-    assert forced('{"name": "get_time", "arguments": {"zo', required)["tool_calls"][0]["function"]["arguments"] == '{"zo'
-    assert forced('{"name": "get_time",', required)["tool_calls"][0]["function"] == {"name": "get_time", "arguments": ""}
+    assert cut["content"] == "" and cut["tool_calls"][0]["function"] == {
+        "name": "get_time",
+        "arguments": '{"zone": "UTC"}',
+    }
+    assert (
+        forced('{"name": "get_time", "arguments": {"zo', required)["tool_calls"][0]["function"]["arguments"] == '{"zo'
+    )
+    assert forced('{"name": "get_time",', required)["tool_calls"][0]["function"] == {
+        "name": "get_time",
+        "arguments": "",
+    }
     assert forced('{"na', required) == {"role": "assistant", "content": ""}  # cut before the name: no call, no markup
 
 

@@ -32,7 +32,13 @@ async def talk_with_helper(task, model, auxiliary_models):
     """Two turns of the learner around one frozen helper turn: a merged timeline and a frozen agent in each episode."""
     said = await model([{"role": "user", "content": task["topic"]}])
     heard = await auxiliary_models["helper"]([{"role": "user", "content": f"Answer briefly: {said.content}"}])
-    await model([{"role": "user", "content": task["topic"]}, said.message, {"role": "user", "content": heard.content or "go on"}])
+    await model(
+        [
+            {"role": "user", "content": task["topic"]},
+            said.message,
+            {"role": "user", "content": heard.content or "go on"},
+        ]
+    )
     return WorkflowOutput(reward=float(said.tokens[0] % 2), metrics={"success": float(said.tokens[0] % 3 == 0)})
 
 
@@ -55,7 +61,13 @@ def trained_run(tiny_model_dir, tmp_path_factory):
         "auxiliary_models": {"helper": model},
         "train_dataset": {"path": str(tasks), "total_steps": 2},
         "eval_dataset": {"path": str(tasks)},
-        "algorithm": {"group_size": 2, "batch_size": 2, "eval_interval_steps": 1, "save_interval_steps": 0, "drop_zero_variance_groups": False},
+        "algorithm": {
+            "group_size": 2,
+            "batch_size": 2,
+            "eval_interval_steps": 1,
+            "save_interval_steps": 0,
+            "drop_zero_variance_groups": False,
+        },
         "baselines": {"says_hello": "tests.test_report:says_hello"},
         "logging": {"tensorboard": False},
     }
@@ -114,11 +126,15 @@ def test_train_writes_the_reward_curve_and_the_report_and_says_where(trained_run
     png = (run_dir / "reward.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(png[16:20], "big") == 640  # 6.4 in x 100 dpi
     assert f"report (open in a browser): {run_dir / 'report.html'}" in output
-    assert re.search(r"eval untrained: 4/4 episodes, \d+ tokens \(\d+ tok/s\) reward=", output), "evaluations count their episodes off a terminal"
+    assert re.search(r"eval untrained: 4/4 episodes, \d+ tokens \(\d+ tok/s\) reward=", output), (
+        "evaluations count their episodes off a terminal"
+    )
     svg = ElementTree.parse(run_dir / "reward.svg").getroot()
     namespace = "{http://www.w3.org/2000/svg}"
     assert svg.tag == f"{namespace}svg"
-    assert svg.findall(f".//{namespace}polyline") and len(svg.findall(f".//{namespace}circle")) == 2 + 3  # 2 steps, 3 evaluations
+    assert (
+        svg.findall(f".//{namespace}polyline") and len(svg.findall(f".//{namespace}circle")) == 2 + 3
+    )  # 2 steps, 3 evaluations
     assert "held-out reward" in ElementTree.tostring(svg, encoding="unicode")
 
 
@@ -126,9 +142,21 @@ def test_the_report_holds_every_curve_the_evaluation_and_every_token_offline(tra
     run_dir, _ = trained_run
     page = page_of(run_dir / "report.html")
     assert page.external == [], "nothing is fetched: no script, style or image from elsewhere"
-    assert {"reward/mean", "reward/std", "workflow/success", "train/loss", "time/step", "eval/reward/mean", "eval/workflow/success"} <= set(page.charts)
-    assert not [chart for chart in page.charts if chart and chart.endswith(("ci_low", "ci_high"))], "intervals are bands, not curves"
-    assert {"untrained", "step 1", "trained", "says_hello", "reward/mean", "workflow/success", "episodes"} <= set(page.header_cells)
+    assert {
+        "reward/mean",
+        "reward/std",
+        "workflow/success",
+        "train/loss",
+        "time/step",
+        "eval/reward/mean",
+        "eval/workflow/success",
+    } <= set(page.charts)
+    assert not [chart for chart in page.charts if chart and chart.endswith(("ci_low", "ci_high"))], (
+        "intervals are bands, not curves"
+    )
+    assert {"untrained", "step 1", "trained", "says_hello", "reward/mean", "workflow/success", "episodes"} <= set(
+        page.header_cells
+    )
     html_text = (run_dir / "report.html").read_text(encoding="utf-8")
     evaluation = json.loads((run_dir / "evaluation.json").read_text())
     for side, label_markers in evaluation["subject_vs"].items():
@@ -164,7 +192,9 @@ def test_steps_and_evaluations_log_what_prefilling_cost_and_the_summary_says_it(
         assert record["engine/prefix_hit_rate"] > 0
     for record in evaluations:
         assert 0 < record["eval/engine/prefilled_tokens"] <= record["eval/engine/prompt_tokens"]
-    prefilled = sum(record["engine/prefilled_tokens"] for record in steps) / sum(record["engine/prompt_tokens"] for record in steps)
+    prefilled = sum(record["engine/prefilled_tokens"] for record in steps) / sum(
+        record["engine/prompt_tokens"] for record in steps
+    )
     assert f"<b>{prefilled:.0%}</b> of" in (run_dir / "report.html").read_text(encoding="utf-8")
 
 
@@ -172,7 +202,9 @@ def test_sparring_view_writes_the_report_where_asked_and_names_a_missing_run(tra
     run_dir, _ = trained_run
     result = runner.invoke(app, ["view", str(run_dir), "-o", str(tmp_path / "elsewhere" / "r.html")])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "elsewhere" / "r.html").exists() and f"report: {tmp_path / 'elsewhere' / 'r.html'}" in result.output
+    assert (
+        tmp_path / "elsewhere" / "r.html"
+    ).exists() and f"report: {tmp_path / 'elsewhere' / 'r.html'}" in result.output
     missing = runner.invoke(app, ["view", str(tmp_path / "no-run")])
     assert missing.exit_code == 2 and "is not a run directory" in missing.output
 
@@ -180,20 +212,28 @@ def test_sparring_view_writes_the_report_where_asked_and_names_a_missing_run(tra
 def test_a_served_report_reloads_itself_and_a_run_without_records_still_renders(tmp_path):
     page = render_report(tmp_path, live=True)
     assert '<meta http-equiv="refresh"' in page
-    assert "No metrics logged yet." in page and "No held-out evaluation" in page and "__" not in page.replace("__proto__", "")
+    assert (
+        "No metrics logged yet." in page
+        and "No held-out evaluation" in page
+        and "__" not in page.replace("__proto__", "")
+    )
 
 
 def test_charts_mark_lone_points_and_say_when_empty():
     one_step = line_chart("loss", [Series("loss", [(1.0, 0.5)], band=[(1.0, 0.4, 0.6)])], metric="loss")
     assert one_step.count("<circle") == 1 and 'class="band"' in one_step and "<polyline" not in one_step
     assert "no values" in line_chart("empty", [Series("x", [])])
-    ElementTree.fromstring(line_chart("a <b> & c", [Series("s", [(0.0, 1.0), (1.0, 2.0)], dashed=True)]))  # valid XML, text escaped
+    ElementTree.fromstring(
+        line_chart("a <b> & c", [Series("s", [(0.0, 1.0), (1.0, 2.0)], dashed=True)])
+    )  # valid XML, text escaped
 
 
 def _chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
-        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium); the report's layout is checked only with it")
+        pytest.skip(
+            "headless Chromium is not installed (Debian: apt-get install chromium); the report's layout is checked only with it"
+        )
     return found
 
 
@@ -207,33 +247,57 @@ def test_headless_chromium_draws_the_curves_and_the_coloured_token_timeline(trai
     chromium = _chromium()
     run_dir, _ = trained_run
     url = (run_dir / "report.html").resolve().as_uri() + "#step=1&task=0&episode=1"
-    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    flags = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+    ]
     dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=180, check=True).stdout
     steps = json.loads(page_of(run_dir / "report.html").scripts["rollout-data"])
     episode = next(e for e in steps[1]["episodes"] if e["episode"] == 1)
     (timeline,) = episode["timelines"]
     sampled = re.findall(r'<span class="tok sampled[^"]*" data-i="\d+"( style="background: rgba\([^"]+\);")?', dom)
     prompt = re.findall(r'<span class="tok prompt" data-i="\d+"', dom)
-    assert len(sampled) == sum(timeline["mask"]) and len(prompt) == len(timeline["mask"]) - sum(timeline["mask"]), "one span per token of the chosen episode"
+    assert len(sampled) == sum(timeline["mask"]) and len(prompt) == len(timeline["mask"]) - sum(timeline["mask"]), (
+        "one span per token of the chosen episode"
+    )
     assert any(sampled), "sampled tokens are coloured by their advantage"
     assert dom.count('class="chart"') >= 10 and "<polyline" in dom
-    assert "group 0 · episode 1 ·" in dom and "helper (frozen, not trained)" in dom, "the episode the URL names, frozen turns too"
+    assert "group 0 · episode 1 ·" in dom and "helper (frozen, not trained)" in dom, (
+        "the episode the URL names, frozen turns too"
+    )
     first_sampled = timeline["mask"].index(1)
-    pinned = subprocess.run([*flags, "--dump-dom", f"{url}&token={first_sampled}"], capture_output=True, text=True, timeout=180, check=True).stdout
+    pinned = subprocess.run(
+        [*flags, "--dump-dom", f"{url}&token={first_sampled}"], capture_output=True, text=True, timeout=180, check=True
+    ).stdout
     tip = re.search(r'<div id="tip" style="[^"]*display: block;[^"]*">([^<]*)</div>', pinned)
     assert tip, "the token named in the URL shows its tooltip, as on hover"
     token_id, logprob = timeline["tokens"][first_sampled], timeline["logprobs"][first_sampled]
-    assert f"token {first_sampled} · id {token_id}" in tip.group(1) and f"sampling logprob {logprob:.4f}" in tip.group(1)
-    assert "text " + json.dumps(timeline["texts"][first_sampled], ensure_ascii=False).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in tip.group(1)
+    assert f"token {first_sampled} · id {token_id}" in tip.group(1) and f"sampling logprob {logprob:.4f}" in tip.group(
+        1
+    )
+    assert "text " + json.dumps(timeline["texts"][first_sampled], ensure_ascii=False).replace("&", "&amp;").replace(
+        "<", "&lt;"
+    ).replace(">", "&gt;") in tip.group(1)
     shot = tmp_path / "report.png"
-    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1400,2400", url], capture_output=True, timeout=180, check=True)
+    subprocess.run(
+        [*flags, f"--screenshot={shot}", "--window-size=1400,2400", url], capture_output=True, timeout=180, check=True
+    )
     width, height = _png_size(shot)
     assert (width, height) == (1400, 2400) and shot.stat().st_size > 50_000, "a drawn page, not a blank one"
 
 
 def test_a_long_run_puts_in_evenly_spread_steps_the_last_among_them():
     assert spread_steps(list(range(100)), 5) == [0, 25, 50, 74, 99]
-    assert spread_steps([3, 4], 5) == [3, 4] and spread_steps([1, 2, 3], None) == [1, 2, 3] and spread_steps([1, 2, 3], 1) == [3]
+    assert (
+        spread_steps([3, 4], 5) == [3, 4]
+        and spread_steps([1, 2, 3], None) == [1, 2, 3]
+        and spread_steps([1, 2, 3], 1) == [3]
+    )
 
 
 def test_view_serve_answers_with_the_report_rendered_afresh(trained_run):
@@ -248,7 +312,9 @@ def test_view_serve_answers_with_the_report_rendered_afresh(trained_run):
         server.shutdown()
         server.server_close()
     assert '<meta http-equiv="refresh"' in page and "rollouts of <b>1 of 2</b> steps" in page
-    assert [step["step"] for step in json.loads(page.split('id="rollout-data">')[1].split("</script>")[0])] == [2]  # the last step
+    assert [step["step"] for step in json.loads(page.split('id="rollout-data">')[1].split("</script>")[0])] == [
+        2
+    ]  # the last step
 
 
 def test_rollouts_of_older_runs_numbered_from_0_read_as_steps_from_1(tmp_path):

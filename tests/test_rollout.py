@@ -33,7 +33,14 @@ async def four_turns(task, model, auxiliary_models):
 
 
 def run(workflow, policy_and_helper, tasks=({"task_id": "0"},), group_size=1, **settings):
-    return asyncio.run(run_episodes(as_episode_fn(workflow), list(tasks), tuner_for(*policy_and_helper), RunnerSettings(group_size=group_size, **settings)))
+    return asyncio.run(
+        run_episodes(
+            as_episode_fn(workflow),
+            list(tasks),
+            tuner_for(*policy_and_helper),
+            RunnerSettings(group_size=group_size, **settings),
+        )
+    )
 
 
 def test_a_four_turn_agent_is_one_timeline_with_four_completions(policy_and_helper):
@@ -69,8 +76,11 @@ def test_turn_rewards_reach_the_episode_and_bad_ones_become_error_episodes(polic
 
     (good,) = run(with_turn_rewards([0.1, 0.2, 0.3, 0.4]), policy_and_helper)
     assert good.error is None and good.turn_rewards == {"policy": [0.1, 0.2, 0.3, 0.4]}
-    for bad, reason in [([0.1, 0.2], "has 2 values but the agent made 4"), ({"nobody": [1.0]}, "'nobody', which made no trainable call"),
-                        ([0.1, 0.2, float("nan"), 0.4], "not a finite number")]:
+    for bad, reason in [
+        ([0.1, 0.2], "has 2 values but the agent made 4"),
+        ({"nobody": [1.0]}, "'nobody', which made no trainable call"),
+        ([0.1, 0.2, float("nan"), 0.4], "not a finite number"),
+    ]:
         (episode,) = run(with_turn_rewards(bad), policy_and_helper)
         assert reason in episode.error and episode.turn_rewards == {} and episode.rewards == {"policy": -0.1}
 
@@ -138,7 +148,9 @@ def test_repeated_episode_failures_are_one_warning_with_a_count(policy_and_helpe
         episodes = run(crashes, policy_and_helper, tasks=tasks, group_size=2)
     assert len(episodes) == 18 and all(episode.failed for episode in episodes)
     (warning,) = [record.getMessage() for record in caplog.records if "failed" in record.getMessage()]
-    assert warning.startswith("18 of 18 episodes failed (exception), tasks 0, 1, 2, 3, 4 and 4 more: RuntimeError: board exploded on 0")
+    assert warning.startswith(
+        "18 of 18 episodes failed (exception), tasks 0, 1, 2, 3, 4 and 4 more: RuntimeError: board exploded on 0"
+    )
     assert warning.endswith("(and 8 other messages)")
 
 
@@ -168,7 +180,11 @@ def test_bad_workflows_are_rejected_with_the_expected_signature():
         async def execute(self, task, tuner):
             return WorkflowOutput(reward=0.0)
 
-    for bad, message in ((wrong, "auxiliary_models"), (not_async, "not an async function"), (Empty, "trainable_targets is \\[\\]")):
+    for bad, message in (
+        (wrong, "auxiliary_models"),
+        (not_async, "not an async function"),
+        (Empty, "trainable_targets is \\[\\]"),
+    ):
         with pytest.raises(WorkflowSignatureError, match=message):
             as_episode_fn(bad)
 
@@ -178,7 +194,9 @@ def test_openai_client_records_like_a_chat_model(policy_and_helper):
         async def execute(self, task, tuner):
             client = tuner.as_openai_client("carol")
             assert isinstance(client, openai.AsyncOpenAI)
-            completion = await client.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}], max_tokens=4, logprobs=True)
+            completion = await client.chat.completions.create(
+                model="any", messages=[{"role": "user", "content": "hi"}], max_tokens=4, logprobs=True
+            )
             assert completion.choices[0].message.role == "assistant"
             return WorkflowOutput(reward=1.0, metrics={"logprob": completion.choices[0].logprobs.content[0].logprob})
 
@@ -186,10 +204,18 @@ def test_openai_client_records_like_a_chat_model(policy_and_helper):
     assert episode.error is None and [t.agent for t in episode.timelines] == ["carol"]
     (timeline,) = episode.timelines
     assert 0 < sum(timeline.loss_mask) <= 4
-    assert timeline.logprobs[timeline.loss_mask.index(1)] == episode.metrics["logprob"]  # the SDK saw the sampler's logprob
+    assert (
+        timeline.logprobs[timeline.loss_mask.index(1)] == episode.metrics["logprob"]
+    )  # the SDK saw the sampler's logprob
 
 
-TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}} for name in ("lookup", "add")]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": name, "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+    }
+    for name in ("lookup", "add")
+]
 FORCE_LOOKUP = {"type": "function", "function": {"name": "lookup"}}
 
 
@@ -206,7 +232,9 @@ def test_a_forced_tool_call_is_prompt_prefill_plus_trained_arguments_and_its_res
         assert call["function"]["name"] == "lookup"  # the tiny random model's arguments are garbage, its call is not
         history += [replies[0].message, {"role": "tool", "tool_call_id": call["id"], "content": "RESULT"}]
         replies.append(await model(history, tools=TOOLS))
-        frozen_reply = await auxiliary_models["helper"]([{"role": "user", "content": "hi"}], tools=TOOLS, tool_choice=FORCE_LOOKUP)
+        frozen_reply = await auxiliary_models["helper"](
+            [{"role": "user", "content": "hi"}], tools=TOOLS, tool_choice=FORCE_LOOKUP
+        )
         assert frozen_reply.tool_calls[0]["function"]["name"] == "lookup"
         return WorkflowOutput(reward=1.0)
 
@@ -215,12 +243,18 @@ def test_a_forced_tool_call_is_prompt_prefill_plus_trained_arguments_and_its_res
     (timeline,) = episode.timelines
     assert timeline.num_calls == 2
     prompt_length = replies[0].prompt_tokens
-    assert renderer.decode(timeline.tokens[:prompt_length]).endswith("<|im_start|>assistant\n" + prefill)  # the prefill is prompt...
+    assert renderer.decode(timeline.tokens[:prompt_length]).endswith(
+        "<|im_start|>assistant\n" + prefill
+    )  # the prefill is prompt...
     assert timeline.loss_mask[:prompt_length] == [0] * prompt_length  # ...never trained
     first_end = prompt_length + len(replies[0].tokens)
-    assert timeline.tokens[prompt_length:first_end] == replies[0].tokens and timeline.loss_mask[prompt_length:first_end] == [1] * len(replies[0].tokens)
+    assert timeline.tokens[prompt_length:first_end] == replies[0].tokens and timeline.loss_mask[
+        prompt_length:first_end
+    ] == [1] * len(replies[0].tokens)
     trained = [(t, lp) for t, m, lp in zip(timeline.tokens, timeline.loss_mask, timeline.logprobs) if m]
-    assert trained == list(zip(replies[0].tokens + replies[1].tokens, replies[0].logprobs + replies[1].logprobs))  # exactly the sampled tokens
+    assert trained == list(
+        zip(replies[0].tokens + replies[1].tokens, replies[0].logprobs + replies[1].logprobs)
+    )  # exactly the sampled tokens
     assert "RESULT" in renderer.decode([t for t, m in zip(timeline.tokens, timeline.loss_mask) if not m])
     assert [t["trainable"] for t in episode.transcripts["helper"]] == [False]
 
@@ -231,11 +265,17 @@ def test_tool_choice_modes_shape_the_prompt_and_the_parse(policy_and_helper):
     sampler = ScriptedSampler(renderer, [call_add] * 4)
     model = FrozenChatModel(sampler)
     messages = [{"role": "user", "content": "add one"}]
-    replies = {mode: asyncio.run(model(messages, tools=TOOLS, tool_choice=mode)) for mode in ("auto", "none", "required")}
+    replies = {
+        mode: asyncio.run(model(messages, tools=TOOLS, tool_choice=mode)) for mode in ("auto", "none", "required")
+    }
     auto_prompt, none_prompt, required_prompt = sampler.prompts
     assert none_prompt == auto_prompt  # "none" keeps the tools in the prompt (same timeline), it only reads no calls
     assert required_prompt == auto_prompt + renderer.encode_text("<tool_call>\n")
-    assert replies["auto"].tool_calls[0]["function"]["name"] == "add" == replies["required"].tool_calls[0]["function"]["name"]
+    assert (
+        replies["auto"].tool_calls[0]["function"]["name"]
+        == "add"
+        == replies["required"].tool_calls[0]["function"]["name"]
+    )
     assert replies["none"].message == {"role": "assistant", "content": call_add}
     asyncio.run(model(messages, tools=TOOLS[1:], tool_choice="required"))  # one tool: "required" forces it
     assert sampler.prefills[-1] == renderer.tool_call_prefill("add")
@@ -249,7 +289,9 @@ def test_tool_choice_modes_shape_the_prompt_and_the_parse(policy_and_helper):
     ):
         with pytest.raises(ValueError, match=error):
             asyncio.run(policy_and_helper[1](messages, tools=tools, tool_choice=tool_choice))
-    assert asyncio.run(policy_and_helper[1](messages, tool_choice="none")).tool_calls == []  # nothing to choose from: fine
+    assert (
+        asyncio.run(policy_and_helper[1](messages, tool_choice="none")).tool_calls == []
+    )  # nothing to choose from: fine
 
 
 def test_the_runner_reports_each_episode_as_it_finishes(policy_and_helper):
@@ -260,7 +302,15 @@ def test_the_runner_reports_each_episode_as_it_finishes(policy_and_helper):
         return WorkflowOutput(reward=1.0)
 
     tasks = [{"delay": 2}, {"delay": 0}]
-    episodes = asyncio.run(run_episodes(episode_fn, tasks, tuner_for(*policy_and_helper), RunnerSettings(group_size=1), on_episode=lambda episode: finished.append(episode.task["delay"])))
+    episodes = asyncio.run(
+        run_episodes(
+            episode_fn,
+            tasks,
+            tuner_for(*policy_and_helper),
+            RunnerSettings(group_size=1),
+            on_episode=lambda episode: finished.append(episode.task["delay"]),
+        )
+    )
     assert [episode.task["delay"] for episode in episodes] == [2, 0] and finished == [0, 2]
 
 
@@ -293,7 +343,14 @@ def test_a_frozen_model_continues_its_own_sampled_tokens_across_calls(policy_and
             history += [reply.message, {"role": "user", "content": f"and then {turn}?"}]
         return WorkflowOutput(reward=1.0)
 
-    episodes = asyncio.run(run_episodes(as_episode_fn(chat), [{"task_id": "0"}], lambda: TunerHandle(policies={"policy": policy_and_helper[0]}, auxiliary_models={"helper": watched}), RunnerSettings(group_size=1)))
+    episodes = asyncio.run(
+        run_episodes(
+            as_episode_fn(chat),
+            [{"task_id": "0"}],
+            lambda: TunerHandle(policies={"policy": policy_and_helper[0]}, auxiliary_models={"helper": watched}),
+            RunnerSettings(group_size=1),
+        )
+    )
     assert episodes[0].error is None and len(prompts) == 3
     for (prompt, reply), (next_prompt, _) in zip(prompts, prompts[1:]):
         assert next_prompt[: len(prompt) + len(reply)] == prompt + reply

@@ -52,14 +52,25 @@ def service(tiny_model_dir, tmp_path_factory):
 def test_tinker_handlers_alone_sample_with_only_the_last_n_prompt_logprobs(tiny_model_dir, service):
     tinker = TinkerService(str(tiny_model_dir), service, FutureStore())
     app = alone(
-        {"/create_sampling_session": tinker_routes.create_sampling_session, "/asample": tinker_routes.asample, "/retrieve_future": tinker_routes.retrieve_future},
+        {
+            "/create_sampling_session": tinker_routes.create_sampling_session,
+            "/asample": tinker_routes.asample,
+            "/retrieve_future": tinker_routes.retrieve_future,
+        },
         tinker_routes.SERVICE_KEY,
         tinker,
     )
 
     async def sampled(client: httpx.AsyncClient, sampler_id: str, last_n: int) -> dict:
-        body = {"sampling_session_id": sampler_id, "num_samples": 2, "prompt": {"chunks": [{"tokens": PROMPT}]}, "sampling_params": {"max_tokens": 3, "seed": 1}}
-        request_id = (await client.post("/asample", json={**body, "prompt_logprobs": True, "prompt_logprobs_last_n": last_n})).json()["request_id"]
+        body = {
+            "sampling_session_id": sampler_id,
+            "num_samples": 2,
+            "prompt": {"chunks": [{"tokens": PROMPT}]},
+            "sampling_params": {"max_tokens": 3, "seed": 1},
+        }
+        request_id = (
+            await client.post("/asample", json={**body, "prompt_logprobs": True, "prompt_logprobs_last_n": last_n})
+        ).json()["request_id"]
         result = {"type": "try_again"}
         while result.get("type") == "try_again":
             result = (await client.post("/retrieve_future", json={"request_id": request_id})).json()
@@ -72,7 +83,9 @@ def test_tinker_handlers_alone_sample_with_only_the_last_n_prompt_logprobs(tiny_
         with pytest.raises(WireError, match="unknown sampling_session_id 'sample-nobody'"):
             await tinker_routes.get_sampler("sample-nobody", tinker)
         async with in_process(app) as client:
-            created = await client.post("/create_sampling_session", json={"session_id": session_id, "sampling_session_seq_id": 0})
+            created = await client.post(
+                "/create_sampling_session", json={"session_id": session_id, "sampling_session_seq_id": 0}
+            )
             sampler_id = created.json()["sampling_session_id"]
             return await sampled(client, sampler_id, last_n=2), await sampled(client, sampler_id, last_n=len(PROMPT))
 
@@ -95,7 +108,9 @@ def test_openai_handlers_alone_answer_from_their_chat_service(tiny_model_dir, se
         async with in_process(app) as client:
             body = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
             reply = await client.post("/v1/chat/completions", json=body, headers={"Authorization": "Bearer secret"})
-            unserved = await client.post("/v1/chat/completions", json={**body, "model": "nobody"}, headers={"Authorization": "Bearer secret"})
+            unserved = await client.post(
+                "/v1/chat/completions", json={**body, "model": "nobody"}, headers={"Authorization": "Bearer secret"}
+            )
         return listed, refused, reply, unserved
 
     listed, refused, reply, unserved = asyncio.run(scenario())
@@ -113,5 +128,7 @@ def test_a_handler_mounted_without_its_service_names_the_fix():
         async with in_process(app) as client:
             await client.get("/v1/models")
 
-    with pytest.raises(RuntimeError, match=r"no 'chat_service' on this request; mount the route with dependencies=\[Depends\(Provide"):
+    with pytest.raises(
+        RuntimeError, match=r"no 'chat_service' on this request; mount the route with dependencies=\[Depends\(Provide"
+    ):
         asyncio.run(listed())

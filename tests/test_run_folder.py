@@ -55,7 +55,10 @@ def test_a_config_error_comes_before_the_run_folder_check(tmp_path, tiny_model_d
     config = write_config(tmp_path, tiny_model_dir)
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text("")
-    for bad, named in (("model.model_path=does-not-exist", "does-not-exist"), ("workflow=tests.nowhere:f", "tests.nowhere")):
+    for bad, named in (
+        ("model.model_path=does-not-exist", "does-not-exist"),
+        ("workflow=tests.nowhere:f", "tests.nowhere"),
+    ):
         result = runner.invoke(app, ["train", str(config), "--set", bad, "--overwrite"])
         assert result.exit_code == 2, result.output
         assert "already holds a run" not in result.output and named in result.output, result.output

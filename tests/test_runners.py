@@ -67,6 +67,14 @@ def test_ray_is_imported_only_when_chosen():
             print(error)
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "algorithm.runner 'ray' needs Ray, which is not installed: pip install 'sparring[ray]'"
+    assert (
+        done.stdout.strip() == "algorithm.runner 'ray' needs Ray, which is not installed: pip install 'sparring[ray]'"
+    )

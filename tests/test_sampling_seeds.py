@@ -6,7 +6,14 @@ import subprocess
 import sys
 
 from sparring import TunerHandle
-from sparring.rollout import EpisodeRecorder, RunnerSettings, ScriptedChatModel, WorkflowOutput, as_episode_fn, run_episodes
+from sparring.rollout import (
+    EpisodeRecorder,
+    RunnerSettings,
+    ScriptedChatModel,
+    WorkflowOutput,
+    as_episode_fn,
+    run_episodes,
+)
 from sparring.rollout.sampling_seeds import derived_seed
 
 TASKS = [{"task_id": str(index)} for index in range(6)]
@@ -31,8 +38,19 @@ def jittered(delays: random.Random):
 def replies(policy, frozen, delays_seed: int, seed: int | None) -> list[list[tuple[str, str]]]:
     """Every episode's replies (agent, text) in call order, from a run whose pauses come from `delays_seed`."""
     tuner = lambda: TunerHandle(policies={"policy": policy}, auxiliary_models={"helper": frozen})  # noqa: E731
-    episodes = asyncio.run(run_episodes(as_episode_fn(jittered(random.Random(delays_seed))), TASKS, tuner, RunnerSettings(group_size=2), seed=seed))
-    return [[(agent, entry["response"]["content"]) for agent, entries in sorted(episode.transcripts.items()) for entry in entries] for episode in episodes]
+    episodes = asyncio.run(
+        run_episodes(
+            as_episode_fn(jittered(random.Random(delays_seed))), TASKS, tuner, RunnerSettings(group_size=2), seed=seed
+        )
+    )
+    return [
+        [
+            (agent, entry["response"]["content"])
+            for agent, entries in sorted(episode.transcripts.items())
+            for entry in entries
+        ]
+        for episode in episodes
+    ]
 
 
 def test_a_seeded_run_samples_the_same_tokens_however_its_calls_interleave(policy_and_helper):
@@ -59,5 +77,14 @@ def test_call_seeds_number_each_agents_calls_and_are_the_same_in_every_process()
     assert len({first, other, second}) == 3 and all(0 <= seed < 2**32 for seed in (first, other, second))
     assert EpisodeRecorder().call_seed("a") is None
     # Not Python's salted `hash`: a fresh interpreter derives the same seed.
-    fresh = subprocess.run([sys.executable, "-c", "from sparring.rollout.sampling_seeds import derived_seed; print(derived_seed(0, 'policy', 0))"], capture_output=True, text=True, check=True)
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from sparring.rollout.sampling_seeds import derived_seed; print(derived_seed(0, 'policy', 0))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert int(fresh.stdout) == derived_seed(0, "policy", 0)

@@ -42,7 +42,9 @@ def disk_full_from_step(step: int, write):
     return full
 
 
-def test_a_full_disk_during_a_checkpoint_is_one_line_naming_the_file_and_the_checkpoint_intact(tiny_model_dir, tmp_path, monkeypatch):
+def test_a_full_disk_during_a_checkpoint_is_one_line_naming_the_file_and_the_checkpoint_intact(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     monkeypatch.setattr(checkpoints, "write_atomically", disk_full_from_step(2, checkpoints.write_atomically))
     result = runner.invoke(app, ["train", str(write_job(tmp_path, tiny_model_dir))])
     assert result.exit_code == 1, result.output + result.stderr
@@ -56,7 +58,9 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_naming_the_file_and_the_che
     assert checkpoints.verify_checkpoint(checkpoints.latest_checkpoint(tmp_path / "run"))["step"] == 1
 
 
-def test_a_full_disk_outside_a_checkpoint_is_one_line_naming_the_file_and_what_is_saved(tiny_model_dir, tmp_path, monkeypatch):
+def test_a_full_disk_outside_a_checkpoint_is_one_line_naming_the_file_and_what_is_saved(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     logged = metrics_module.MetricsLogger.log
 
     def full_after_the_first_step(self, step, metrics):

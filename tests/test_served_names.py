@@ -55,23 +55,42 @@ def test_model_entries_give_one_source_and_its_names(tiny_model_dir, tmp_path):
 
 
 def test_serve_refuses_a_bad_model_entry_in_one_line(tiny_model_dir, tmp_path):
-    for entry, message in [("=x", "takes SOURCE or NAME=SOURCE"), (f"{ALIAS}=nowhere-model", "unknown model 'nowhere-model'")]:
+    for entry, message in [
+        ("=x", "takes SOURCE or NAME=SOURCE"),
+        (f"{ALIAS}=nowhere-model", "unknown model 'nowhere-model'"),
+    ]:
         outcome = CliRunner().invoke(cli_app, ["serve", "--model", entry, "--tokenizer-cache", str(tmp_path)])
-        assert outcome.exit_code == 2 and message in outcome.output and len(outcome.output.strip().splitlines()) == 1, outcome.output
+        assert outcome.exit_code == 2 and message in outcome.output and len(outcome.output.strip().splitlines()) == 1, (
+            outcome.output
+        )
 
 
 def test_served_names_are_listed_and_answered_by_both_apis(tiny_model_dir, tmp_path):
-    app = create_app(str(tiny_model_dir), base_dir=tmp_path / "base", served_names=[ALIAS, "policy"], tokenizer_cache=tmp_path / "hub")
+    app = create_app(
+        str(tiny_model_dir),
+        base_dir=tmp_path / "base",
+        served_names=[ALIAS, "policy"],
+        tokenizer_cache=tmp_path / "hub",
+    )
 
     async def calls():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
             capabilities = (await client.get("/api/v1/get_server_capabilities")).json()
             session = (await client.post("/api/v1/create_session", json={})).json()["session_id"]
-            created = (await client.post("/api/v1/create_model", json={"session_id": session, "model_seq_id": 0, "base_model": "policy"})).json()
+            created = (
+                await client.post(
+                    "/api/v1/create_model", json={"session_id": session, "model_seq_id": 0, "base_model": "policy"}
+                )
+            ).json()
             info = (await client.post("/api/v1/get_info", json={"model_id": created["model_id"]})).json()
-            unknown = await client.post("/api/v1/create_model", json={"session_id": session, "model_seq_id": 1, "base_model": "gpt-4o"})
+            unknown = await client.post(
+                "/api/v1/create_model", json={"session_id": session, "model_seq_id": 1, "base_model": "gpt-4o"}
+            )
             listed = (await client.get("/v1/models")).json()
-            chat = await client.post("/v1/chat/completions", json={"model": ALIAS, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+            chat = await client.post(
+                "/v1/chat/completions",
+                json={"model": ALIAS, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+            )
         return capabilities, info, unknown, listed, chat
 
     capabilities, info, unknown, listed, chat = asyncio.run(calls())
@@ -92,14 +111,22 @@ def test_tokenizer_entries_load_offline_are_idempotent_and_never_replace_a_real_
     (real / "refs" / "main").write_text("0" * 40)
     first = write_tokenizer_entries(cache, tiny_model_dir, ["org/real", "tiny", "./not-a-repo-id", "a/b/c"], aliases=[])
     assert [entry.name for entry in first] == ["org/real", "tiny"]
-    assert first[0].snapshot is None and "left alone" in first[0].skipped and (real / "refs" / "main").read_text() == "0" * 40
+    assert (
+        first[0].snapshot is None
+        and "left alone" in first[0].skipped
+        and (real / "refs" / "main").read_text() == "0" * 40
+    )
     assert not (real / MARKER).exists() and not (real / "snapshots").exists()
     tiny = offline_tokenizer(cache, "tiny")
     assert tiny.encode("hello world") == AutoTokenizer.from_pretrained(str(tiny_model_dir)).encode("hello world")
     assert not any(path.suffix == ".safetensors" for path in first[1].snapshot.iterdir())
-    assert write_tokenizer_entries(cache, tmp_path / "no-model-here", [str(tiny_model_dir)], aliases=[]) == []  # paths: nothing to write
+    assert (
+        write_tokenizer_entries(cache, tmp_path / "no-model-here", [str(tiny_model_dir)], aliases=[]) == []
+    )  # paths: nothing to write
     again = write_tokenizer_entries(cache, tiny_model_dir, ["tiny"], aliases=[])
-    assert again[0].snapshot == first[1].snapshot and len(list((repo_folder(cache, "tiny") / "snapshots").iterdir())) == 1
+    assert (
+        again[0].snapshot == first[1].snapshot and len(list((repo_folder(cache, "tiny") / "snapshots").iterdir())) == 1
+    )
 
 
 def test_an_alias_gets_single_think_tokens_from_spare_special_tokens(tiny_model_dir, tmp_path):
@@ -117,10 +144,16 @@ def test_an_alias_gets_single_think_tokens_from_spare_special_tokens(tiny_model_
     assert alias.encode("hello", add_special_tokens=False) == tokenizer.encode("hello", add_special_tokens=False)
     own = offline_tokenizer(tmp_path / "hub", "own")
     assert own.decode([spare_c]) == "<spare_c>" and len(own.encode("</think>", add_special_tokens=False)) > 1
-    assert json.loads((repo_folder(tmp_path / "hub", ALIAS) / MARKER).read_text())["markers"] == {"<think>": spare_b, "</think>": spare_c}
+    assert json.loads((repo_folder(tmp_path / "hub", ALIAS) / MARKER).read_text())["markers"] == {
+        "<think>": spare_b,
+        "</think>": spare_c,
+    }
 
 
 def test_an_alias_of_a_tokenizer_without_spare_special_tokens_is_served_unchanged(tiny_model_dir, tmp_path, caplog):
     entries = write_tokenizer_entries(tmp_path / "hub", tiny_model_dir, [ALIAS], aliases=[ALIAS])
     assert entries[0].markers == {} and "too few unused special tokens" in caplog.text
-    assert offline_tokenizer(tmp_path / "hub", ALIAS).get_vocab() == AutoTokenizer.from_pretrained(str(tiny_model_dir)).get_vocab()
+    assert (
+        offline_tokenizer(tmp_path / "hub", ALIAS).get_vocab()
+        == AutoTokenizer.from_pretrained(str(tiny_model_dir)).get_vocab()
+    )

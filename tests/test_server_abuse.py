@@ -26,11 +26,11 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sparring_server import serving
 
 import sparring
 from sparring.models import build_tiny_model
 from sparring.server import ServerLimits, create_app
-from sparring_server import serving
 
 if importlib.util.find_spec("schemathesis") is not None:
     # Imported at collection, before any test starts a thread: CPython 3.11 keeps the AST constructor's recursion
@@ -86,17 +86,30 @@ class Abuser:
         return self.tinker("create_session", {"tags": []}).json()["session_id"]
 
     def model(self, session: str, base_model: str, seq: int = 0) -> str:
-        created = self.tinker("create_model", {"session_id": session, "model_seq_id": seq, "base_model": base_model, "lora_config": {"rank": 2, "seed": 0}})
+        created = self.tinker(
+            "create_model",
+            {
+                "session_id": session,
+                "model_seq_id": seq,
+                "base_model": base_model,
+                "lora_config": {"rank": 2, "seed": 0},
+            },
+        )
         return self.result(created)["model_id"]
 
     def sampler(self, session: str, seq: int = 0, **source) -> str:
-        answer = self.tinker("create_sampling_session", {"session_id": session, "sampling_session_seq_id": seq, **source})
+        answer = self.tinker(
+            "create_sampling_session", {"session_id": session, "sampling_session_seq_id": seq, **source}
+        )
         assert answer.status_code == 200, answer.text
         return answer.json()["sampling_session_id"]
 
     def sample(self, sampler: str, tokens: list[int], num_samples: int = 1, **params) -> httpx.Response:
         prompt = {"chunks": [{"type": "encoded_text", "tokens": tokens}]}
-        return self.tinker("asample", {"sampling_session_id": sampler, "num_samples": num_samples, "prompt": prompt, "sampling_params": params})
+        return self.tinker(
+            "asample",
+            {"sampling_session_id": sampler, "num_samples": num_samples, "prompt": prompt, "sampling_params": params},
+        )
 
 
 def refused(answer: httpx.Response, status: int, *words: str) -> None:
@@ -111,7 +124,10 @@ def refused(answer: httpx.Response, status: int, *words: str) -> None:
 def datum(length: int) -> dict:
     tokens = [5 + n % 300 for n in range(length)]
     targets = {"data": tokens, "dtype": "int64", "shape": [length]}
-    return {"model_input": {"chunks": [{"type": "encoded_text", "tokens": tokens}]}, "loss_fn_inputs": {"target_tokens": targets, "weights": {"data": [1.0] * length, "dtype": "float32"}}}
+    return {
+        "model_input": {"chunks": [{"type": "encoded_text", "tokens": tokens}]},
+        "loss_fn_inputs": {"target_tokens": targets, "weights": {"data": [1.0] * length, "dtype": "float32"}},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -150,11 +166,21 @@ def abuser(served) -> Abuser:
 
 def test_sampling_beyond_the_context_or_the_limits_is_refused_naming_the_field(abuser, long_model_dir):
     sampler = abuser.sampler(abuser.session(), base_model=str(long_model_dir))
-    refused(abuser.sample(sampler, [5, 6, 7], max_tokens=1_000_000_000), 400, "sampling_params.max_tokens", str(CONTEXT))
-    refused(abuser.sample(sampler, [5] * (CONTEXT - 10), max_tokens=100), 400, "sampling_params.max_tokens", "prompt", str(CONTEXT))
+    refused(
+        abuser.sample(sampler, [5, 6, 7], max_tokens=1_000_000_000), 400, "sampling_params.max_tokens", str(CONTEXT)
+    )
+    refused(
+        abuser.sample(sampler, [5] * (CONTEXT - 10), max_tokens=100),
+        400,
+        "sampling_params.max_tokens",
+        "prompt",
+        str(CONTEXT),
+    )
     refused(abuser.sample(sampler, [5] * (CONTEXT + 1)), 400, "context")
     refused(abuser.sample(sampler, [5, 6, 7], num_samples=100_000, max_tokens=1), 400, "num_samples", "64")
-    refused(abuser.sample(sampler, [5, 6, 7], num_samples=60, max_tokens=4000), 400, "num_samples", str(MAX_REQUEST_TOKENS))
+    refused(
+        abuser.sample(sampler, [5, 6, 7], num_samples=60, max_tokens=4000), 400, "num_samples", str(MAX_REQUEST_TOKENS)
+    )
     refused(abuser.sample(sampler, [5, 6, 7], max_tokens=1, stop=["x"] * 1000), 400, "stop")
     refused(abuser.sample(sampler, [5, 6, 7], max_tokens=0), 400, "max_tokens")
     out_of_vocabulary = abuser.result(abuser.sample(sampler, [999_999], max_tokens=1))
@@ -165,15 +191,28 @@ def test_sampling_beyond_the_context_or_the_limits_is_refused_naming_the_field(a
 
 def test_training_requests_beyond_the_context_or_the_limits_are_refused_and_the_model_goes_on(abuser, long_model_dir):
     session = abuser.session()
-    huge_rank = abuser.tinker("create_model", {"session_id": session, "model_seq_id": 0, "base_model": str(long_model_dir), "lora_config": {"rank": 100_000}})
+    huge_rank = abuser.tinker(
+        "create_model",
+        {"session_id": session, "model_seq_id": 0, "base_model": str(long_model_dir), "lora_config": {"rank": 100_000}},
+    )
     refused(huge_rank, 400, "lora_config.rank", "256")
-    refused(abuser.tinker("create_model", {"session_id": session, "model_seq_id": 0, "base_model": str(long_model_dir), "lora_config": {"rank": 0}}), 400, "rank")
+    refused(
+        abuser.tinker(
+            "create_model",
+            {"session_id": session, "model_seq_id": 0, "base_model": str(long_model_dir), "lora_config": {"rank": 0}},
+        ),
+        400,
+        "rank",
+    )
     refused(abuser.tinker("create_session", {"tags": ["x" * 10_000]}), 400, "tags.0")
     refused(abuser.tinker("session_heartbeat", {"session_id": "s" * 100_000}), 400, "session_id")
     model = abuser.model(session, str(long_model_dir), seq=1)
 
     def fb(seq: int, data: list[dict]) -> httpx.Response:
-        return abuser.tinker("forward_backward", {"model_id": model, "seq_id": seq, "forward_backward_input": {"data": data, "loss_fn": "cross_entropy"}})
+        return abuser.tinker(
+            "forward_backward",
+            {"model_id": model, "seq_id": seq, "forward_backward_input": {"data": data, "loss_fn": "cross_entropy"}},
+        )
 
     refused(fb(1, [datum(8), datum(CONTEXT + 500)]), 400, "forward_backward_input.data[1].model_input", str(CONTEXT))
     refused(fb(2, [datum(4000)] * 30), 400, "forward_backward_input.data", str(MAX_REQUEST_TOKENS))
@@ -200,7 +239,9 @@ def test_a_cancelled_sampling_request_stops_and_frees_the_engine(abuser, long_mo
 def test_the_requests_of_a_client_whose_heartbeat_stopped_are_cancelled(long_model_dir, tmp_path):
     app = create_app(str(long_model_dir), base_dir=tmp_path)
     app.state.tinker.abandon_s = 0.5  # the SDK heartbeats every 10 s; the default is 120 s
-    with TestClient(app, headers={"X-API-Key": API_KEY}) as client:  # its lifespan drains, never closes the shared engine
+    with TestClient(
+        app, headers={"X-API-Key": API_KEY}
+    ) as client:  # its lifespan drains, never closes the shared engine
         inside = Abuser("http://testserver")
         inside.client = client
         gone = inside.session()
@@ -208,10 +249,14 @@ def test_the_requests_of_a_client_whose_heartbeat_stopped_are_cancelled(long_mod
         running = inside.sample(inside.sampler(gone, base_model=str(long_model_dir)), [5, 6, 7], num_samples=16, **LONG)
         time.sleep(1.0)
         alive = inside.session()
-        inside.tinker("session_heartbeat", {"session_id": alive})  # any request sweeps: the silent client's work is cancelled
+        inside.tinker(
+            "session_heartbeat", {"session_id": alive}
+        )  # any request sweeps: the silent client's work is cancelled
         assert "cancelled" in inside.result(running)["error"]
         started = time.monotonic()
-        inside.result(inside.sample(inside.sampler(alive, base_model=str(long_model_dir)), [5, 6, 7], max_tokens=2, stop=[]))
+        inside.result(
+            inside.sample(inside.sampler(alive, base_model=str(long_model_dir)), [5, 6, 7], max_tokens=2, stop=[])
+        )
         assert time.monotonic() - started < 5.0, "the engine went on decoding the abandoned request"
 
 
@@ -223,7 +268,14 @@ def test_a_chat_completion_whose_client_hung_up_is_not_computed(served, abuser):
         Abuser.sent += 1
         httpx.post(
             f"{served.url}/v1/chat/completions",
-            json={"model": "named", "messages": [{"role": "user", "content": "hi"}], "max_tokens": CONTEXT - 64, "n": 16, "seed": 0, "guided_choice": [forced_reply]},
+            json={
+                "model": "named",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": CONTEXT - 64,
+                "n": 16,
+                "seed": 0,
+                "guided_choice": [forced_reply],
+            },
             headers={"Authorization": f"Bearer {API_KEY}"},
             timeout=0.5,  # the whole reply takes 7 s on the 2-core CPU
         )
@@ -239,7 +291,9 @@ def test_a_chat_completion_whose_client_hung_up_is_not_computed(served, abuser):
 def test_a_second_session_cannot_reach_the_first_ones_models_futures_or_weights(served, abuser, long_model_dir):
     first = abuser.session()
     model = abuser.model(first, str(long_model_dir))
-    saved = abuser.result(abuser.tinker("save_weights_for_sampler", {"model_id": model, "seq_id": 1, "path": "mine"}))["path"]
+    saved = abuser.result(abuser.tinker("save_weights_for_sampler", {"model_id": model, "seq_id": 1, "path": "mine"}))[
+        "path"
+    ]
     state = abuser.result(abuser.tinker("save_weights", {"model_id": model, "seq_id": 2, "path": "mine"}))["path"]
     sampler = abuser.sampler(first, base_model=str(long_model_dir))
     request_id = abuser.sample(sampler, [5, 6], max_tokens=2).json()["request_id"]
@@ -250,20 +304,34 @@ def test_a_second_session_cannot_reach_the_first_ones_models_futures_or_weights(
 
     second = abuser.session()
     own_model = abuser.model(second, str(long_model_dir))
-    own_request = abuser.tinker("forward", {"model_id": own_model, "seq_id": 1, "forward_input": {"data": [datum(4)], "loss_fn": "cross_entropy"}}).json()["request_id"]
+    own_request = abuser.tinker(
+        "forward",
+        {"model_id": own_model, "seq_id": 1, "forward_input": {"data": [datum(4)], "loss_fn": "cross_entropy"}},
+    ).json()["request_id"]
     guesses = {
-        "model_id": [f"{second}:train:7", own_model.replace(second, "0" * 32), own_model.replace(second, second[::-1]), "x:train:0"],
+        "model_id": [
+            f"{second}:train:7",
+            own_model.replace(second, "0" * 32),
+            own_model.replace(second, second[::-1]),
+            "x:train:0",
+        ],
         "request_id": [own_request[:-1] + ("0" if own_request[-1] != "0" else "1"), "req-0", "req-1"],
     }
     for guess in guesses["model_id"]:
-        refused(abuser.tinker("optim_step", {"model_id": guess, "seq_id": 1, "adam_params": {"learning_rate": 0.5}}), 404, "model_id")
+        refused(
+            abuser.tinker("optim_step", {"model_id": guess, "seq_id": 1, "adam_params": {"learning_rate": 0.5}}),
+            404,
+            "model_id",
+        )
         refused(abuser.tinker("get_info", {"model_id": guess}), 404, "model_id")
     for guess in guesses["request_id"]:
         refused(abuser.tinker("retrieve_future", {"request_id": guess}), 404, "request_id")
         refused(abuser.tinker("cancel_future", {"request_id": guess}), 404, "request_id")
     # The second session saving under the first one's names writes its own checkpoints, never the first one's.
     files_before = {path: path.read_bytes() for path in served.base_dir.rglob("*") if path.is_file()}
-    overwritten = abuser.result(abuser.tinker("save_weights_for_sampler", {"model_id": own_model, "seq_id": 2, "path": "mine"}))["path"]
+    overwritten = abuser.result(
+        abuser.tinker("save_weights_for_sampler", {"model_id": own_model, "seq_id": 2, "path": "mine"})
+    )["path"]
     assert overwritten != saved
     assert all(path.read_bytes() == content for path, content in files_before.items())
     # The first session's end releases its models and cancels its unfinished requests.
@@ -293,18 +361,27 @@ def test_checkpoint_paths_are_confined_to_the_base_dir(abuser, long_model_dir, p
     session = abuser.session()
     model = abuser.model(session, str(long_model_dir))
     for answer in (
-        abuser.tinker("create_sampling_session", {"session_id": session, "sampling_session_seq_id": 1, "model_path": path}),
+        abuser.tinker(
+            "create_sampling_session", {"session_id": session, "sampling_session_seq_id": 1, "model_path": path}
+        ),
         abuser.tinker("load_weights", {"session_id": session, "model_seq_id": 1, "path": path}),
         abuser.tinker("load_weights", {"model_id": model, "seq_id": 1, "path": path}),
         abuser.tinker("weights_info", {"tinker_path": path}),
-        abuser.post("/v1/chat/completions", {"model": path, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+        abuser.post(
+            "/v1/chat/completions", {"model": path, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        ),
     ):
         assert answer.status_code in (400, 404), answer.text
 
 
-def test_the_openai_api_serves_only_base_models_named_and_saved_adapters_and_lists_no_paths(abuser, long_model_dir, named_adapter):
+def test_the_openai_api_serves_only_base_models_named_and_saved_adapters_and_lists_no_paths(
+    abuser, long_model_dir, named_adapter
+):
     def chat(model: str, **options) -> httpx.Response:
-        return abuser.post("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **options})
+        return abuser.post(
+            "/v1/chat/completions",
+            {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **options},
+        )
 
     refused(chat(str(named_adapter)), 404, "not served here")
     refused(chat("/etc"), 404, "not served here")
@@ -312,21 +389,43 @@ def test_the_openai_api_serves_only_base_models_named_and_saved_adapters_and_lis
     assert chat(str(long_model_dir)).status_code == 200
     session = abuser.session()
     model = abuser.model(session, str(long_model_dir))
-    saved = abuser.result(abuser.tinker("save_weights_for_sampler", {"model_id": model, "seq_id": 1, "path": "for-chat"}))["path"]
+    saved = abuser.result(
+        abuser.tinker("save_weights_for_sampler", {"model_id": model, "seq_id": 1, "path": "for-chat"})
+    )["path"]
     assert chat(saved).status_code == 200
     listed = [entry["id"] for entry in abuser.request("GET", "/v1/models").json()["data"]]
     assert listed == sorted([str(long_model_dir), "named"]) and saved not in listed
     refused(chat("named", max_tokens=1_000_000_000), 400, "max_tokens", str(CONTEXT))
     refused(chat("named", max_tokens=CONTEXT - 2), 400, "max_tokens", "prompt")
     refused(chat("named", n=10_000), 400, "n")
-    refused(abuser.post("/v1/chat/completions", {"model": "named", "messages": [{"role": "user", "content": "hi " * 5000}]}), 400, "context")
+    refused(
+        abuser.post(
+            "/v1/chat/completions", {"model": "named", "messages": [{"role": "user", "content": "hi " * 5000}]}
+        ),
+        400,
+        "context",
+    )
 
 
 def test_every_route_answers_malformed_bodies_with_a_4xx(abuser, served):
     schema = abuser.request("GET", "/openapi.json").json()
     declared = [route for route, methods in schema["paths"].items() if "requestBody" in methods.get("post", {})]
-    assert "/api/v1/asample" in declared and "/v1/chat/completions" in declared and len(declared) >= 18  # for schemathesis
-    bodies = [None, [], "x", 0, {}, {"model_id": None}, {"session_id": 5, "model_id": [], "request_id": {}}, {"model_id": [], "seq_id": 1}, {"model_id": {}, "seq_id": 2, "path": []}, {"x": [[[[[]]]]] * 100}, {"sampling_params": "hot", "prompt": 1}]
+    assert (
+        "/api/v1/asample" in declared and "/v1/chat/completions" in declared and len(declared) >= 18
+    )  # for schemathesis
+    bodies = [
+        None,
+        [],
+        "x",
+        0,
+        {},
+        {"model_id": None},
+        {"session_id": 5, "model_id": [], "request_id": {}},
+        {"model_id": [], "seq_id": 1},
+        {"model_id": {}, "seq_id": 2, "path": []},
+        {"x": [[[[[]]]]] * 100},
+        {"sampling_params": "hot", "prompt": 1},
+    ]
     sent = 0
     for route, methods in schema["paths"].items():
         if "{" in route or "post" not in methods:
@@ -344,13 +443,22 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(long_model_dir, tmp_
     app = create_app(str(long_model_dir), base_dir=tmp_path, limits=ServerLimits(max_body_bytes=1000))
     client = TestClient(app)  # no `with`: no lifespan, so the engine shared with other tests is left alone
     Abuser.sent += 2
-    declared = client.post("/api/v1/create_session", content=b"{" + b" " * 2000 + b"}", headers={"content-type": "application/json"})
+    declared = client.post(
+        "/api/v1/create_session", content=b"{" + b" " * 2000 + b"}", headers={"content-type": "application/json"}
+    )
     assert declared.status_code == 413 and "1000 bytes" in declared.json()["detail"]
-    streamed = client.post("/v1/chat/completions", content=iter([b"{", b" " * 800, b" " * 800, b"}"]), headers={"content-type": "application/json"})
+    streamed = client.post(
+        "/v1/chat/completions",
+        content=iter([b"{", b" " * 800, b" " * 800, b"}"]),
+        headers={"content-type": "application/json"},
+    )
     assert streamed.status_code == 413 and "1000 bytes" in streamed.json()["detail"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("schemathesis") is None, reason="schemathesis is not installed (it is in the dev extra: pip install -e '.[dev]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("schemathesis") is None,
+    reason="schemathesis is not installed (it is in the dev extra: pip install -e '.[dev]')",
+)
 def test_schemathesis_finds_no_5xx_and_no_undeclared_status_in_60_seconds(served):
     import schemathesis
     from hypothesis import HealthCheck, given, settings
@@ -373,7 +481,9 @@ def test_schemathesis_finds_no_5xx_and_no_undeclared_status_in_60_seconds(served
             try:
                 case.validate_response(response, checks=[status_code_conformance])
             except Exception as error:  # noqa: BLE001 - schemathesis raises its own failure types
-                failures.append(f"{case.method} {case.path}: status {response.status_code} is not in /openapi.json: {str(error)[:200]}")
+                failures.append(
+                    f"{case.method} {case.path}: status {response.status_code} is not in /openapi.json: {str(error)[:200]}"
+                )
 
         given(strategy)(check)()
     assert not failures, failures
@@ -410,7 +520,12 @@ def test_serve_refuses_a_malformed_adapter_option_in_one_line():
 def _poll_once(url: str, request_id: str) -> None:
     """A client long-polling for the running request's result when SIGTERM comes (the server may drop it)."""
     try:
-        httpx.post(f"{url}/api/v1/retrieve_future", json={"request_id": request_id}, headers={"X-API-Key": API_KEY}, timeout=BOUND_S)
+        httpx.post(
+            f"{url}/api/v1/retrieve_future",
+            json={"request_id": request_id},
+            headers={"X-API-Key": API_KEY},
+            timeout=BOUND_S,
+        )
     except httpx.TransportError:
         pass
 

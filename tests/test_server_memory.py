@@ -20,11 +20,11 @@ import httpx
 import psutil
 import pytest
 from fastapi.testclient import TestClient
+from sparring_server import serving
 
 from sparring.server import create_app
 from sparring.server.limits import ServerLimits
 from sparring.server.openai.prompt_bound import PIECE_CHARS, PromptBound
-from sparring_server import serving
 
 API_KEY = "tml-memory"
 MAX_REQUEST_TOKENS = 100_000
@@ -65,7 +65,12 @@ class Watcher(threading.Thread):
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir, tmp_path_factory):
-    with serving(tiny_model_dir, tmp_path_factory.mktemp("memory"), API_KEY, extra_args=("--max-request-tokens", str(MAX_REQUEST_TOKENS))) as server:
+    with serving(
+        tiny_model_dir,
+        tmp_path_factory.mktemp("memory"),
+        API_KEY,
+        extra_args=("--max-request-tokens", str(MAX_REQUEST_TOKENS)),
+    ) as server:
         yield server
 
 
@@ -88,7 +93,11 @@ def test_oversized_deep_and_inflating_requests_leave_the_server_small_and_answer
             answer = client.post(chat, json={**long_prompt, "model": _served_name(client, served.url)})
             assert answer.status_code == 400 and "context" in answer.json()["error"]["message"], answer.text
             for route in ("/v1/chat/completions", "/api/v1/asample", "/api/v1/forward_backward"):
-                deep = client.post(f"{served.url}{route}", content=b"[" * 200_000 + b"]" * 200_000, headers={"content-type": "application/json"})
+                deep = client.post(
+                    f"{served.url}{route}",
+                    content=b"[" * 200_000 + b"]" * 200_000,
+                    headers={"content-type": "application/json"},
+                )
                 assert deep.status_code == 400, (route, deep.text)
             bomb = _bomb(64 << 20)
             assert len(bomb) < 4096
@@ -101,7 +110,9 @@ def test_oversized_deep_and_inflating_requests_leave_the_server_small_and_answer
         watcher.stopped.set()
         watcher.join(timeout=10)
     growth = watcher.peak - watcher.baseline
-    print(f"\nserver RSS {watcher.baseline / 2**20:.0f} MB -> peak {watcher.peak / 2**20:.0f} MB; {watcher.checks} health checks, slowest {watcher.slowest:.2f} s")
+    print(
+        f"\nserver RSS {watcher.baseline / 2**20:.0f} MB -> peak {watcher.peak / 2**20:.0f} MB; {watcher.checks} health checks, slowest {watcher.slowest:.2f} s"
+    )
     assert not watcher.failures and watcher.checks >= 3
     assert watcher.slowest < HEALTH_S
     assert growth < RSS_GROWTH_BYTES
@@ -136,7 +147,10 @@ def test_a_prompt_far_over_the_context_is_refused_after_tokenizing_a_piece_of_it
         context = app.state.tinker.engine.max_context
 
         def chat(content: str) -> httpx.Response:
-            return client.post("/v1/chat/completions", json={"model": name, "messages": [{"role": "user", "content": content}], "max_tokens": 1})
+            return client.post(
+                "/v1/chat/completions",
+                json={"model": name, "messages": [{"role": "user", "content": content}], "max_tokens": 1},
+            )
 
         assert chat("hi").status_code == 200 and sum(tokenized) > 0  # the counter sees the tokenizer's work
         tokenized.clear()
@@ -145,7 +159,9 @@ def test_a_prompt_far_over_the_context_is_refused_after_tokenizing_a_piece_of_it
         assert sum(tokenized) == 0  # the character bound alone refused it
 
         room = context - 1
-        just_under = ("hi " * (room * PromptBound(tokenizer).max_token_chars))[: room * PromptBound(tokenizer).max_token_chars]
+        just_under = ("hi " * (room * PromptBound(tokenizer).max_token_chars))[
+            : room * PromptBound(tokenizer).max_token_chars
+        ]
         refused = chat(just_under)
         assert refused.status_code == 400 and "context" in refused.json()["error"]["message"]
         print(f"\n{len(just_under)} characters, {sum(tokenized)} tokenized before the refusal")
@@ -157,7 +173,9 @@ def test_a_prompt_far_over_the_context_is_refused_after_tokenizing_a_piece_of_it
 def test_a_zstd_bomb_under_the_routes_size_limit_is_refused_within_a_second(tiny_model_dir, tmp_path):
     app = create_app(str(tiny_model_dir), base_dir=tmp_path)  # the default limits: forward_backward takes up to 161 MiB
     bomb = _bomb(64 << 20)
-    assert len(bomb) < 4096 and (64 << 20) < ServerLimits().body_limit("/api/v1/forward_backward")  # under the size bound
+    assert len(bomb) < 4096 and (64 << 20) < ServerLimits().body_limit(
+        "/api/v1/forward_backward"
+    )  # under the size bound
     client = TestClient(app)  # no `with`: no lifespan, so the engine shared with other tests is left alone
     protobuf = {"content-type": "application/x-protobuf", "content-encoding": "zstd"}
     started = time.perf_counter()
@@ -168,5 +186,7 @@ def test_a_zstd_bomb_under_the_routes_size_limit_is_refused_within_a_second(tiny
     assert elapsed < 1.0
     import zstandard
 
-    honest = zstandard.ZstdCompressor().compress(b"not protobuf at all, " * 1000)  # inflates within the ratio: decoded, then refused as protobuf
+    honest = zstandard.ZstdCompressor().compress(
+        b"not protobuf at all, " * 1000
+    )  # inflates within the ratio: decoded, then refused as protobuf
     assert client.post("/api/v1/forward_backward", content=honest, headers=protobuf).status_code == 400

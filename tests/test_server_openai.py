@@ -9,18 +9,45 @@ import openai
 import pytest
 from fastapi import FastAPI
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerHandle, TunerModelConfig, Workflow, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    LoggingConfig,
+    ServiceClient,
+    TunerHandle,
+    TunerModelConfig,
+    Workflow,
+    WorkflowOutput,
+    tune,
+)
 from sparring.algorithms import build_datums
 from sparring.logging import read_rollouts
 from sparring.logging.rollouts import sampled_spans
-from sparring.rollout import ChatModel, ChatResponse, FrozenChatModel, PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
+from sparring.rollout import (
+    ChatModel,
+    ChatResponse,
+    FrozenChatModel,
+    PolicyChatModel,
+    RunnerSettings,
+    as_episode_fn,
+    run_episodes,
+)
 from sparring.server.openai.episode_keys import EPISODE_KEY_PREFIX
 from sparring.server.openai.episode_server import IN_PROCESS_BASE_URL, episode_server, openai_http_library
 from sparring.server.openai.routes import openai_router
 from sparring.server.openai.served_models import ServedModels
 
 http = openai_http_library()
-TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Look a word up.", "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a word up.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+        },
+    }
+]
 TOOL_RESULT = "TOOLRESULT"
 FOLLOW_UP = "FOLLOWUP"
 
@@ -57,14 +84,20 @@ class ScriptedToolCaller(ChatModel):
     async def __call__(self, messages, tools=None, **sampling):
         text = 'Let me check.\n<tool_call>\n{"name": "lookup", "arguments": {"word": "sparring"}}\n</tool_call>'
         tokens = [*self._renderer.encode_text(text), *self._renderer.stop_token_ids[:1]]
-        return ChatResponse(message=self._renderer.parse_response(tokens), tokens=tokens, logprobs=[-0.5] * len(tokens), prompt_tokens=3)
+        return ChatResponse(
+            message=self._renderer.parse_response(tokens), tokens=tokens, logprobs=[-0.5] * len(tokens), prompt_tokens=3
+        )
 
 
 async def converse(send) -> list[list[float]]:
     """Two turns with a tool result and a user message in between; the sampler logprobs of both replies."""
     messages = [{"role": "user", "content": "Say a word."}]
     first = await send(messages)
-    messages += [first["message"], {"role": "tool", "tool_call_id": "call_0", "content": TOOL_RESULT}, {"role": "user", "content": FOLLOW_UP}]
+    messages += [
+        first["message"],
+        {"role": "tool", "tool_call_id": "call_0", "content": TOOL_RESULT},
+        {"role": "user", "content": FOLLOW_UP},
+    ]
     second = await send(messages)
     return [[entry["logprob"] for entry in reply["logprobs"]["content"]] for reply in (first, second)]
 
@@ -73,7 +106,9 @@ async def converse_with_sdk(base_url: str, api_key: str, model: str = "agent") -
     async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
 
         async def send(messages):
-            completion = await client.chat.completions.create(model=model, messages=messages, tools=TOOLS, max_tokens=5, logprobs=True)
+            completion = await client.chat.completions.create(
+                model=model, messages=messages, tools=TOOLS, max_tokens=5, logprobs=True
+            )
             return completion.choices[0].model_dump(exclude_none=True)
 
         return await converse(send)
@@ -83,7 +118,10 @@ async def converse_with_raw_http(base_url: str, api_key: str) -> list[list[float
     async with http.AsyncClient(headers={"Authorization": f"Bearer {api_key}"}, timeout=60) as client:
 
         async def send(messages):
-            response = await client.post(f"{base_url}/chat/completions", json={"model": "agent", "messages": messages, "tools": TOOLS, "max_tokens": 5, "logprobs": True})
+            response = await client.post(
+                f"{base_url}/chat/completions",
+                json={"model": "agent", "messages": messages, "tools": TOOLS, "max_tokens": 5, "logprobs": True},
+            )
             assert response.status_code == 200, response.text
             return response.json()["choices"][0]
 
@@ -100,10 +138,14 @@ class HttpAgents(Workflow):
         sdk = tuner.as_base_url_api_key("sdk")
         raw_url, raw_key = tuner.as_base_url_api_key("raw")
         assert sdk.base_url.startswith("http://127.0.0.1:") and sdk.model == "sdk"
-        results = await asyncio.gather(converse_with_sdk(sdk.base_url, sdk.api_key), converse_with_raw_http(raw_url, raw_key))
+        results = await asyncio.gather(
+            converse_with_sdk(sdk.base_url, sdk.api_key), converse_with_raw_http(raw_url, raw_key)
+        )
         for agent, calls in zip(("sdk", "raw"), results):
             CAPTURED[agent] += calls
-        return WorkflowOutput(reward={agent: float(calls[0][0] > -4.0) for agent, calls in zip(("sdk", "raw"), results)})
+        return WorkflowOutput(
+            reward={agent: float(calls[0][0] > -4.0) for agent, calls in zip(("sdk", "raw"), results)}
+        )
 
 
 def test_sdk_and_raw_http_agents_train_through_a_loopback_server(tiny_model_dir, tmp_path):
@@ -111,7 +153,15 @@ def test_sdk_and_raw_http_agents_train_through_a_loopback_server(tiny_model_dir,
         workflow_func=HttpAgents,
         train_dataset=DatasetConfig(tasks=[{"topic": "a"}, {"topic": "b"}], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
-        algorithm=AlgorithmConfig(group_size=2, batch_size=2, learning_rate=1e-3, save_interval_steps=0, eval_interval_steps=0, episode_timeout_s=120, drop_zero_variance_groups=False),
+        algorithm=AlgorithmConfig(
+            group_size=2,
+            batch_size=2,
+            learning_rate=1e-3,
+            save_interval_steps=0,
+            eval_interval_steps=0,
+            episode_timeout_s=120,
+            drop_zero_variance_groups=False,
+        ),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )
@@ -125,7 +175,9 @@ def test_sdk_and_raw_http_agents_train_through_a_loopback_server(tiny_model_dir,
         spans = sampled_spans(row["loss_mask"])
         assert len(spans) == 2
         masked_text = "".join(row["completions"])
-        assert TOOL_RESULT in row["text"] and FOLLOW_UP in row["text"]  # the tool result and the user turn are in the sequence...
+        assert (
+            TOOL_RESULT in row["text"] and FOLLOW_UP in row["text"]
+        )  # the tool result and the user turn are in the sequence...
         assert TOOL_RESULT not in masked_text and FOLLOW_UP not in masked_text  # ...but not trained on
         assert spans[0][0] > 0 and spans[1][0] > spans[0][1]  # prompt before the first reply, tool + user turns between
         for start, end in spans:
@@ -142,14 +194,23 @@ def test_sdk_and_raw_http_agents_train_through_a_loopback_server(tiny_model_dir,
 def models(tiny_model_dir, service):
     client = service.create_lora_training_client(str(tiny_model_dir), rank=4, seed=0)
     policy = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults={"max_tokens": 5})
-    frozen = FrozenChatModel(service.create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 5}, agent="helper")
+    frozen = FrozenChatModel(
+        service.create_sampling_client(base_model=str(tiny_model_dir)), defaults={"max_tokens": 5}, agent="helper"
+    )
     return policy, frozen
 
 
 def run(workflow, models, group_size=1):
     policy, frozen = models
     make_tuner = lambda: TunerHandle(policies={"policy": policy}, auxiliary_models={"helper": frozen})  # noqa: E731
-    return asyncio.run(run_episodes(as_episode_fn(workflow), [{"task_id": "0"}], make_tuner, RunnerSettings(group_size=group_size, episode_timeout_s=60)))
+    return asyncio.run(
+        run_episodes(
+            as_episode_fn(workflow),
+            [{"task_id": "0"}],
+            make_tuner,
+            RunnerSettings(group_size=group_size, episode_timeout_s=60),
+        )
+    )
 
 
 def test_in_process_client_is_a_real_async_openai_and_its_datums_mask_prompts(models):
@@ -162,7 +223,9 @@ def test_in_process_client_is_a_real_async_openai_and_its_datums_mask_prompts(mo
             assert isinstance(client, openai.AsyncOpenAI) and str(client.base_url).startswith(IN_PROCESS_BASE_URL)
 
             async def send(messages):
-                completion = await client.chat.completions.create(model="x", messages=messages, tools=TOOLS, max_tokens=4, logprobs=True)
+                completion = await client.chat.completions.create(
+                    model="x", messages=messages, tools=TOOLS, max_tokens=4, logprobs=True
+                )
                 return completion.choices[0].model_dump(exclude_none=True)
 
             await converse(send)
@@ -172,7 +235,9 @@ def test_in_process_client_is_a_real_async_openai_and_its_datums_mask_prompts(mo
     (episode,) = run(InProcess, models)
     assert episode.error is None
     assert [(t.agent, t.num_calls) for t in episode.timelines] == [("carol", 2)]
-    assert episode.roles == {"carol": "learner", "dave": "other"} and [t["trainable"] for t in episode.transcripts["dave"]] == [False]
+    assert episode.roles == {"carol": "learner", "dave": "other"} and [
+        t["trainable"] for t in episode.transcripts["dave"]
+    ] == [False]
     (timeline,) = episode.timelines
     (datum,) = build_datums([episode], {(0, "carol"): 1.0})["policy"]
     advantages = datum.loss_fn_inputs["advantages"].tolist()
@@ -212,12 +277,20 @@ def test_episode_keys_are_scoped_to_their_episode_and_expire(models):
         async with http.AsyncClient(timeout=30) as client:
             body = {"model": "agent", "messages": [{"role": "user", "content": "hi"}]}
             statuses = {}
-            for name, key in {"expired": keys[0], "forged": EPISODE_KEY_PREFIX + "x" * 43, "not an episode key": "sk-anything"}.items():
-                response = await client.post(f"{base_url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+            for name, key in {
+                "expired": keys[0],
+                "forged": EPISODE_KEY_PREFIX + "x" * 43,
+                "not an episode key": "sk-anything",
+            }.items():
+                response = await client.post(
+                    f"{base_url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+                )
                 statuses[name] = (response.status_code, response.json()["error"]["type"])
             return statuses
 
-    assert asyncio.run(after_the_episodes()) == {name: (401, "authentication_error") for name in ("expired", "forged", "not an episode key")}
+    assert asyncio.run(after_the_episodes()) == {
+        name: (401, "authentication_error") for name in ("expired", "forged", "not an episode key")
+    }
     assert len(episode_server().keys) == 0  # every episode has ended, so every key was revoked
 
 
@@ -229,30 +302,45 @@ def test_a_tuner_endpoint_outside_an_episode_is_an_error(models):
 
 def test_streaming_returns_the_same_replies_as_non_streaming(served_app):
     async def both():
-        async with openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0) as client:
-            request = dict(model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=8, seed=11, n=2, logprobs=True)
+        async with openai.AsyncOpenAI(
+            base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0
+        ) as client:
+            request = dict(
+                model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=8, seed=11, n=2, logprobs=True
+            )
             whole = await client.chat.completions.create(**request)
             texts, logprobs, finishes, usage = ["", ""], [[], []], [None, None], None
-            async for chunk in await client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True}):
+            async for chunk in await client.chat.completions.create(
+                **request, stream=True, stream_options={"include_usage": True}
+            ):
                 usage = chunk.usage or usage
                 for choice in chunk.choices:
                     texts[choice.index] += choice.delta.content or ""
-                    logprobs[choice.index] += [entry.logprob for entry in (choice.logprobs.content if choice.logprobs else None) or []]
+                    logprobs[choice.index] += [
+                        entry.logprob for entry in (choice.logprobs.content if choice.logprobs else None) or []
+                    ]
                     finishes[choice.index] = choice.finish_reason or finishes[choice.index]
             return whole, texts, logprobs, finishes, usage
 
     whole, texts, logprobs, finishes, usage = asyncio.run(both())
     assert texts == [choice.message.content for choice in whole.choices]
     # the stream's prompt is read from the prefix cache the whole reply filled: equal up to float rounding
-    assert logprobs == [pytest.approx([entry.logprob for entry in choice.logprobs.content], abs=1e-5) for choice in whole.choices]
+    assert logprobs == [
+        pytest.approx([entry.logprob for entry in choice.logprobs.content], abs=1e-5) for choice in whole.choices
+    ]
     assert finishes == [choice.finish_reason for choice in whole.choices]
-    assert usage.completion_tokens == whole.usage.completion_tokens and usage.prompt_tokens == whole.usage.prompt_tokens > 0
+    assert (
+        usage.completion_tokens == whole.usage.completion_tokens
+        and usage.prompt_tokens == whole.usage.prompt_tokens > 0
+    )
     assert texts[0] != texts[1] or logprobs[0] != logprobs[1]  # n=2 samples two different replies
 
 
 def test_tool_calls_come_back_parsed_streamed_or_not(served_app):
     async def both():
-        async with openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0) as client:
+        async with openai.AsyncOpenAI(
+            base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0
+        ) as client:
             request = dict(model="scripted", messages=[{"role": "user", "content": "look it up"}], tools=TOOLS)
             whole = await client.chat.completions.create(**request)
             streamed_calls, content = {}, ""
@@ -269,25 +357,47 @@ def test_tool_calls_come_back_parsed_streamed_or_not(served_app):
     choice = whole.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content == content == "Let me check."
     (call,) = choice.message.tool_calls
-    assert call.function.name == "lookup" and json.loads(call.function.arguments) == {"word": "sparring"} and call.id.startswith("call_")
+    assert (
+        call.function.name == "lookup"
+        and json.loads(call.function.arguments) == {"word": "sparring"}
+        and call.id.startswith("call_")
+    )
     assert streamed_calls == {0: {"name": "lookup", "arguments": call.function.arguments}}
 
 
-TWO_TOOLS = [*TOOLS, {"type": "function", "function": {"name": "define", "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}}]
+TWO_TOOLS = [
+    *TOOLS,
+    {
+        "type": "function",
+        "function": {"name": "define", "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}},
+    },
+]
 
 
 def test_every_tool_choice_streams_what_it_returns_whole(served_app):
     """The tiny random model under each tool_choice: a forced call is a call of the forced tool, streamed or not."""
 
     async def ask(tool_choice):
-        async with openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0) as client:
-            request = dict(model="tiny", messages=[{"role": "user", "content": "look it up"}], tools=TWO_TOOLS, tool_choice=tool_choice, max_tokens=8, seed=5, logprobs=True)
+        async with openai.AsyncOpenAI(
+            base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0
+        ) as client:
+            request = dict(
+                model="tiny",
+                messages=[{"role": "user", "content": "look it up"}],
+                tools=TWO_TOOLS,
+                tool_choice=tool_choice,
+                max_tokens=8,
+                seed=5,
+                logprobs=True,
+            )
             whole = await client.chat.completions.create(**request)
             content, calls, logprobs, finish = "", {}, [], None
             async for chunk in await client.chat.completions.create(**request, stream=True):
                 for choice in chunk.choices:
                     content += choice.delta.content or ""
-                    logprobs += [entry.logprob for entry in (choice.logprobs.content if choice.logprobs else None) or []]
+                    logprobs += [
+                        entry.logprob for entry in (choice.logprobs.content if choice.logprobs else None) or []
+                    ]
                     finish = choice.finish_reason or finish
                     for call in choice.delta.tool_calls or []:
                         calls.setdefault(call.index, ["", ""])
@@ -300,14 +410,21 @@ def test_every_tool_choice_streams_what_it_returns_whole(served_app):
     for whole, content, calls, logprobs, finish in results.values():
         message = whole.choices[0].message
         assert content == (message.content or "") and finish == whole.choices[0].finish_reason
-        assert calls == {index: [call.function.name, call.function.arguments] for index, call in enumerate(message.tool_calls or [])}
+        assert calls == {
+            index: [call.function.name, call.function.arguments] for index, call in enumerate(message.tool_calls or [])
+        }
         # the stream's prompt is read from the prefix cache the whole reply filled: equal up to float rounding
         assert logprobs == pytest.approx([entry.logprob for entry in whole.choices[0].logprobs.content], abs=1e-5)
     whole, *_ = results[str(forced)]
-    assert whole.choices[0].finish_reason in ("tool_calls", "length") and whole.choices[0].message.tool_calls[0].function.name == "define"
+    assert (
+        whole.choices[0].finish_reason in ("tool_calls", "length")
+        and whole.choices[0].message.tool_calls[0].function.name == "define"
+    )
     assert not results["none"][0].choices[0].message.tool_calls
     prompt = {name: result[0].usage.prompt_tokens for name, result in results.items()}
-    assert prompt["auto"] == prompt["none"] < prompt["required"] < prompt[str(forced)]  # tools always offered; the prefill is prompt
+    assert (
+        prompt["auto"] == prompt["none"] < prompt["required"] < prompt[str(forced)]
+    )  # tools always offered; the prefill is prompt
 
 
 def test_a_forced_tool_call_over_http_merges_with_its_result(models):
@@ -315,10 +432,15 @@ def test_a_forced_tool_call_over_http_merges_with_its_result(models):
         async def execute(self, task, tuner):
             client = tuner.as_openai_client("carol")
             messages = [{"role": "user", "content": "Say a word."}]
-            first = await client.chat.completions.create(model="x", messages=messages, tools=TOOLS, tool_choice="required", max_tokens=4)
+            first = await client.chat.completions.create(
+                model="x", messages=messages, tools=TOOLS, tool_choice="required", max_tokens=4
+            )
             call = first.choices[0].message.tool_calls[0]
             assert call.function.name == "lookup"  # one tool: "required" forces it
-            messages += [first.choices[0].message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": TOOL_RESULT}]
+            messages += [
+                first.choices[0].message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": TOOL_RESULT},
+            ]
             await client.chat.completions.create(model="x", messages=messages, tools=TOOLS, max_tokens=4)
             return WorkflowOutput(reward=1.0)
 
@@ -342,14 +464,43 @@ def test_a_forced_tool_call_over_http_merges_with_its_result(models):
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": 3}, "temperature"),
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "n": 0}, "n"),
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
-        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 2}, "top_logprobs"),
+        (
+            {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 2},
+            "top_logprobs",
+        ),
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}, "tool_choice"),
-        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
-        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+        (
+            {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": TOOLS,
+                "tool_choice": {"type": "function", "function": {"name": "nope"}},
+            },
+            "tool_choice",
+        ),
+        (
+            {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": TOOLS,
+                "tool_choice": "sometimes",
+            },
+            "tool_choice",
+        ),
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "best_of": 2}, "best_of"),
-        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}}, "response_format"),
-        ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema"}}, "response_format"),
+        (
+            {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}},
+            "response_format",
+        ),
+        (
+            {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "hi"}],
+                "response_format": {"type": "json_schema"},
+            },
+            "response_format",
+        ),
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "guided_choice": []}, "guided_choice"),
         ({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "guided_json": "[1, 2]"}, "guided_json"),
         ({"model": "nobody", "messages": [{"role": "user", "content": "hi"}]}, "model"),
@@ -372,10 +523,18 @@ def test_malformed_json_and_a_wrong_api_key_are_4xx(tiny_model_dir, served_app):
 
     async def post():
         async with in_process(served_app) as client:
-            malformed = await client.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
-            too_deep = await client.post("/v1/chat/completions", content=b"[" * 100_000, headers={"content-type": "application/json"})
+            malformed = await client.post(
+                "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+            )
+            too_deep = await client.post(
+                "/v1/chat/completions", content=b"[" * 100_000, headers={"content-type": "application/json"}
+            )
         async with in_process(guarded) as client:
-            wrong_key = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": []}, headers={"Authorization": "Bearer guess"})
+            wrong_key = await client.post(
+                "/v1/chat/completions",
+                json={"model": "tiny", "messages": []},
+                headers={"Authorization": "Bearer guess"},
+            )
             listed = await client.get("/v1/models", headers={"Authorization": "Bearer secret"})
         return malformed, too_deep, wrong_key, listed
 
@@ -392,9 +551,13 @@ def test_sparring_serve_app_answers_openai_chat_on_its_base_model(tiny_model_dir
     app = create_app(str(tiny_model_dir), base_dir=tmp_path)
 
     async def calls():
-        async with openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=in_process(app), max_retries=0) as client:
+        async with openai.AsyncOpenAI(
+            base_url="http://test/v1", api_key="unused", http_client=in_process(app), max_retries=0
+        ) as client:
             listed = [model.id async for model in client.models.list()]
-            completion = await client.chat.completions.create(model=str(tiny_model_dir), messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+            completion = await client.chat.completions.create(
+                model=str(tiny_model_dir), messages=[{"role": "user", "content": "hi"}], max_tokens=3
+            )
             with pytest.raises(openai.NotFoundError, match="not served here"):
                 await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
         return listed, completion
@@ -405,15 +568,27 @@ def test_sparring_serve_app_answers_openai_chat_on_its_base_model(tiny_model_dir
 
 
 PLAYERS = ["Player1", "Player2", "Player10"]
-VOTE_SCHEMA = {"type": "object", "properties": {"vote": {"enum": PLAYERS}, "sure": {"type": "boolean"}}, "required": ["vote", "sure"], "additionalProperties": False}
+VOTE_SCHEMA = {
+    "type": "object",
+    "properties": {"vote": {"enum": PLAYERS}, "sure": {"type": "boolean"}},
+    "required": ["vote", "sure"],
+    "additionalProperties": False,
+}
 
 
 def test_response_format_and_vllm_guided_spellings_constrain_replies_over_the_openai_sdk(served_app):
     async def ask():
-        async with openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0) as client:
-            request = dict(model="tiny", messages=[{"role": "user", "content": "Vote."}], max_tokens=48, n=4, temperature=1.5)
+        async with openai.AsyncOpenAI(
+            base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0
+        ) as client:
+            request = dict(
+                model="tiny", messages=[{"role": "user", "content": "Vote."}], max_tokens=48, n=4, temperature=1.5
+            )
             return await asyncio.gather(
-                client.chat.completions.create(**request, response_format={"type": "json_schema", "json_schema": {"name": "vote", "schema": VOTE_SCHEMA}}),
+                client.chat.completions.create(
+                    **request,
+                    response_format={"type": "json_schema", "json_schema": {"name": "vote", "schema": VOTE_SCHEMA}},
+                ),
                 client.chat.completions.create(**request, response_format={"type": "json_object"}),
                 client.chat.completions.create(**request, extra_body={"guided_choice": PLAYERS}),
                 client.chat.completions.create(**request, extra_body={"guided_regex": "(yes|no)!"}),
@@ -425,7 +600,11 @@ def test_response_format_and_vllm_guided_spellings_constrain_replies_over_the_op
         for choice in completion.choices:
             vote = json.loads(choice.message.content)
             assert choice.finish_reason == "stop" and vote["vote"] in PLAYERS and isinstance(vote["sure"], bool)
-    assert all(isinstance(json.loads(choice.message.content), dict) for choice in object_reply.choices if choice.finish_reason == "stop")
+    assert all(
+        isinstance(json.loads(choice.message.content), dict)
+        for choice in object_reply.choices
+        if choice.finish_reason == "stop"
+    )
     assert all(choice.message.content in PLAYERS for choice in choice_reply.choices)
     assert all(choice.message.content in ("yes!", "no!") for choice in regex_reply.choices)
 
@@ -434,9 +613,17 @@ def test_a_forced_strict_tool_call_over_the_openai_sdk_has_schema_valid_argument
     tool = {"type": "function", "function": {"name": "vote", "parameters": VOTE_SCHEMA, "strict": True}}
 
     async def ask():
-        async with openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0) as client:
+        async with openai.AsyncOpenAI(
+            base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0
+        ) as client:
             return await client.chat.completions.create(
-                model="tiny", messages=[{"role": "user", "content": "Vote."}], max_tokens=48, n=4, temperature=1.5, tools=[tool], tool_choice="required"
+                model="tiny",
+                messages=[{"role": "user", "content": "Vote."}],
+                max_tokens=48,
+                n=4,
+                temperature=1.5,
+                tools=[tool],
+                tool_choice="required",
             )
 
     for choice in asyncio.run(ask()).choices:
@@ -448,7 +635,12 @@ def test_a_forced_strict_tool_call_over_the_openai_sdk_has_schema_valid_argument
 def test_two_constraints_in_one_request_are_a_400(served_app):
     async def post():
         async with in_process(served_app) as client:
-            body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "guided_choice": ["a"], "guided_regex": "b"}
+            body = {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "hi"}],
+                "guided_choice": ["a"],
+                "guided_regex": "b",
+            }
             return await client.post("/v1/chat/completions", json=body)
 
     response = asyncio.run(post())
@@ -462,7 +654,12 @@ def test_a_trained_agent_on_the_openai_sdk_records_its_guided_choices(models):
         async def execute(self, task, tuner):
             client = tuner.as_openai_client("erin", target_tag="voter")
             for _ in range(2):
-                completion = await client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Vote."}], max_tokens=12, extra_body={"guided_choice": PLAYERS})
+                completion = await client.chat.completions.create(
+                    model="x",
+                    messages=[{"role": "user", "content": "Vote."}],
+                    max_tokens=12,
+                    extra_body={"guided_choice": PLAYERS},
+                )
                 assert completion.choices[0].message.content in PLAYERS
             return WorkflowOutput(reward=1.0)
 
@@ -470,20 +667,40 @@ def test_a_trained_agent_on_the_openai_sdk_records_its_guided_choices(models):
     assert episode.error is None, episode.error
     for timeline in episode.timelines:
         constrained = [bool(allowed) for allowed in timeline.allowed_tokens]
-        assert constrained == [bool(mask) for mask in timeline.loss_mask], "every sampled token of a guided call is constrained, no prompt token is"
+        assert constrained == [bool(mask) for mask in timeline.loss_mask], (
+            "every sampled token of a guided call is constrained, no prompt token is"
+        )
 
 
 def test_a_forced_tool_call_without_strict_is_held_to_its_schema_and_a_cut_one_reports_length(served_app):
-    tool = {"type": "function", "function": {"name": "vote", "parameters": VOTE_SCHEMA}}  # no strict, as LangChain's bind_tools
+    tool = {
+        "type": "function",
+        "function": {"name": "vote", "parameters": VOTE_SCHEMA},
+    }  # no strict, as LangChain's bind_tools
     named = {"type": "function", "function": {"name": "vote"}}
 
     async def ask():
-        async with openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0) as client:
-            request = dict(model="tiny", messages=[{"role": "user", "content": "Vote."}], tools=[tool], tool_choice="required", temperature=1.5, seed=1)
-            whole = [client.chat.completions.create(**{**request, "tool_choice": choice, "seed": seed}, max_tokens=48) for seed in range(5) for choice in ("required", named)]
+        async with openai.AsyncOpenAI(
+            base_url="http://test/v1", api_key="unused", http_client=in_process(served_app), max_retries=0
+        ) as client:
+            request = dict(
+                model="tiny",
+                messages=[{"role": "user", "content": "Vote."}],
+                tools=[tool],
+                tool_choice="required",
+                temperature=1.5,
+                seed=1,
+            )
+            whole = [
+                client.chat.completions.create(**{**request, "tool_choice": choice, "seed": seed}, max_tokens=48)
+                for seed in range(5)
+                for choice in ("required", named)
+            ]
             whole = await asyncio.gather(*whole)
             sizes = range(1, whole[2].usage.completion_tokens + 1)  # seed 1's call, cut at every length up to its own
-            return whole, await asyncio.gather(*(client.chat.completions.create(**request, max_tokens=size) for size in sizes))
+            return whole, await asyncio.gather(
+                *(client.chat.completions.create(**request, max_tokens=size) for size in sizes)
+            )
 
     whole, cut = asyncio.run(ask())
     for completion in whole:  # 10/10 valid, strict or not
@@ -496,5 +713,8 @@ def test_a_forced_tool_call_without_strict_is_held_to_its_schema_and_a_cut_one_r
         (choice,) = completion.choices
         arguments = choice.message.tool_calls[0].function.arguments
         assert "</" not in arguments and "tool_call" not in arguments and not choice.message.content
-        cut_in_closing += choice.finish_reason == "length" and arguments == whole[2].choices[0].message.tool_calls[0].function.arguments
+        cut_in_closing += (
+            choice.finish_reason == "length"
+            and arguments == whole[2].choices[0].message.tool_calls[0].function.arguments
+        )
     assert cut_in_closing >= 2  # cut after the arguments, inside `}\n</tool_call>`: the arguments whole, no markup

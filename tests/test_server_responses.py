@@ -11,7 +11,16 @@ import openai
 import pytest
 from fastapi import FastAPI
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, ServiceClient, TunerModelConfig, Workflow, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    LoggingConfig,
+    ServiceClient,
+    TunerModelConfig,
+    Workflow,
+    WorkflowOutput,
+    tune,
+)
 from sparring.logging import read_rollouts
 from sparring.logging.rollouts import sampled_spans
 from sparring.rollout import FrozenChatModel
@@ -20,7 +29,12 @@ from sparring.server.openai.routes import openai_router
 from sparring.server.openai.served_models import ServedModels
 
 http = openai_http_library()
-WORD = {"type": "object", "properties": {"word": {"enum": ["cat", "dog"]}}, "required": ["word"], "additionalProperties": False}
+WORD = {
+    "type": "object",
+    "properties": {"word": {"enum": ["cat", "dog"]}},
+    "required": ["word"],
+    "additionalProperties": False,
+}
 TOOL = {"type": "function", "name": "lookup", "description": "Look a word up.", "parameters": WORD}
 TOOL_RESULT = "TOOLRESULT"
 FOLLOW_UP = "FOLLOWUP"
@@ -49,13 +63,18 @@ def sdk(app) -> openai.AsyncOpenAI:
 def test_text_input_and_instructions_answer_with_a_message(served_app):
     async def ask():
         async with sdk(served_app) as client:
-            return await client.responses.create(model="tiny", input="Hello", instructions="Be brief.", max_output_tokens=5, temperature=0)
+            return await client.responses.create(
+                model="tiny", input="Hello", instructions="Be brief.", max_output_tokens=5, temperature=0
+            )
 
     response = asyncio.run(ask())
     assert response.object == "response" and response.status in ("completed", "incomplete")
     (item,) = response.output
     assert item.type == "message" and item.role == "assistant" and response.output_text == item.content[0].text
-    assert 0 < response.usage.output_tokens <= 5 and response.usage.total_tokens == response.usage.input_tokens + response.usage.output_tokens
+    assert (
+        0 < response.usage.output_tokens <= 5
+        and response.usage.total_tokens == response.usage.input_tokens + response.usage.output_tokens
+    )
     if response.status == "incomplete":
         assert response.incomplete_details.reason == "max_output_tokens"
 
@@ -70,8 +89,16 @@ def test_item_input_with_a_function_call_and_its_output_then_a_forced_call(serve
 
     async def ask():
         async with sdk(served_app) as client:
-            free = await client.responses.create(model="tiny", input=items, tools=[TOOL], max_output_tokens=6, temperature=0)
-            forced = await client.responses.create(model="tiny", input=items, tools=[TOOL], tool_choice={"type": "function", "name": "lookup"}, max_output_tokens=24)
+            free = await client.responses.create(
+                model="tiny", input=items, tools=[TOOL], max_output_tokens=6, temperature=0
+            )
+            forced = await client.responses.create(
+                model="tiny",
+                input=items,
+                tools=[TOOL],
+                tool_choice={"type": "function", "name": "lookup"},
+                max_output_tokens=24,
+            )
             return free, forced
 
     free, forced = asyncio.run(ask())
@@ -85,7 +112,19 @@ def test_a_json_schema_text_format_constrains_the_reply(served_app):
     async def ask():
         async with sdk(served_app) as client:
             text = {"format": {"type": "json_schema", "name": "vote", "schema": VOTE_SCHEMA, "strict": True}}
-            return await asyncio.gather(*(client.responses.create(model="tiny", input="Vote.", text=text, max_output_tokens=48, temperature=1.5, extra_body={"seed": s}) for s in range(4)))
+            return await asyncio.gather(
+                *(
+                    client.responses.create(
+                        model="tiny",
+                        input="Vote.",
+                        text=text,
+                        max_output_tokens=48,
+                        temperature=1.5,
+                        extra_body={"seed": s},
+                    )
+                    for s in range(4)
+                )
+            )
 
     for response in asyncio.run(ask()):
         vote = json.loads(response.output_text)
@@ -120,8 +159,12 @@ def test_streaming_gives_the_sdk_the_events_it_expects_and_the_same_reply(served
 def test_a_streamed_function_call_comes_back_whole(served_app):
     async def ask():
         async with sdk(served_app) as client:
-            async with client.responses.stream(model="tiny", input="Look it up.", tools=[TOOL], tool_choice="required", max_output_tokens=32) as stream:
-                arguments = "".join([event.delta async for event in stream if event.type == "response.function_call_arguments.delta"])
+            async with client.responses.stream(
+                model="tiny", input="Look it up.", tools=[TOOL], tool_choice="required", max_output_tokens=32
+            ) as stream:
+                arguments = "".join(
+                    [event.delta async for event in stream if event.type == "response.function_call_arguments.delta"]
+                )
                 return arguments, await stream.get_final_response()
 
     arguments, final = asyncio.run(ask())
@@ -173,10 +216,15 @@ CAPTURED: dict[str, int] = {"calls": 0}
 async def converse_over_responses(client: openai.AsyncOpenAI, model: str) -> None:
     """A forced function call, its output sent back with the call, then a user turn: two Responses calls."""
     items: list = [{"role": "user", "content": "Say a word."}]
-    first = await client.responses.create(model=model, input=items, tools=[TOOL], tool_choice="required", max_output_tokens=24)
+    first = await client.responses.create(
+        model=model, input=items, tools=[TOOL], tool_choice="required", max_output_tokens=24
+    )
     items += [item.model_dump(exclude_none=True) for item in first.output]
     call = next(item for item in first.output if item.type == "function_call")
-    items += [{"type": "function_call_output", "call_id": call.call_id, "output": TOOL_RESULT}, {"role": "user", "content": FOLLOW_UP}]
+    items += [
+        {"type": "function_call_output", "call_id": call.call_id, "output": TOOL_RESULT},
+        {"role": "user", "content": FOLLOW_UP},
+    ]
     second = await client.responses.create(model=model, input=items, tools=[TOOL], max_output_tokens=5)
     assert second.output
     CAPTURED["calls"] += 2
@@ -198,7 +246,15 @@ def test_agents_on_the_responses_api_train_two_steps_with_merged_timelines(tiny_
         workflow_func=ResponsesAgents,
         train_dataset=DatasetConfig(tasks=[{"topic": "a"}, {"topic": "bb"}], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
-        algorithm=AlgorithmConfig(group_size=2, batch_size=2, learning_rate=1e-3, save_interval_steps=0, eval_interval_steps=0, episode_timeout_s=120, drop_zero_variance_groups=False),
+        algorithm=AlgorithmConfig(
+            group_size=2,
+            batch_size=2,
+            learning_rate=1e-3,
+            save_interval_steps=0,
+            eval_interval_steps=0,
+            episode_timeout_s=120,
+            drop_zero_variance_groups=False,
+        ),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )
@@ -207,7 +263,9 @@ def test_agents_on_the_responses_api_train_two_steps_with_merged_timelines(tiny_
     assert not [row["error"] for row in rows if row.get("error")]
     assert sorted(row["agent"] for row in rows) == ["http"] * 8 + ["inproc"] * 8
     for row in rows:
-        assert row["num_calls"] == 2  # the second call resent the first reply's items: one timeline, like chat completions
+        assert (
+            row["num_calls"] == 2
+        )  # the second call resent the first reply's items: one timeline, like chat completions
         assert len(sampled_spans(row["loss_mask"])) == 2 and row["advantage"] is not None
         masked_text = "".join(row["completions"])
         assert TOOL_RESULT in row["text"] and FOLLOW_UP in row["text"] and TOOL_RESULT not in masked_text

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner
-
-import sparring
 import tinker_scenario
 from cached_venv import cached_venv
 from pip_overlay import pinned
 from sparring_server import serving
+from typer.testing import CliRunner
+
+import sparring
 from sparring.cli import app as cli_app
 from sparring.server.tinker.lanes import ModelLane
 
@@ -112,7 +112,10 @@ def result(client: httpx.Client, answer: httpx.Response) -> dict:
 
 def datum(tokens: list[int], targets: list[int]) -> dict:
     tensor = {"data": targets, "dtype": "int64", "shape": [len(targets)]}
-    return {"model_input": {"chunks": [{"type": "encoded_text", "tokens": tokens}]}, "loss_fn_inputs": {"target_tokens": tensor, "weights": {"data": [1.0] * len(targets), "dtype": "float32"}}}
+    return {
+        "model_input": {"chunks": [{"type": "encoded_text", "tokens": tokens}]},
+        "loss_fn_inputs": {"target_tokens": tensor, "weights": {"data": [1.0] * len(targets), "dtype": "float32"}},
+    }
 
 
 def test_bad_requests_get_json_errors_and_leave_other_models_alone(server, tiny_model_dir):
@@ -125,14 +128,27 @@ def test_bad_requests_get_json_errors_and_leave_other_models_alone(server, tiny_
         assert other.status_code == 400 and "not served" in other.json()["detail"]
         not_json = client.post("/api/v1/create_model", content=b"{nope", headers={"content-type": "application/json"})
         assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["detail"]
-        too_deep = client.post("/api/v1/create_model", content=b"[" * 100_000, headers={"content-type": "application/json"})
+        too_deep = client.post(
+            "/api/v1/create_model", content=b"[" * 100_000, headers={"content-type": "application/json"}
+        )
         assert too_deep.status_code == 400 and "nested too deeply" in too_deep.json()["detail"]
-        bad_proto = client.post("/api/v1/forward_backward", content=b"\x0a\xff", headers={"content-type": "application/x-protobuf"})
+        bad_proto = client.post(
+            "/api/v1/forward_backward", content=b"\x0a\xff", headers={"content-type": "application/x-protobuf"}
+        )
         assert bad_proto.status_code == 400 and "protobuf" in bad_proto.json()["detail"]
 
         models = []
         for seq in (1, 2):
-            created = call(client, "create_model", {"session_id": session, "model_seq_id": seq, "base_model": str(tiny_model_dir), "lora_config": {"rank": 2, "seed": 0}})
+            created = call(
+                client,
+                "create_model",
+                {
+                    "session_id": session,
+                    "model_seq_id": seq,
+                    "base_model": str(tiny_model_dir),
+                    "lora_config": {"rank": 2, "seed": 0},
+                },
+            )
             assert result(client, created)["model_id"] == created.json()["model_id"]
             models.append(created.json()["model_id"])
         unknown = call(client, "optim_step", {"model_id": "nope:train:9", "seq_id": 1, "adam_params": {}})
@@ -140,7 +156,11 @@ def test_bad_requests_get_json_errors_and_leave_other_models_alone(server, tiny_
 
         good = [datum([5, 6, 7], [6, 7, 8])]
         short = [datum([5, 6, 7], [6, 7])]
-        fb = lambda model, seq, data: call(client, "forward_backward", {"model_id": model, "seq_id": seq, "forward_backward_input": {"data": data, "loss_fn": "cross_entropy"}})  # noqa: E731
+        fb = lambda model, seq, data: call(
+            client,
+            "forward_backward",
+            {"model_id": model, "seq_id": seq, "forward_backward_input": {"data": data, "loss_fn": "cross_entropy"}},
+        )  # noqa: E731
         failed = result(client, fb(models[0], 1, short))
         assert failed["category"] == "user" and "datum 0" in failed["error"] and "target_tokens" in failed["error"]
         schema = fb(models[0], 2, [{"model_input": {"chunks": "x"}}])
@@ -148,9 +168,15 @@ def test_bad_requests_get_json_errors_and_leave_other_models_alone(server, tiny_
         # The failed and the rejected request each used up their seq_id; the model and its neighbour still train.
         assert result(client, fb(models[0], 3, good))["metrics"]["loss:sum"] > 0
         assert result(client, fb(models[1], 1, good))["metrics"]["loss:sum"] > 0
-        bad_step = result(client, call(client, "optim_step", {"model_id": models[1], "seq_id": 2, "adam_params": {"beta1": 2.0}}))
+        bad_step = result(
+            client, call(client, "optim_step", {"model_id": models[1], "seq_id": 2, "adam_params": {"beta1": 2.0}})
+        )
         assert bad_step["category"] == "user" and "beta1" in bad_step["error"]
-        path_escape = call(client, "load_weights", {"model_id": models[0], "seq_id": 4, "path": "tinker://../../etc/weights/x", "optimizer": False})
+        path_escape = call(
+            client,
+            "load_weights",
+            {"model_id": models[0], "seq_id": 4, "path": "tinker://../../etc/weights/x", "optimizer": False},
+        )
         assert path_escape.status_code in (400, 404)
         assert call(client, "retrieve_future", {"request_id": "missing"}).status_code == 404
 
@@ -158,13 +184,37 @@ def test_bad_requests_get_json_errors_and_leave_other_models_alone(server, tiny_
 def test_old_snapshot_samplers_are_released_past_the_cap_and_finishing_a_session_frees_it(server, tiny_model_dir):
     with httpx.Client(base_url=server, headers={"X-API-Key": API_KEY}, timeout=60) as client:
         session = call(client, "create_session", {"tags": []}).json()["session_id"]
-        model = call(client, "create_model", {"session_id": session, "model_seq_id": 0, "base_model": str(tiny_model_dir), "lora_config": {"rank": 2}})
+        model = call(
+            client,
+            "create_model",
+            {"session_id": session, "model_seq_id": 0, "base_model": str(tiny_model_dir), "lora_config": {"rank": 2}},
+        )
         model_id = result(client, model)["model_id"]
-        samplers = [result(client, call(client, "save_weights_for_sampler", {"model_id": model_id, "seq_id": seq, "sampling_session_seq_id": seq}))["sampling_session_id"] for seq in range(1, 11)]
+        samplers = [
+            result(
+                client,
+                call(
+                    client,
+                    "save_weights_for_sampler",
+                    {"model_id": model_id, "seq_id": seq, "sampling_session_seq_id": seq},
+                ),
+            )["sampling_session_id"]
+            for seq in range(1, 11)
+        ]
         assert client.get(f"/api/v1/samplers/{samplers[0]}").status_code == 404  # the cap is 8 snapshots per model
         assert client.get(f"/api/v1/samplers/{samplers[-1]}").json()["base_model"] == str(tiny_model_dir)
         prompt = {"chunks": [{"type": "encoded_text", "tokens": [5, 6, 7]}]}
-        sample = call(client, "asample", {"sampling_session_id": samplers[-1], "seq_id": 0, "num_samples": 2, "prompt": prompt, "sampling_params": {"max_tokens": 3, "seed": 1}})
+        sample = call(
+            client,
+            "asample",
+            {
+                "sampling_session_id": samplers[-1],
+                "seq_id": 0,
+                "num_samples": 2,
+                "prompt": prompt,
+                "sampling_params": {"max_tokens": 3, "seed": 1},
+            },
+        )
         assert len(result(client, sample)["sequences"]) == 2 and len(sample.json()["sample_sequence_ids"]) == 2
         assert call(client, f"sessions/{session}/finish", {"reason": {"type": "success"}}).status_code == 200
         assert call(client, "get_info", {"model_id": model_id}).status_code == 404
@@ -179,7 +229,9 @@ def test_every_spelling_of_loopback_counts_as_loopback():
     from sparring.cli import _is_loopback
 
     assert all(_is_loopback(host) for host in ["127.0.0.1", "127.1", "127.255.0.9", "::1", "localhost"])
-    assert not any(_is_loopback(host) for host in ["0.0.0.0", "::", "10.0.0.1", "192.168.1.1", "128.0.0.1", "example.com"])
+    assert not any(
+        _is_loopback(host) for host in ["0.0.0.0", "::", "10.0.0.1", "192.168.1.1", "128.0.0.1", "example.com"]
+    )
 
 
 # Protobuf codec against the SDK's generated code -----------------------------------------------
@@ -192,10 +244,25 @@ def test_protobuf_bodies_round_trip_through_the_sdks_own_codec():
     from tinker.proto.request_conv import forward_backward_request_to_proto
     from tinker.proto.response_conv import deserialize_forward_backward_output, deserialize_sample_response
 
-    from sparring.server.tinker.proto import decode_forward_backward_request, encode_forward_backward_output, encode_sample_response
+    from sparring.server.tinker.proto import (
+        decode_forward_backward_request,
+        encode_forward_backward_output,
+        encode_sample_response,
+    )
 
-    data = [tt.Datum(model_input=tt.ModelInput.from_ints([3, 4, 5]), loss_fn_inputs={"target_tokens": [4, 5, 6], "advantages": [0.5, -1.0, 2.0], "logprobs": [-1.0, -2.0, -3.0]})]
-    request = tt.ForwardBackwardRequest(forward_backward_input=tt.ForwardBackwardInput(data=data, loss_fn="ppo", loss_fn_config={"clip_low_threshold": 0.75}), model_id="s:train:0", seq_id=7)
+    data = [
+        tt.Datum(
+            model_input=tt.ModelInput.from_ints([3, 4, 5]),
+            loss_fn_inputs={"target_tokens": [4, 5, 6], "advantages": [0.5, -1.0, 2.0], "logprobs": [-1.0, -2.0, -3.0]},
+        )
+    ]
+    request = tt.ForwardBackwardRequest(
+        forward_backward_input=tt.ForwardBackwardInput(
+            data=data, loss_fn="ppo", loss_fn_config={"clip_low_threshold": 0.75}
+        ),
+        model_id="s:train:0",
+        seq_id=7,
+    )
     message = forward_backward_request_to_proto(request)
     message.forward_only = True
     decoded = decode_forward_backward_request(message.SerializeToString())
@@ -207,13 +274,28 @@ def test_protobuf_bodies_round_trip_through_the_sdks_own_codec():
     assert batch["data"][0]["loss_fn_inputs"]["advantages"]["data"] == [0.5, -1.0, 2.0]
 
     td = sparring.types.TensorData.from_numpy
-    output = sparring.types.ForwardBackwardOutput("ArrayRecord", [{"logprobs": td(np.array([-1.5, -0.25], np.float32))}, {"logprobs": td(np.array([-3.0], np.float32))}], {"loss:sum": 2.5})
+    output = sparring.types.ForwardBackwardOutput(
+        "ArrayRecord",
+        [{"logprobs": td(np.array([-1.5, -0.25], np.float32))}, {"logprobs": td(np.array([-3.0], np.float32))}],
+        {"loss:sum": 2.5},
+    )
     back = deserialize_forward_backward_output(encode_forward_backward_output(output))
-    assert back.metrics == {"loss:sum": 2.5} and [o["logprobs"].tolist() for o in back.loss_fn_outputs] == [[-1.5, -0.25], [-3.0]]
+    assert back.metrics == {"loss:sum": 2.5} and [o["logprobs"].tolist() for o in back.loss_fn_outputs] == [
+        [-1.5, -0.25],
+        [-3.0],
+    ]
 
-    sequences = [sparring.types.SampledSequence("length", [9, 8], [-0.5, -1.5]), sparring.types.SampledSequence("stop", [2], [-0.125])]
-    sampled = deserialize_sample_response(encode_sample_response(sparring.types.SampleResponse(sequences, [None, -2.0, -0.5])))
-    assert [(s.stop_reason, list(s.tokens), list(s.logprobs)) for s in sampled.sequences] == [("length", [9, 8], [-0.5, -1.5]), ("stop", [2], [-0.125])]
+    sequences = [
+        sparring.types.SampledSequence("length", [9, 8], [-0.5, -1.5]),
+        sparring.types.SampledSequence("stop", [2], [-0.125]),
+    ]
+    sampled = deserialize_sample_response(
+        encode_sample_response(sparring.types.SampleResponse(sequences, [None, -2.0, -0.5]))
+    )
+    assert [(s.stop_reason, list(s.tokens), list(s.logprobs)) for s in sampled.sequences] == [
+        ("length", [9, 8], [-0.5, -1.5]),
+        ("stop", [2], [-0.125]),
+    ]
     assert sampled.prompt_logprobs == [None, -2.0, -0.5]
 
 

@@ -22,7 +22,9 @@ def test_sampler_logprobs_match_the_learner_on_smollm(service):
     client = service.create_lora_training_client("smollm2-135m-instruct", rank=16, seed=0)
     prompt = client.get_renderer().render([{"role": "user", "content": "Name a colour."}])
     sampler = client.save_weights_and_get_sampling_client()
-    response = sampler.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=16, seed=1)).result()
+    response = sampler.sample(
+        types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=16, seed=1)
+    ).result()
     for sequence in response.sequences:
         tokens = prompt + sequence.tokens
         scored = sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()[len(prompt) :]

@@ -6,7 +6,16 @@ import asyncio
 import pytest
 from safetensors.torch import load_file
 
-from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, ServiceClient, TunerModelConfig, WorkflowOutput, types
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    Job,
+    LoggingConfig,
+    ServiceClient,
+    TunerModelConfig,
+    WorkflowOutput,
+    types,
+)
 from sparring.logging import read_metrics
 from sparring.trainer import ConfigError, TuneConfig, run_training
 from sparring.trainer.models_from_config import build_models
@@ -22,14 +31,31 @@ def test_snapshot_config_is_checked_and_inherits_from_its_source():
     )
     rival = config.auxiliary_models["rival"]
     assert (rival.model_path, rival.max_tokens, rival.temperature, rival.trainable) == ("some-model", 5, 1.0, False)
-    assert TuneConfig.from_dict(config.model_dump(mode="json")).auxiliary_models["rival"] == rival  # a dumped config reloads
+    assert (
+        TuneConfig.from_dict(config.model_dump(mode="json")).auxiliary_models["rival"] == rival
+    )  # a dumped config reloads
     bad = [
-        ({"auxiliary_models": {"rival": {"snapshot_of": "nobody"}}}, "auxiliary_models.rival.snapshot_of: no trainable model 'nobody'"),
-        ({"auxiliary_models": {"rival": {"snapshot_of": "policy", "model_path": "other"}}}, "auxiliary_models.rival.model_path: a snapshot shares"),
-        ({"auxiliary_models": {"rival": {"snapshot_of": "policy", "base_url": "http://x"}}}, "auxiliary_models.rival.base_url"),
-        ({"auxiliary_models": {"rival": {"snapshot_interval_steps": 3}}}, "auxiliary_models.rival.snapshot_interval_steps"),
+        (
+            {"auxiliary_models": {"rival": {"snapshot_of": "nobody"}}},
+            "auxiliary_models.rival.snapshot_of: no trainable model 'nobody'",
+        ),
+        (
+            {"auxiliary_models": {"rival": {"snapshot_of": "policy", "model_path": "other"}}},
+            "auxiliary_models.rival.model_path: a snapshot shares",
+        ),
+        (
+            {"auxiliary_models": {"rival": {"snapshot_of": "policy", "base_url": "http://x"}}},
+            "auxiliary_models.rival.base_url",
+        ),
+        (
+            {"auxiliary_models": {"rival": {"snapshot_interval_steps": 3}}},
+            "auxiliary_models.rival.snapshot_interval_steps",
+        ),
         ({"model": {"snapshot_of": "policy"}}, "model.snapshot_of: only auxiliary models"),
-        ({"auxiliary_models": {"rival": {"snapshot_of": "policy", "snapshot_interval_steps": -1}}}, "snapshot_interval_steps"),
+        (
+            {"auxiliary_models": {"rival": {"snapshot_of": "policy", "snapshot_interval_steps": -1}}},
+            "snapshot_interval_steps",
+        ),
     ]
     for data, message in bad:
         with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
@@ -43,13 +69,18 @@ def test_a_snapshot_copies_only_the_lora_weights_and_stays_frozen(tiny_model_dir
     lora = sum(p.numel() for p in client.engine.bank.parameters(client.adapter))
     snapshot = client.save_weights_and_get_sampling_client(kind="snapshot")
     assert snapshot.engine is client.engine  # the same base model in memory
-    assert sum(p.numel() for p in client.engine.bank.causal_lm.parameters()) - before == lora  # only the adapter was copied
+    assert (
+        sum(p.numel() for p in client.engine.bank.causal_lm.parameters()) - before == lora
+    )  # only the adapter was copied
 
     tokens = client.get_renderer().render([{"role": "user", "content": "hello there"}])
     prompt = types.ModelInput.from_ints(tokens)
     live = client.save_weights_and_get_sampling_client(kind="inflight")
     frozen_before = snapshot.compute_logprobs(prompt).result()
-    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0]})
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0]},
+    )
     for _ in range(3):
         client.forward_backward([datum], "cross_entropy").result()
         client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
@@ -69,11 +100,15 @@ def snapshot_job(tiny_model_dir, run_dir, total_steps):
     job = Job(
         model=model,
         auxiliary_models={"rival": TunerModelConfig(snapshot_of="policy", snapshot_interval_steps=2)},
-        algorithm=AlgorithmConfig(group_size=2, batch_size=2, learning_rate=2e-2, save_interval_steps=1, seed=5, episode_timeout_s=60),
+        algorithm=AlgorithmConfig(
+            group_size=2, batch_size=2, learning_rate=2e-2, save_interval_steps=1, seed=5, episode_timeout_s=60
+        ),
         run_dir=run_dir,
         logging=QUIET,
     )
-    return job.set_workflow("tests.test_snapshots:versus_rival").set_data(train=DatasetConfig(tasks=TASKS, total_steps=total_steps))
+    return job.set_workflow("tests.test_snapshots:versus_rival").set_data(
+        train=DatasetConfig(tasks=TASKS, total_steps=total_steps)
+    )
 
 
 def test_snapshots_are_retaken_every_n_steps_and_resume_exactly(tiny_model_dir, tmp_path):
@@ -81,7 +116,10 @@ def test_snapshots_are_retaken_every_n_steps_and_resume_exactly(tiny_model_dir, 
     metrics = read_metrics(tmp_path / "straight")
     assert [m["snapshot/rival/age_steps"] for m in metrics] == [0, 1, 0, 1]
     (policy_dir,) = (tmp_path / "straight" / "checkpoints").glob("*/sampler_weights/snapshot-rival-step-000000")
-    saved = [load_file(policy_dir.parent / f"snapshot-rival-step-{step:06d}" / "adapter_model.safetensors") for step in (0, 2)]
+    saved = [
+        load_file(policy_dir.parent / f"snapshot-rival-step-{step:06d}" / "adapter_model.safetensors")
+        for step in (0, 2)
+    ]
     assert any(not saved[0][key].equal(saved[1][key]) for key in saved[0])  # the step-2 snapshot is a newer policy
 
     # Stopped after step 3: its checkpoint holds the snapshot taken at step 2, which the resumed run must use.

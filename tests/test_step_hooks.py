@@ -6,7 +6,18 @@ import asyncio
 
 import pytest
 
-from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, StepEnd, StepHook, StepStart, TunerModelConfig, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    Job,
+    LoggingConfig,
+    StepEnd,
+    StepHook,
+    StepStart,
+    TunerModelConfig,
+    WorkflowOutput,
+    tune,
+)
 from sparring.logging import read_metrics
 from sparring.trainer import ConfigError, TuneConfig
 
@@ -48,8 +59,23 @@ class NeedsArguments(StepHook):
 
 
 def job(tiny_model_dir, run_dir, max_staleness: int, **fields) -> Job:
-    algorithm = AlgorithmConfig(group_size=2, batch_size=2, learning_rate=1e-2, save_interval_steps=1, episode_timeout_s=60, seed=3, drop_zero_variance_groups=False, max_staleness=max_staleness, eval_interval_steps=0)
-    built = Job(model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=4, lora_rank=4), algorithm=algorithm, run_dir=str(run_dir), logging=QUIET)
+    algorithm = AlgorithmConfig(
+        group_size=2,
+        batch_size=2,
+        learning_rate=1e-2,
+        save_interval_steps=1,
+        episode_timeout_s=60,
+        seed=3,
+        drop_zero_variance_groups=False,
+        max_staleness=max_staleness,
+        eval_interval_steps=0,
+    )
+    built = Job(
+        model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=4, lora_rank=4),
+        algorithm=algorithm,
+        run_dir=str(run_dir),
+        logging=QUIET,
+    )
     built.set_workflow(speak).set_data(train=DatasetConfig(tasks=TASKS, total_steps=3), eval=EVAL_TASKS)
     if fields:
         built.config = TuneConfig(**{**dict(built.config), **fields})
@@ -57,7 +83,9 @@ def job(tiny_model_dir, run_dir, max_staleness: int, **fields) -> Job:
 
 
 @pytest.mark.parametrize("max_staleness, versions", [(0, [0, 1, 2]), (1, [0, 0, 1])], ids=["on-policy", "staleness-1"])
-def test_a_hook_sees_every_step_start_and_end_in_order_and_its_metrics_are_logged(tiny_model_dir, tmp_path, max_staleness, versions):
+def test_a_hook_sees_every_step_start_and_end_in_order_and_its_metrics_are_logged(
+    tiny_model_dir, tmp_path, max_staleness, versions
+):
     recorder = Recorder()
     result = job(tiny_model_dir, tmp_path / "run", max_staleness).tune(hooks=[recorder])
     befores = [event for event in recorder.events if event[0] == "before"]
@@ -73,11 +101,24 @@ def test_a_hook_sees_every_step_start_and_end_in_order_and_its_metrics_are_logge
 def test_a_config_names_a_hook_by_import_path_and_tune_adds_its_own(tiny_model_dir, tmp_path):
     built = job(tiny_model_dir, tmp_path / "run", 0, step_hooks=["tests.test_step_hooks:Counter"])
     recorder = Recorder()
-    result = tune(speak, train_dataset=built.config.train_dataset, model=built.config.model, algorithm=built.config.algorithm, eval_dataset=EVAL_TASKS, run_dir=tmp_path / "tuned", logging=QUIET, step_hooks=[recorder])
+    result = tune(
+        speak,
+        train_dataset=built.config.train_dataset,
+        model=built.config.model,
+        algorithm=built.config.algorithm,
+        eval_dataset=EVAL_TASKS,
+        run_dir=tmp_path / "tuned",
+        logging=QUIET,
+        step_hooks=[recorder],
+    )
     assert len(recorder.events) == 6
-    assert not any("hook/counted_step" in record for record in read_metrics(tmp_path / "tuned"))  # tune() was given no config hook
+    assert not any(
+        "hook/counted_step" in record for record in read_metrics(tmp_path / "tuned")
+    )  # tune() was given no config hook
     built.tune()
-    assert [record["hook/counted_step"] for record in read_metrics(tmp_path / "run") if "hook/counted_step" in record] == [1.0, 2.0, 3.0]
+    assert [
+        record["hook/counted_step"] for record in read_metrics(tmp_path / "run") if "hook/counted_step" in record
+    ] == [1.0, 2.0, 3.0]
     assert result.steps == 3
 
 

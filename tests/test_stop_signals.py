@@ -25,10 +25,9 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+from test_kill_resume import checkpointed_step, logged_steps, write_job
 
 from sparring.logging import read_metrics
-
-from test_kill_resume import checkpointed_step, logged_steps, write_job
 
 ROUNDS = int(os.environ.get("SPARRING_STOP_ROUNDS", "1"))
 """Stops of each signal per run: 1 in the suite; `SPARRING_STOP_ROUNDS=10` measures 10 SIGINT and 10 SIGTERM."""
@@ -57,7 +56,12 @@ def short_job(folder: Path, tiny_model_dir: Path, max_staleness: int) -> Path:
 
 
 def environment(folder: Path) -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]),
+    }
 
 
 def final_adapter(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -65,7 +69,9 @@ def final_adapter(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(weights)
 
 
-def stop_once(command: list[str], env: dict, run_dir: Path, signum: int, rng: random.Random, log: Path) -> subprocess.CompletedProcess:
+def stop_once(
+    command: list[str], env: dict, run_dir: Path, signum: int, rng: random.Random, log: Path
+) -> subprocess.CompletedProcess:
     """Start `command`, let it log one or two steps of its own, send `signum` at a random moment of the step after, and
     wait for it to end (within 10 s)."""
     steps_before = len(logged_steps(run_dir))
@@ -85,7 +91,9 @@ def stop_once(command: list[str], env: dict, run_dir: Path, signum: int, rng: ra
         trainer.send_signal(signum)
         sent = time.monotonic()
         stdout, _ = trainer.communicate(timeout=30)
-        assert time.monotonic() - sent < 10, f"{signal.Signals(signum).name} took {time.monotonic() - sent:.1f} s to stop the run"
+        assert time.monotonic() - sent < 10, (
+            f"{signal.Signals(signum).name} took {time.monotonic() - sent:.1f} s to stop the run"
+        )
     finally:
         if trainer.poll() is None:
             trainer.kill()
@@ -94,11 +102,19 @@ def stop_once(command: list[str], env: dict, run_dir: Path, signum: int, rng: ra
 
 @pytest.mark.timeout(300 * ROUNDS)
 @pytest.mark.parametrize("max_staleness", [0, 1], ids=["on-policy", "rollouts-ahead"])
-def test_sigint_and_sigterm_checkpoint_the_last_step_and_resume_into_the_uninterrupted_run(tmp_path, tiny_model_dir, max_staleness):
+def test_sigint_and_sigterm_checkpoint_the_last_step_and_resume_into_the_uninterrupted_run(
+    tmp_path, tiny_model_dir, max_staleness
+):
     rng = random.Random(SEED + max_staleness)
     reference_dir = tmp_path / "reference"
     reference_dir.mkdir()
-    reference = subprocess.run([*TRAIN, str(short_job(reference_dir, tiny_model_dir, max_staleness))], env=environment(reference_dir), capture_output=True, text=True, timeout=120 * ROUNDS)
+    reference = subprocess.run(
+        [*TRAIN, str(short_job(reference_dir, tiny_model_dir, max_staleness))],
+        env=environment(reference_dir),
+        capture_output=True,
+        text=True,
+        timeout=120 * ROUNDS,
+    )
     assert reference.returncode == 0, reference.stderr
 
     run_dir = tmp_path / "run"
@@ -109,22 +125,28 @@ def test_sigint_and_sigterm_checkpoint_the_last_step_and_resume_into_the_uninter
         assert stopped.returncode == 128 + signum, stopped.stderr
         assert "Traceback" not in stopped.stderr and "never retrieved" not in stopped.stderr, stopped.stderr
         assert f"continue with: sparring train --resume {run_dir}" in stopped.stderr.splitlines()[-1], stopped.stderr
-        assert logged == list(range(1, len(logged) + 1)) and saved == len(logged), f"{len(logged)} steps logged, checkpoint at step {saved}"
+        assert logged == list(range(1, len(logged) + 1)) and saved == len(logged), (
+            f"{len(logged)} steps logged, checkpoint at step {saved}"
+        )
         assert not list(run_dir.glob("checkpoints/*/sampler_weights/final")), "an interrupted run wrote a final adapter"
         command = [*TRAIN, "--resume", str(run_dir)]
 
     finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stderr
     assert logged_steps(run_dir) == list(range(1, TOTAL_STEPS + 1))
-    assert sum(record["tokens/trained"] for record in read_metrics(run_dir / "metrics.jsonl")) > 0, "nothing trained: the comparison below would be void"
+    assert sum(record["tokens/trained"] for record in read_metrics(run_dir / "metrics.jsonl")) > 0, (
+        "nothing trained: the comparison below would be void"
+    )
     expected, got = final_adapter(reference_dir / "run"), final_adapter(run_dir)
     assert expected.keys() == got.keys()
     for name, tensor in expected.items():
-        assert torch.equal(tensor, got[name]), f"{name}: the resumed run's final adapter differs from the uninterrupted run's"
+        assert torch.equal(tensor, got[name]), (
+            f"{name}: the resumed run's final adapter differs from the uninterrupted run's"
+        )
 
 
 def test_a_signal_cancels_what_is_awaited_and_the_handlers_are_put_back():
-    from sparring.trainer.stop_signals import StopSignals, Stopped
+    from sparring.trainer.stop_signals import Stopped, StopSignals
 
     before = signal.getsignal(signal.SIGTERM)
     unwound = []

@@ -33,7 +33,9 @@ def test_bad_value_names_field_and_value():
 
 
 def test_nested_error_names_dotted_path():
-    with pytest.raises(ConfigError, match=r"algorithm\.group_size: Input should be greater than or equal to 1 \(got 0\)"):
+    with pytest.raises(
+        ConfigError, match=r"algorithm\.group_size: Input should be greater than or equal to 1 \(got 0\)"
+    ):
         TuneConfig(algorithm={"group_size": 0})
     with pytest.raises(ConfigError, match=r"auxiliary_models\.participant\.top_p"):
         TuneConfig(auxiliary_models={"participant": {"top_p": 0}})
@@ -58,7 +60,11 @@ def test_every_problem_is_reported():
         TuneConfig(algorithm={"group_size": 0, "batch_size": 0}, model={"max_tokens": 0})
     problems = caught.value.problems  # one line for the command line, each problem listed here
     assert "\n" not in str(caught.value) and str(caught.value) == "; ".join(problems)
-    assert [problem.split(":")[0] for problem in problems] == ["model.max_tokens", "algorithm.group_size", "algorithm.batch_size"]
+    assert [problem.split(":")[0] for problem in problems] == [
+        "model.max_tokens",
+        "algorithm.group_size",
+        "algorithm.batch_size",
+    ]
 
 
 def test_config_error_is_a_value_error():
@@ -83,7 +89,9 @@ def test_eval_fraction_conflicts_with_eval_dataset():
 def test_loss_fn_config_keys_are_checked_against_the_loss():
     with pytest.raises(ConfigError, match=r"algorithm\.loss_fn_config: .*'clip_low_threshold'"):
         TuneConfig(algorithm={"loss_fn_config": {"epsilon": 0.2}})
-    assert AlgorithmConfig(loss_fn="cispo", loss_fn_config={"clip_high_threshold": 1.5}).loss_fn_config == {"clip_high_threshold": 1.5}
+    assert AlgorithmConfig(loss_fn="cispo", loss_fn_config={"clip_high_threshold": 1.5}).loss_fn_config == {
+        "clip_high_threshold": 1.5
+    }
 
 
 def test_remote_model_cannot_be_trained():
@@ -91,7 +99,9 @@ def test_remote_model_cannot_be_trained():
         TuneConfig(model={"base_url": "http://localhost:8000/v1"})
     with pytest.raises(ConfigError, match=r"models\.judge\.base_url"):
         TuneConfig(models={"judge": {"base_url": "http://localhost:8000/v1"}})
-    remote = TuneConfig(auxiliary_models={"participant": {"model_path": "gpt-x", "base_url": "http://x/v1", "api_key": "k"}})
+    remote = TuneConfig(
+        auxiliary_models={"participant": {"model_path": "gpt-x", "base_url": "http://x/v1", "api_key": "k"}}
+    )
     assert remote.auxiliary_models["participant"].is_remote
 
 
@@ -109,9 +119,16 @@ def test_several_models():
 
 def test_parameter_helpers():
     algorithm = AlgorithmConfig(learning_rate=3e-5, adam_beta2=0.99, weight_decay=0.01, grad_clip_norm=0.5)
-    assert algorithm.adam_params() == AdamParams(learning_rate=3e-5, beta1=0.9, beta2=0.99, weight_decay=0.01, grad_clip_norm=0.5)
-    linear, cosine = AlgorithmConfig(learning_rate=1e-3, lr_schedule="linear"), AlgorithmConfig(learning_rate=1e-3, lr_schedule="cosine")
-    assert [linear.adam_params(step, 4).learning_rate for step in range(4)] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+    assert algorithm.adam_params() == AdamParams(
+        learning_rate=3e-5, beta1=0.9, beta2=0.99, weight_decay=0.01, grad_clip_norm=0.5
+    )
+    linear, cosine = (
+        AlgorithmConfig(learning_rate=1e-3, lr_schedule="linear"),
+        AlgorithmConfig(learning_rate=1e-3, lr_schedule="cosine"),
+    )
+    assert [linear.adam_params(step, 4).learning_rate for step in range(4)] == pytest.approx(
+        [1e-3, 7.5e-4, 5e-4, 2.5e-4]
+    )
     assert [cosine.adam_params(step, 2).learning_rate for step in range(2)] == pytest.approx([1e-3, 5e-4])
     assert algorithm.adam_params(7, 8) == algorithm.adam_params()  # constant
     with pytest.raises(ConfigError, match="algorithm.lr_schedule"):
@@ -153,7 +170,9 @@ def test_overrides_parse_values_and_create_sections():
 
 
 def test_override_of_a_null_section():
-    assert apply_overrides({"train_dataset": None}, ["train_dataset.split=test"]) == {"train_dataset": {"split": "test"}}
+    assert apply_overrides({"train_dataset": None}, ["train_dataset.split=test"]) == {
+        "train_dataset": {"split": "test"}
+    }
 
 
 def test_unknown_override_path_names_path_and_valid_keys():
@@ -196,7 +215,9 @@ def test_yaml_round_trip(tmp_path):
 def test_load_errors_name_the_file(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text("algorithm:\n  group_size: 0\n")
-    with pytest.raises(ConfigError, match=rf"^{path}: algorithm\.group_size: Input should be greater than or equal to 1 \(got 0\)"):
+    with pytest.raises(
+        ConfigError, match=rf"^{path}: algorithm\.group_size: Input should be greater than or equal to 1 \(got 0\)"
+    ):
         load_config_file(path)
     path.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="top level must be a mapping"):
@@ -250,7 +271,9 @@ def test_import_object_errors(tmp_path, monkeypatch):
         import_object(f"{broken}:run")
     (tmp_path / "needs_missing_dep_xyz.py").write_text("import not_installed_dep_xyz\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ConfigError, match="importing needs_missing_dep_xyz failed: No module named 'not_installed_dep_xyz'"):
+    with pytest.raises(
+        ConfigError, match="importing needs_missing_dep_xyz failed: No module named 'not_installed_dep_xyz'"
+    ):
         import_object("needs_missing_dep_xyz:run")
 
 
@@ -323,7 +346,9 @@ def test_unimportable_workflow_runs_but_cannot_be_saved(tmp_path, monkeypatch):
 
     calls = []
     fake_loop = types.ModuleType("sparring.trainer.loop")
-    fake_loop.run_training = lambda config, workflow=None, judge=None, resume=None, overwrite=False, hooks=(): calls.append((config, workflow, judge, resume)) or "result"
+    fake_loop.run_training = lambda config, workflow=None, judge=None, resume=None, overwrite=False, hooks=(): (
+        calls.append((config, workflow, judge, resume)) or "result"
+    )
     monkeypatch.setitem(sys.modules, "sparring.trainer.loop", fake_loop)
     assert job.tune(resume="runs/old") == "result"
     assert calls == [(job.config, local_workflow, None, "runs/old")]
@@ -338,4 +363,6 @@ def test_importable_path():
     assert importable_path(module_level_workflow) == f"{__name__}:module_level_workflow"
     assert importable_path(TuneConfig) == "sparring.trainer.config:TuneConfig"
     assert importable_path(lambda: None) is None
-    assert importable_path(len) == "builtins:len"  # not print: a Ray session in the same process replaces builtins.print
+    assert (
+        importable_path(len) == "builtins:len"
+    )  # not print: a Ray session in the same process replaces builtins.print

@@ -29,11 +29,17 @@ def chat_prompt(client, text="hello there, how are you?"):
 def sft_datum(prompt, completion):
     tokens = prompt + completion
     weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
-    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights})
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights},
+    )
 
 
 def learner_logprobs(client, tokens):
-    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0]})
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0]},
+    )
     return client.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
 
 
@@ -50,7 +56,9 @@ def test_sampler_logprobs_match_compute_logprobs_and_learner(service, base):
     train_sft(client, sft_datum(chat_prompt(client), [5, 6, 7, 8]), steps=2)  # a non-zero adapter
     sampler = client.save_weights_and_get_sampling_client()
     prompt = chat_prompt(client)
-    response = sampler.sample(types.ModelInput.from_ints(prompt), 3, types.SamplingParams(max_tokens=12, seed=3, stop=[])).result()
+    response = sampler.sample(
+        types.ModelInput.from_ints(prompt), 3, types.SamplingParams(max_tokens=12, seed=3, stop=[])
+    ).result()
     for sequence in response.sequences:
         full = prompt + sequence.tokens
         scored = sampler.compute_logprobs(types.ModelInput.from_ints(full)).result()[len(prompt) :]
@@ -77,7 +85,9 @@ def test_two_adapters_diverge_and_the_base_model_is_unchanged(service, base):
     train_sft(second, sft_datum(prompt, [40, 41, 42]), steps=3)
     # Sampling merges each adapter into the base weights and restores them: exercise it.
     for client in (first, second):
-        client.save_weights_and_get_sampling_client(kind="inflight").sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=4)).result()
+        client.save_weights_and_get_sampling_client(kind="inflight").sample(
+            types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=4)
+        ).result()
     assert learner_logprobs(first, probe) != pytest.approx(learner_logprobs(second, probe), abs=1e-3)
     base_after = base_sampler.compute_logprobs(types.ModelInput.from_ints(probe)).result()
     assert base_after[1:] == pytest.approx(base_before[1:], abs=1e-5)
@@ -139,7 +149,9 @@ def test_sampler_weights_are_a_peft_adapter_with_identical_logprobs(service, bas
     assert peft_logprobs == pytest.approx(learner_logprobs(client, tokens), abs=1e-4)
     sampler = service.create_sampling_client(model_path=path, base_model=base)
     # Scoring runs with the adapter merged into the base weights: float32 rounding differs slightly.
-    assert sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()[1:] == pytest.approx(peft_logprobs, abs=1e-4)
+    assert sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()[1:] == pytest.approx(
+        peft_logprobs, abs=1e-4
+    )
 
 
 def test_same_seed_same_tokens_alone_or_batched(service, base):
@@ -147,7 +159,9 @@ def test_same_seed_same_tokens_alone_or_batched(service, base):
     prompt = types.ModelInput.from_ints(chat_prompt(sampler))
     params = types.SamplingParams(max_tokens=10, seed=42, stop=[])
     alone = sampler.sample(prompt, 2, params).result()
-    other = types.ModelInput.from_ints(chat_prompt(sampler, "a different and much longer question about the weather today"))
+    other = types.ModelInput.from_ints(
+        chat_prompt(sampler, "a different and much longer question about the weather today")
+    )
     futures = [sampler.sample(other, 3, types.SamplingParams(max_tokens=7)), sampler.sample(prompt, 2, params)]
     batched = futures[1].result()
     assert [s.tokens for s in alone.sequences] == [s.tokens for s in batched.sequences]
@@ -165,7 +179,9 @@ def test_stop_token_ids_and_strings(service, base):
     assert by_id.tokens == free.tokens[: free.tokens.index(stop_id) + 1]
     tokenizer = sampler.get_tokenizer()
     text = tokenizer.decode(free.tokens[8:10])
-    by_string = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=30, seed=5, stop=[text])).result().sequences[0]
+    by_string = (
+        sampler.sample(prompt, 1, types.SamplingParams(max_tokens=30, seed=5, stop=[text])).result().sequences[0]
+    )
     assert by_string.stop_reason == "stop"
     assert text in tokenizer.decode(by_string.tokens)
     assert text not in tokenizer.decode(by_string.tokens[:-1])
@@ -174,12 +190,23 @@ def test_stop_token_ids_and_strings(service, base):
 
 def test_greedy_is_the_same_with_and_without_merging_and_with_the_generic_decoder(tiny_model_dir, tmp_path):
     prompt, outputs = None, []
-    for config in (EngineConfig(), EngineConfig(merge_lora_for_sampling=False, fast_decoder=False, dtype="float32", batch_window_s=0.0)):
-        client = ServiceClient(base_dir=tmp_path, engine_config=config).create_lora_training_client(str(tiny_model_dir), rank=4, seed=9)
+    for config in (
+        EngineConfig(),
+        EngineConfig(merge_lora_for_sampling=False, fast_decoder=False, dtype="float32", batch_window_s=0.0),
+    ):
+        client = ServiceClient(base_dir=tmp_path, engine_config=config).create_lora_training_client(
+            str(tiny_model_dir), rank=4, seed=9
+        )
         prompt = chat_prompt(client)
         train_sft(client, sft_datum(prompt, [80, 81, 82]), steps=2)
         sampler = client.save_weights_and_get_sampling_client()
-        outputs.append(sampler.sample(types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=12, temperature=0.0, stop=[])).result().sequences[0])
+        outputs.append(
+            sampler.sample(
+                types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=12, temperature=0.0, stop=[])
+            )
+            .result()
+            .sequences[0]
+        )
     assert outputs[0].tokens == outputs[1].tokens
     assert outputs[0].logprobs == pytest.approx(outputs[1].logprobs, abs=1e-4)
 
@@ -223,8 +250,14 @@ def test_length_one_inputs_broadcast_like_the_recipe(service, base):
     client = service.create_lora_training_client(base, rank=4, seed=0)
     tokens = chat_prompt(client)
     target = tokens[1:]
-    short = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": target, "logprobs": [-0.3] * len(target), "advantages": [1.0]})
-    full = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": target, "logprobs": [-0.3] * len(target), "advantages": [1.0] * len(target)})
+    short = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": target, "logprobs": [-0.3] * len(target), "advantages": [1.0]},
+    )
+    full = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": target, "logprobs": [-0.3] * len(target), "advantages": [1.0] * len(target)},
+    )
     assert client.forward([short], "ppo").result().loss == pytest.approx(client.forward([full], "ppo").result().loss)
 
 
@@ -232,20 +265,37 @@ def test_length_one_inputs_broadcast_like_the_recipe(service, base):
     "inputs, message",
     [
         ({"target_tokens": [1, 2]}, r"datum 1: loss_fn 'ppo' needs .* missing \['logprobs', 'advantages'\]"),
-        ({"target_tokens": [1, 2], "logprobs": [0.0, 0.0, 0.0], "advantages": [1.0]}, r"datum 1: loss_fn_inputs\['logprobs'\] has length 3; expected 2"),
-        ({"target_tokens": [1], "logprobs": [0.0], "advantages": [1.0]}, r"datum 1: target_tokens has 1 tokens but model_input has 2"),
-        ({"target_tokens": [1, 10**7], "logprobs": [0.0, 0.0], "advantages": [1.0]}, r"datum 1: target_tokens has token ids out of the vocabulary"),
-        ({"target_tokens": [1, 2], "logprobs": [0.0, 0.0], "advantages": [1.0], "mask": [1, 1]}, r"datum 1: unknown loss_fn_inputs \['mask'\]"),
+        (
+            {"target_tokens": [1, 2], "logprobs": [0.0, 0.0, 0.0], "advantages": [1.0]},
+            r"datum 1: loss_fn_inputs\['logprobs'\] has length 3; expected 2",
+        ),
+        (
+            {"target_tokens": [1], "logprobs": [0.0], "advantages": [1.0]},
+            r"datum 1: target_tokens has 1 tokens but model_input has 2",
+        ),
+        (
+            {"target_tokens": [1, 10**7], "logprobs": [0.0, 0.0], "advantages": [1.0]},
+            r"datum 1: target_tokens has token ids out of the vocabulary",
+        ),
+        (
+            {"target_tokens": [1, 2], "logprobs": [0.0, 0.0], "advantages": [1.0], "mask": [1, 1]},
+            r"datum 1: unknown loss_fn_inputs \['mask'\]",
+        ),
     ],
 )
 def test_malformed_datums_name_the_datum_and_field(service, base, inputs, message):
     client = service.create_lora_training_client(base, rank=4, seed=0)
-    good = types.Datum(model_input=types.ModelInput.from_ints([1, 2]), loss_fn_inputs={"target_tokens": [2, 3], "logprobs": [0.0, 0.0], "advantages": [1.0]})
+    good = types.Datum(
+        model_input=types.ModelInput.from_ints([1, 2]),
+        loss_fn_inputs={"target_tokens": [2, 3], "logprobs": [0.0, 0.0], "advantages": [1.0]},
+    )
     bad = types.Datum(model_input=types.ModelInput.from_ints([1, 2]), loss_fn_inputs=inputs)
     with pytest.raises(DatumError, match=message):
         client.forward_backward([good, bad], "ppo").result()
     # The client still works after a rejected request.
-    assert client.forward_backward([good], "ppo").result().loss == pytest.approx(client.forward([good], "ppo").result().loss)
+    assert client.forward_backward([good], "ppo").result().loss == pytest.approx(
+        client.forward([good], "ppo").result().loss
+    )
 
 
 def test_bad_names_and_models_are_rejected(service, base):
@@ -262,7 +312,9 @@ def test_sample_with_prompt_logprobs_returns_both(service, base):
     client = service.create_lora_training_client(base, rank=4, seed=2)
     sampler = client.save_weights_and_get_sampling_client(kind="inflight")
     prompt = types.ModelInput.from_ints(chat_prompt(client))
-    response = sampler.sample(prompt, 2, types.SamplingParams(max_tokens=3, seed=1), include_prompt_logprobs=True).result(timeout=60)
+    response = sampler.sample(
+        prompt, 2, types.SamplingParams(max_tokens=3, seed=1), include_prompt_logprobs=True
+    ).result(timeout=60)
     assert len(response.sequences) == 2
     assert response.prompt_logprobs == pytest.approx(sampler.compute_logprobs(prompt).result(timeout=60))
 
@@ -275,7 +327,10 @@ def test_base_model_still_samples_after_every_adapter_is_deleted(tiny_model_dir,
     engine = client.engine
     engine.call(lambda: [engine.bank.delete(name) for name in list(engine.bank.adapters)]).result(timeout=60)
     base_sampler = service.create_sampling_client(base_model=str(path))
-    assert len(base_sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2)).result(timeout=60).sequences[0].tokens) == 2
+    assert (
+        len(base_sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2)).result(timeout=60).sequences[0].tokens)
+        == 2
+    )
 
 
 @pytest.mark.parametrize("pack", [False, True], ids=["merged", "packed"])

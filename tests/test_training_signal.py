@@ -37,15 +37,25 @@ def run(tiny_model_dir, tmp_path, workflow, **algorithm):
 
 @pytest.mark.parametrize(
     "workflow, cause",
-    [(same_reward_every_time, "every group's episodes got the same reward (1 group(s); rewards seen: 0)"), (nobody_trainable_speaks, "no trainable agent spoke")],
+    [
+        (same_reward_every_time, "every group's episodes got the same reward (1 group(s); rewards seen: 0)"),
+        (nobody_trainable_speaks, "no trainable agent spoke"),
+    ],
 )
-def test_a_run_that_trains_nothing_warns_each_step_and_raises_without_a_final_adapter(tiny_model_dir, tmp_path, caplog, workflow, cause):
-    with caplog.at_level(logging.WARNING, logger="sparring"), pytest.raises(NothingTrainedError, match="no step of this run trained a token") as raised:
+def test_a_run_that_trains_nothing_warns_each_step_and_raises_without_a_final_adapter(
+    tiny_model_dir, tmp_path, caplog, workflow, cause
+):
+    with (
+        caplog.at_level(logging.WARNING, logger="sparring"),
+        pytest.raises(NothingTrainedError, match="no step of this run trained a token") as raised,
+    ):
         run(tiny_model_dir, tmp_path, workflow)
     assert cause in str(raised.value) and "allow_nothing_trained" in str(raised.value)
     warnings = [record.getMessage() for record in caplog.records if "trained no token" in record.getMessage()]
     assert len(warnings) == 2 and all(cause in warning for warning in warnings)
-    assert (tmp_path / "run" / "checkpoints" / "latest.json").exists() and not list(tmp_path.glob("run/**/sampler_weights/final"))
+    assert (tmp_path / "run" / "checkpoints" / "latest.json").exists() and not list(
+        tmp_path.glob("run/**/sampler_weights/final")
+    )
 
 
 def test_a_deliberate_dry_run_ends_normally_and_quietly(tiny_model_dir, tmp_path, caplog):

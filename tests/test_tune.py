@@ -6,7 +6,16 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, TunerModelConfig, Workflow, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    Job,
+    LoggingConfig,
+    TunerModelConfig,
+    Workflow,
+    WorkflowOutput,
+    tune,
+)
 from sparring.logging import read_metrics, read_rollouts
 from sparring.trainer import ConfigError, run_training
 
@@ -15,7 +24,14 @@ QUIET = LoggingConfig(console=False, tensorboard=False)
 
 
 def fast_algorithm(**overrides):
-    settings = dict(group_size=2, batch_size=2, learning_rate=1e-3, save_interval_steps=0, eval_interval_steps=0, episode_timeout_s=60)
+    settings = dict(
+        group_size=2,
+        batch_size=2,
+        learning_rate=1e-3,
+        save_interval_steps=0,
+        eval_interval_steps=0,
+        episode_timeout_s=60,
+    )
     return AlgorithmConfig(**{**settings, **overrides})
 
 
@@ -59,7 +75,14 @@ def test_both_styles_train_and_only_the_trainable_agent_gets_loss(tiny_model_dir
     assert result.steps == 2 and not result.interrupted
     metrics = read_metrics(tmp_path / "run")
     assert [m["step"] for m in metrics] == [1, 2]
-    assert {"reward/mean", f"agent/{trained_agent}/reward", "time/rollout", "time/train", "timeline/merge_rate", "tokens/trained"} <= set(metrics[0])
+    assert {
+        "reward/mean",
+        f"agent/{trained_agent}/reward",
+        "time/rollout",
+        "time/train",
+        "timeline/merge_rate",
+        "tokens/trained",
+    } <= set(metrics[0])
     rows = read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl")
     assert rows and {row["agent"] for row in rows if "agent" in row} == {trained_agent}
     for row in rows:
@@ -81,7 +104,9 @@ def test_crashing_episodes_are_penalised_and_the_run_goes_on(tiny_model_dir, tmp
         workflow_func=sometimes_crashes,
         train_dataset=DatasetConfig(tasks=TASKS, total_steps=2, shuffle=False),
         model=model_config(tiny_model_dir),
-        algorithm=fast_algorithm(error_reward=-0.5, allow_nothing_trained=True),  # every group's rewards are equal: nothing to train
+        algorithm=fast_algorithm(
+            error_reward=-0.5, allow_nothing_trained=True
+        ),  # every group's rewards are equal: nothing to train
         run_dir=tmp_path / "run",
         logging=QUIET,
     )
@@ -91,7 +116,12 @@ def test_crashing_episodes_are_penalised_and_the_run_goes_on(tiny_model_dir, tmp
 
 
 def resumable_config(tiny_model_dir, run_dir, total_steps):
-    job = Job(model=model_config(tiny_model_dir), algorithm=fast_algorithm(save_interval_steps=1, seed=3), run_dir=run_dir, logging=QUIET)
+    job = Job(
+        model=model_config(tiny_model_dir),
+        algorithm=fast_algorithm(save_interval_steps=1, seed=3),
+        run_dir=run_dir,
+        logging=QUIET,
+    )
     job.set_workflow("tests.test_tune:chat_alone").set_data(train=DatasetConfig(tasks=TASKS, total_steps=total_steps))
     return job.config
 
@@ -128,7 +158,13 @@ def test_bad_configs_and_workflows_fail_before_any_model_loads(tmp_path):
         return WorkflowOutput(reward=0.0)
 
     with pytest.raises(TypeError, match="auxiliary_models"):
-        tune(workflow_func=wrong, train_dataset=DatasetConfig(tasks=TASKS), model=TunerModelConfig(model_path="does-not-exist"), run_dir=tmp_path / "run", logging=QUIET)
+        tune(
+            workflow_func=wrong,
+            train_dataset=DatasetConfig(tasks=TASKS),
+            model=TunerModelConfig(model_path="does-not-exist"),
+            run_dir=tmp_path / "run",
+            logging=QUIET,
+        )
 
 
 def test_kl_penalty_to_the_base_model_is_applied(tiny_model_dir, tmp_path):

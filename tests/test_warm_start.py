@@ -16,7 +16,10 @@ QUIET = LoggingConfig(console=False, tensorboard=False, save_rollouts=False)
 
 
 def chat(reply: str, weight: float = 1.0) -> dict:
-    return {"messages": [{"role": "user", "content": "Say a number."}, {"role": "assistant", "content": reply}], "weight": weight}
+    return {
+        "messages": [{"role": "user", "content": "Say a number."}, {"role": "assistant", "content": reply}],
+        "weight": weight,
+    }
 
 
 def test_an_example_is_its_chat_as_the_prompt_and_its_reply_with_the_end_of_turn_as_weighted_targets(tiny_loaded):
@@ -38,9 +41,16 @@ def test_an_example_is_its_chat_as_the_prompt_and_its_reply_with_the_end_of_turn
             supervised_datum(renderer, bad, "row 7")
 
 
-def test_a_run_learns_its_examples_before_the_first_rl_step_and_says_its_first_evaluation_is_not_untrained(tiny_model_dir, tmp_path):
+def test_a_run_learns_its_examples_before_the_first_rl_step_and_says_its_first_evaluation_is_not_untrained(
+    tiny_model_dir, tmp_path
+):
     tasks = [{"secret": s} for s in (3, 9)]
-    warm_start = WarmStartConfig(dataset=DatasetConfig(tasks=[chat("7"), chat("7"), chat("12", weight=0.25)]), steps=30, batch_size=3, learning_rate=1e-2)
+    warm_start = WarmStartConfig(
+        dataset=DatasetConfig(tasks=[chat("7"), chat("7"), chat("12", weight=0.25)]),
+        steps=30,
+        batch_size=3,
+        learning_rate=1e-2,
+    )
     job = Job(
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=4),
         # The tiny model answers every prompt with the warm start's "7" afterwards, so its games may all tie.
@@ -50,17 +60,24 @@ def test_a_run_learns_its_examples_before_the_first_rl_step_and_says_its_first_e
         warm_start=warm_start,
     )
     job.set_workflow("sparring.envs.guess_number:guess_number").set_data(
-        train=DatasetConfig(tasks=tasks, total_steps=1, workflow_args={"max_turns": 2}), eval=DatasetConfig(tasks=tasks, workflow_args={"max_turns": 2})
+        train=DatasetConfig(tasks=tasks, total_steps=1, workflow_args={"max_turns": 2}),
+        eval=DatasetConfig(tasks=tasks, workflow_args={"max_turns": 2}),
     )
     result = job.tune()
     first = read_metrics(tmp_path / "run")[0]
     assert first["step"] == 0 and first["warm_start/steps"] == 30 and first["warm_start/examples"] == 3
     assert first["warm_start/loss_last"] < 0.5 * first["warm_start/loss_first"], first  # the replies were learned
     assert [column.label for column in result.comparison.columns][:2] == ["step 0", "trained"]
-    weights = next((tmp_path / "run" / "checkpoints").glob("lora-*/weights/warm-started")).parent  # RL restarts the optimizer on the taught weights
-    steps_of = {folder.name: json.loads((folder / "state.json").read_text())["optimizer_steps"] for folder in weights.iterdir()}
+    weights = next(
+        (tmp_path / "run" / "checkpoints").glob("lora-*/weights/warm-started")
+    ).parent  # RL restarts the optimizer on the taught weights
+    steps_of = {
+        folder.name: json.loads((folder / "state.json").read_text())["optimizer_steps"] for folder in weights.iterdir()
+    }
     assert steps_of["warm-started"] == 30 and steps_of["run-step-000001"] <= 1, steps_of
-    config_file = tmp_path / "run" / "config.yaml"  # one step more, resumed: the checkpoint holds the warm start's result
+    config_file = (
+        tmp_path / "run" / "config.yaml"
+    )  # one step more, resumed: the checkpoint holds the warm start's result
     config_file.write_text(config_file.read_text().replace("total_steps: 1", "total_steps: 2"))
     Job.load_yaml(config_file).tune(resume=str(tmp_path / "run"))
     taught = [row["step"] for row in read_metrics(tmp_path / "run") if "warm_start/steps" in row]
@@ -80,6 +97,8 @@ def test_warm_start_config_errors_name_the_field(tiny_model_dir):
 
 def test_a_packaged_games_warm_start_examples_are_read_from_its_folder():
     config = load_game_config("tictactoe", overrides=["warm_start.steps=1"])
-    assert config.warm_start is not None and config.warm_start.dataset.path.endswith("envs/tictactoe/data/move_examples.jsonl")
+    assert config.warm_start is not None and config.warm_start.dataset.path.endswith(
+        "envs/tictactoe/data/move_examples.jsonl"
+    )
     with pytest.raises(ConfigError, match="warm_start.steps"):
         load_game_config("tictactoe", overrides=["warm_start.steps=0"])

@@ -6,15 +6,25 @@ on the tiny model by changing only trainable_target."""
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pytest
 
 from sparring import ChatModel, ChatResponse, FrozenChatModel, ServiceClient
 from sparring.envs import game_folder, load_game_config
 from sparring.envs.werewolf import werewolf
-from sparring.envs.werewolf.rules import GOOD_GUY, WEREWOLF, GameState, parse_target, parse_witch, resolve_kill, resolve_night, resolve_vote, seer_fallback
+from sparring.envs.werewolf.rules import (
+    GOOD_GUY,
+    WEREWOLF,
+    GameState,
+    parse_target,
+    parse_witch,
+    resolve_kill,
+    resolve_night,
+    resolve_vote,
+    seer_fallback,
+)
 from sparring.logging import read_metrics
 from sparring.trainer import run_training
 
@@ -39,7 +49,11 @@ class Scripted(ChatModel):
 
 
 def play(seed, policy, participant, **workflow_args):
-    return asyncio.run(werewolf({"seed": seed, "task_id": f"t{seed}", "workflow_args": workflow_args}, policy, {"participant": participant}))
+    return asyncio.run(
+        werewolf(
+            {"seed": seed, "task_id": f"t{seed}", "workflow_args": workflow_args}, policy, {"participant": participant}
+        )
+    )
 
 
 def test_roles_are_dealt_from_the_seed():
@@ -84,7 +98,9 @@ def test_kills_votes_and_potions_resolve_by_the_rules():
     good = [p.name for p in state.living(side=GOOD_GUY)]
     assert resolve_kill(state, [good[0], good[0]]) == good[0]
     assert resolve_kill(state, [good[0], good[1]]) in good[:2]  # a tie is drawn by lot
-    assert resolve_kill(state, [None, wolves[0]]) in good  # no readable proposal (a wolf is no target): random good player
+    assert (
+        resolve_kill(state, [None, wolves[0]]) in good
+    )  # no readable proposal (a wolf is no target): random good player
     assert resolve_night(state, good[0], "heal", None) == [] and not state.heal_available
     assert resolve_night(state, good[0], "poison", wolves[0]) == sorted([good[0], wolves[0]], key=NAMES.index)
     assert not state.poison_available and not state.player(wolves[0]).alive
@@ -126,7 +142,11 @@ def conversations(calls, agent):
     found = []
     for messages in (messages for name, messages in calls if name == agent):
         previous = found[-1][-1] if found else None
-        if previous is not None and messages[: len(previous)] == previous and messages[len(previous)]["role"] == "assistant":
+        if (
+            previous is not None
+            and messages[: len(previous)] == previous
+            and messages[len(previous)]["role"] == "assistant"
+        ):
             found[-1].append(messages)
         else:
             found.append([messages])
@@ -145,8 +165,12 @@ def test_a_coordinated_good_side_wins_and_only_the_trained_side_is_rewarded(targ
     assert set(output.reward.values()) == {1.0 if target == GOOD_GUY else 0.0}
     metrics = output.metrics
     assert metrics["good_guy_win"] == 1.0 and metrics["rounds"] == 2 and metrics["invalid_action_rate"] == 0.0
-    assert metrics["role/seer/win_rate"] == 1.0 and metrics["role/werewolf/win_rate"] == 0.0 and metrics["broken"] == 0.0
-    assert {agent for agent, _ in policy.calls} <= trained and {agent for agent, _ in participant.calls}.isdisjoint(trained)
+    assert (
+        metrics["role/seer/win_rate"] == 1.0 and metrics["role/werewolf/win_rate"] == 0.0 and metrics["broken"] == 0.0
+    )
+    assert {agent for agent, _ in policy.calls} <= trained and {agent for agent, _ in participant.calls}.isdisjoint(
+        trained
+    )
     counts = []
     for agent in trained:  # a player's calls extend its conversation: one merged sequence per round (or per game)
         found = conversations(policy.calls, agent)
@@ -163,18 +187,25 @@ def test_vote_credit_rewards_exactly_the_werewolf_votes_that_match_the_mates():
     policy, participant = Scripted(coordinated(seed)), Scripted(coordinated(seed))
     output = play(seed, policy, participant, trainable_target=WEREWOLF, vote_credit=0.5)
     assert output.metrics["wolf_votes_matched"] == 1.0 and set(output.turn_rewards) == set(wolves)
-    for wolf in wolves:  # one turn reward per call: 0.5 on the day-1 vote (a werewolf is voted out that day), 0 on the rest
+    for (
+        wolf
+    ) in wolves:  # one turn reward per call: 0.5 on the day-1 vote (a werewolf is voted out that day), 0 on the rest
         requests = [request for agent, request, _ in policy.choices if agent == wolf]
         assert len(output.turn_rewards[wolf]) == len(requests) and requests[2].splitlines()[-1].startswith("Vote out")
         assert output.turn_rewards[wolf] == [0.0, 0.0, 0.5] + [0.0] * (len(requests) - 3)
-    assert play(seed, Scripted(coordinated(seed)), Scripted(coordinated(seed)), trainable_target=WEREWOLF).turn_rewards is None
+    assert (
+        play(seed, Scripted(coordinated(seed)), Scripted(coordinated(seed)), trainable_target=WEREWOLF).turn_rewards
+        is None
+    )
 
     def split(agent, request):  # werewolves vote different good players: no day is matched, nothing credited
         choice = coordinated(seed)(agent, request)
         return "skip" if agent == wolves[1] and request.splitlines()[-1].startswith("Vote out") else choice
 
     apart = play(seed, Scripted(split), Scripted(coordinated(seed)), trainable_target=WEREWOLF, vote_credit=0.5)
-    assert apart.metrics["wolf_votes_matched"] == 0.0 and all(set(rewards) == {0.0} for rewards in apart.turn_rewards.values())
+    assert apart.metrics["wolf_votes_matched"] == 0.0 and all(
+        set(rewards) == {0.0} for rewards in apart.turn_rewards.values()
+    )
 
 
 def test_elimination_credit_rewards_the_werewolf_votes_that_name_the_good_player_voted_out():
@@ -191,15 +222,25 @@ def test_elimination_credit_rewards_the_werewolf_votes_that_name_the_good_player
     assert output.metrics["werewolf_win"] == 1.0 and output.metrics["wolf_votes_eliminating"] == 1.0
     for wolf in wolves:  # the day-1 vote (night kill, speech, vote) put a good player out; no vote_credit asked for
         assert output.turn_rewards[wolf][:3] == [0.0, 0.0, 0.5] and sum(output.turn_rewards[wolf]) == 0.5
-    voted_out_wolf = play(seed, Scripted(coordinated(seed)), Scripted(coordinated(seed)), trainable_target=WEREWOLF, elimination_credit=0.5)
-    assert voted_out_wolf.metrics["wolf_votes_eliminating"] == 0.0 and all(set(r) == {0.0} for r in voted_out_wolf.turn_rewards.values())
+    voted_out_wolf = play(
+        seed,
+        Scripted(coordinated(seed)),
+        Scripted(coordinated(seed)),
+        trainable_target=WEREWOLF,
+        elimination_credit=0.5,
+    )
+    assert voted_out_wolf.metrics["wolf_votes_eliminating"] == 0.0 and all(
+        set(r) == {0.0} for r in voted_out_wolf.turn_rewards.values()
+    )
 
 
 def test_with_train_speech_false_the_participant_makes_the_trained_sides_speeches_and_only_decisions_are_trainable():
     seed = 4
     wolves = [p.name for p in GameState.deal(seed).players if p.role == WEREWOLF]
     policy, participant = Scripted(coordinated(seed)), Scripted(coordinated(seed))
-    output = play(seed, policy, participant, trainable_target=WEREWOLF, vote_credit=0.5, full_history=True, train_speech=False)
+    output = play(
+        seed, policy, participant, trainable_target=WEREWOLF, vote_credit=0.5, full_history=True, train_speech=False
+    )
     assert policy.choices and all(choices is not None for _, _, choices in policy.choices)  # decisions only
     speeches = [agent for agent, request, _ in participant.choices if "Speak briefly" in request]
     assert set(wolves) <= set(speeches)
@@ -207,7 +248,17 @@ def test_with_train_speech_false_the_participant_makes_the_trained_sides_speeche
         assert output.turn_rewards[wolf] == [0.0, 0.5] + [0.0] * (sum(agent == wolf for agent, _ in policy.calls) - 2)
         seen = next(messages for agent, messages in policy.calls if agent == wolf and len(messages) > 5)
         assert seen[4]["role"] == "assistant" and seen[4]["content"].startswith(f"I am {wolf}")  # it sees its speech
-    assert output.metrics == play(seed, Scripted(coordinated(seed)), Scripted(coordinated(seed)), trainable_target=WEREWOLF, vote_credit=0.5, full_history=True).metrics
+    assert (
+        output.metrics
+        == play(
+            seed,
+            Scripted(coordinated(seed)),
+            Scripted(coordinated(seed)),
+            trainable_target=WEREWOLF,
+            vote_credit=0.5,
+            full_history=True,
+        ).metrics
+    )
 
 
 def test_only_illegal_replies_fall_back_by_rule_and_the_werewolves_win_on_the_third_night_unless_the_limit_comes_first():
@@ -215,12 +266,18 @@ def test_only_illegal_replies_fall_back_by_rule_and_the_werewolves_win_on_the_th
     output = play(7, nonsense, nonsense, trainable_target=WEREWOLF)
     metrics = output.metrics
     assert metrics["invalid_action_rate"] == 1.0 and metrics["invalid_action_rate_trained"] == 1.0
-    assert metrics["werewolf_win"] == 1.0 and metrics["rounds"] == 3  # random kills, abstained votes: 5 -> 4 -> 3 -> 2 good
+    assert (
+        metrics["werewolf_win"] == 1.0 and metrics["rounds"] == 3
+    )  # random kills, abstained votes: 5 -> 4 -> 3 -> 2 good
     assert set(output.reward.values()) == {1.0}
     days = [messages[-1]["content"] for _, messages in nonsense.calls if "Votes:" in messages[-1]["content"]]
     assert days and all("Nobody was eliminated" in day for day in days)
     short = play(7, nonsense, nonsense, trainable_target=GOOD_GUY, max_rounds=2)  # the village survives the round limit
-    assert short.metrics["survived_round_limit"] == 1.0 and short.metrics["good_guy_win"] == 1.0 and set(short.reward.values()) == {1.0}
+    assert (
+        short.metrics["survived_round_limit"] == 1.0
+        and short.metrics["good_guy_win"] == 1.0
+        and set(short.reward.values()) == {1.0}
+    )
 
 
 def test_the_witch_can_poison_a_werewolf_and_everyone_hears_of_the_deaths():
@@ -257,12 +314,26 @@ def test_every_decision_is_offered_exactly_its_valid_choices_and_speeches_stay_f
     asked = {"kill": [], "check": [], "witch": [], "vote": [], "speech": []}
     for agent, request, choices in recorder.choices:
         last = request.splitlines()[-1]
-        kind = next(k for k, marker in (("kill", "Who do you kill"), ("check", "Whose role"), ("witch", "was attacked"), ("vote", "Vote out"), ("speech", "Speak briefly")) if marker in last)
+        kind = next(
+            k
+            for k, marker in (
+                ("kill", "Who do you kill"),
+                ("check", "Whose role"),
+                ("witch", "was attacked"),
+                ("vote", "Vote out"),
+                ("speech", "Speak briefly"),
+            )
+            if marker in last
+        )
         asked[kind].append((agent, choices))
-    assert all(choices == good for _, choices in asked["kill"]) and len(asked["kill"]) == 2  # a kill: a living good player
+    assert (
+        all(choices == good for _, choices in asked["kill"]) and len(asked["kill"]) == 2
+    )  # a kill: a living good player
     assert all(choices == [n for n in NAMES if n != agent] for agent, choices in asked["check"])
     assert asked["witch"] == [(witch, ["PASS", "SAVE", *(f"POISON {n}" for n in NAMES if n != witch)])]
-    for agent, choices in asked["vote"]:  # a vote: another living player (both werewolves killed good[0], the witch passed), or skip
+    for agent, choices in asked[
+        "vote"
+    ]:  # a vote: another living player (both werewolves killed good[0], the witch passed), or skip
         assert choices == [n for n in NAMES if n != agent and n != good[0]] + ["skip"]
     assert asked["speech"] and all(choices is None for _, choices in asked["speech"])
     assert output.metrics["invalid_action_rate"] == 0.0  # skip is an allowed abstention, not an invalid vote
@@ -297,7 +368,9 @@ def test_bad_arguments_are_clear_errors():
 
 
 @pytest.mark.parametrize("target, train_speech", [(WEREWOLF, False), (GOOD_GUY, True)])
-def test_the_example_config_trains_either_side_by_changing_trainable_target(tiny_model_dir, tmp_path, target, train_speech):
+def test_the_example_config_trains_either_side_by_changing_trainable_target(
+    tiny_model_dir, tmp_path, target, train_speech
+):
     config = load_game_config(
         "werewolf",
         [
@@ -326,9 +399,15 @@ def test_the_example_config_trains_either_side_by_changing_trainable_target(tiny
     seeds = [json.loads(line)["seed"] for line in (game_folder("werewolf") / "data" / "train.jsonl").open()]
     trained_roles = {"werewolf"} if target == WEREWOLF else {"villager", "seer", "witch"}
     trained_names = {p.name for seed in seeds for p in GameState.deal(seed).players if p.role in trained_roles}
-    for row in [row for row in metrics if "reward/mean" in row]:  # the training steps (not the evaluations before and after)
+    for row in [
+        row for row in metrics if "reward/mean" in row
+    ]:  # the training steps (not the evaluations before and after)
         agents = {key.split("/")[1] for key in row if key.startswith("agent/")}
         roles = {key.split("/")[1] for key in row if key.startswith("role/") and key.endswith("/reward")}
         assert agents and agents <= trained_names and roles and roles <= trained_roles
-        assert row["episode/error_rate"] == 0.0 and row["workflow/broken"] == 0.0 and 0.0 <= row["workflow/invalid_action_rate"] <= 1.0
+        assert (
+            row["episode/error_rate"] == 0.0
+            and row["workflow/broken"] == 0.0
+            and 0.0 <= row["workflow/invalid_action_rate"] <= 1.0
+        )
         assert "role/werewolf/win_rate" in row and row["train/datums"] > 0

@@ -28,13 +28,17 @@ def test_system_exit_and_keyboard_interrupt_from_a_workflow_are_error_episodes(t
         exits,
         train_dataset=DatasetConfig(tasks=tasks, total_steps=2, shuffle=False),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=4, lora_rank=2),
-        algorithm=AlgorithmConfig(group_size=2, batch_size=3, learning_rate=1e-3, error_reward=-0.5, drop_zero_variance_groups=False),
+        algorithm=AlgorithmConfig(
+            group_size=2, batch_size=3, learning_rate=1e-3, error_reward=-0.5, drop_zero_variance_groups=False
+        ),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )
     assert result.steps == 2 and not result.interrupted and result.sampler_paths
     for metrics in read_metrics(tmp_path / "run"):
-        assert metrics["episode/error_rate"] == pytest.approx(4 / 6) and metrics["episode/error_kind/exception"] == pytest.approx(4 / 6)
+        assert metrics["episode/error_rate"] == pytest.approx(4 / 6) and metrics[
+            "episode/error_kind/exception"
+        ] == pytest.approx(4 / 6)
     rows = {row["task_id"]: row for row in read_rollouts(tmp_path / "run" / "rollouts" / "step_1.jsonl")}
     assert "SystemExit(3)" in rows["sys.exit"]["error"] and rows["sys.exit"]["reward"] == -0.5
     assert "KeyboardInterrupt()" in rows["KeyboardInterrupt"]["error"] and rows["KeyboardInterrupt"]["reward"] == -0.5
@@ -64,8 +68,19 @@ def test_threads_a_workflow_leaves_running_are_named_and_do_not_keep_the_process
         "logging": {"tensorboard": False, "console": False},
     }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    finished = subprocess.run([sys.executable, "-m", "sparring.cli", "train", str(tmp_path / "job.yaml")], env=env, capture_output=True, text=True, timeout=90)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    finished = subprocess.run(
+        [sys.executable, "-m", "sparring.cli", "train", str(tmp_path / "job.yaml")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert finished.returncode == 0, finished.stderr
     assert "done: 1 steps" in finished.stdout
     assert "not waited for: never-ends-a, never-ends-a" in finished.stderr, finished.stderr

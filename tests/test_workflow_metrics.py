@@ -14,7 +14,9 @@ async def handles_errors_gracefully(task, model, auxiliary_models):
 
 
 def test_a_workflow_reported_error_is_kept_counts_as_failed_and_stops_the_streak(tiny_model_dir, tmp_path):
-    with pytest.raises(EpisodesFailingError, match=r"stopped after step 2.*first error: reported_error: the workflow reported error=1"):
+    with pytest.raises(
+        EpisodesFailingError, match=r"stopped after step 2.*first error: reported_error: the workflow reported error=1"
+    ):
         tune(
             workflow_func=handles_errors_gracefully,
             train_dataset=DatasetConfig(tasks=[{"n": 1}, {"n": 2}], total_steps=4),
@@ -28,4 +30,6 @@ def test_a_workflow_reported_error_is_kept_counts_as_failed_and_stops_the_streak
     for step in metrics:
         assert step["workflow/error"] == 1.0 and step["workflow/success"] == 0.0, "the workflow's own metrics, as given"
         assert step["episode/error_rate"] == 1.0 and step["episode/error_kind/reported_error"] == 1.0
-        assert step["reward/mean"] == pytest.approx(-0.1), "no trainable agent spoke, yet the workflow's reward is logged"
+        assert step["reward/mean"] == pytest.approx(-0.1), (
+            "no trainable agent spoke, yet the workflow's reward is logged"
+        )

@@ -49,13 +49,20 @@ def batch(types, loss_fn: str) -> list:
         if loss_fn == "cross_entropy":
             inputs = {"target_tokens": tokens[1:], "weights": pad + [1.0] * len(completion)}
         else:
-            inputs = {"target_tokens": tokens[1:], "logprobs": pad + behaviour, "advantages": pad + [advantage] * len(completion)}
+            inputs = {
+                "target_tokens": tokens[1:],
+                "logprobs": pad + behaviour,
+                "advantages": pad + [advantage] * len(completion),
+            }
         data.append(types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs))
     return data
 
 
 def outputs(result) -> dict:
-    return {"loss": result.metrics["loss:sum"], "logprobs": [out["logprobs"].tolist() for out in result.loss_fn_outputs]}
+    return {
+        "loss": result.metrics["loss:sum"],
+        "logprobs": [out["logprobs"].tolist() for out in result.loss_fn_outputs],
+    }
 
 
 def run(types, service, base_model: str) -> dict:
@@ -65,7 +72,9 @@ def run(types, service, base_model: str) -> dict:
     if importlib.util.find_spec("transformers") is not None:
         found["vocab"] = len(training.get_tokenizer())
 
-    first = training.forward_backward(batch(types, "ppo"), "ppo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1})
+    first = training.forward_backward(
+        batch(types, "ppo"), "ppo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}
+    )
     step = training.optim_step(types.AdamParams(learning_rate=0.05))
     found["first_ppo"] = outputs(first.result())
     found["grad_norm"] = step.result().metrics["grad_norm"]
@@ -78,11 +87,21 @@ def run(types, service, base_model: str) -> dict:
     found["grad_norm_all_losses"] = step.result().metrics["grad_norm"]
 
     # More datums than the SDK puts in one request (1024): it sends the chunks in parallel, the first one last.
-    many = [types.Datum(model_input=types.ModelInput.from_ints([7 + n % 300, 8, 9]), loss_fn_inputs={"target_tokens": [8, 9, 10 + n % 200], "weights": [0.0, 1.0, 1.0]}) for n in range(1030)]
+    many = [
+        types.Datum(
+            model_input=types.ModelInput.from_ints([7 + n % 300, 8, 9]),
+            loss_fn_inputs={"target_tokens": [8, 9, 10 + n % 200], "weights": [0.0, 1.0, 1.0]},
+        )
+        for n in range(1030)
+    ]
     # (forward, not forward_backward + optim_step: Adam with eps=1e-12 turns the rounding differences of a
     # chunked gradient sum into full-size steps on near-zero gradients, so the numbers would not be comparable.)
     chunked = training.forward(many, "cross_entropy").result()
-    found["chunked"] = {"loss": chunked.metrics["loss:sum"], "outputs": len(chunked.loss_fn_outputs), "last": chunked.loss_fn_outputs[-1]["logprobs"].tolist()}
+    found["chunked"] = {
+        "loss": chunked.metrics["loss:sum"],
+        "outputs": len(chunked.loss_fn_outputs),
+        "last": chunked.loss_fn_outputs[-1]["logprobs"].tolist(),
+    }
     found["forward"] = outputs(training.forward(batch(types, "cross_entropy"), "cross_entropy").result())
 
     sampler = ready(training.save_weights_and_get_sampling_client())

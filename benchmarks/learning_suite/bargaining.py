@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import random
 
-from sparring import WorkflowOutput
-
 from game_kit import ask, options_in, random_option, seeded_tasks
+
+from sparring import WorkflowOutput
 
 DEMANDS = {"modest": 2, "easygoing": 3, "firm": 4, "stubborn": 5}
 POTS = [10, 8, 6]

@@ -6,9 +6,9 @@ reward, and only by answering each colour differently. Chance 0.25, optimum 1.0.
 
 from __future__ import annotations
 
-from sparring import WorkflowOutput
-
 from game_kit import ask, random_option, seeded_tasks
+
+from sparring import WorkflowOutput
 
 PAIRS = {"red": "C", "green": "A", "blue": "D", "yellow": "B"}
 LETTERS = ["A", "B", "C", "D"]

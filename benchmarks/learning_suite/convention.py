@@ -7,9 +7,9 @@ the other does now. Chance 1/3, optimum 1.0 (any one-to-one code).
 
 from __future__ import annotations
 
-from sparring import WorkflowOutput
-
 from game_kit import ask, random_option, seeded_tasks
+
+from sparring import WorkflowOutput
 
 ITEMS = ["apple", "ball", "cat"]
 SIGNALS = ["1", "2", "3"]

@@ -7,9 +7,9 @@ the learner has to find the frozen model's habit from rewards. A uniform player 
 
 from __future__ import annotations
 
-from sparring import WorkflowOutput
-
 from game_kit import ask, random_option, seeded_tasks
+
+from sparring import WorkflowOutput
 
 MOVES = ["rock", "paper", "scissors"]
 BEATS = {"rock": "scissors", "paper": "rock", "scissors": "paper"}

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import random
 
-from sparring import WorkflowOutput
-
 from game_kit import ask, options_in, random_option, seeded_tasks
+
+from sparring import WorkflowOutput
 
 CARDS = ["J", "Q", "K"]
 NAMES = {"J": "Jack (the lowest)", "Q": "Queen (the middle)", "K": "King (the highest)"}

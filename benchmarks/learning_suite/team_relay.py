@@ -7,9 +7,9 @@ succeeds when both legs are right. Both pairings are arbitrary. Chance 1/9 for t
 
 from __future__ import annotations
 
-from sparring import WorkflowOutput
-
 from game_kit import ask, random_option, seeded_tasks
+
+from sparring import WorkflowOutput
 
 GATES = {"red": "north", "green": "south", "blue": "east"}
 CARGO = {"north": "salt", "south": "wool", "east": "iron"}

@@ -139,7 +139,9 @@ def reference_markdown() -> str:
         "A record that appears in several places (a model under `model`, `models.<name>` or `auxiliary_models.<name>`) "
         "is listed once, its keys under the first place.",
         "",
-        "Records: " + ", ".join(f"[{section.record.__name__}](#{section.record.__name__.lower()})" for section in sections) + ".",
+        "Records: "
+        + ", ".join(f"[{section.record.__name__}](#{section.record.__name__.lower()})" for section in sections)
+        + ".",
         "",
     ]
     return "\n".join(intro) + "\n" + "\n".join(record_markdown(section) for section in sections)

@@ -15,8 +15,15 @@ from .assembly import apply_kl_penalty, assembly_metrics, build_datums, build_sa
 from .collapse import CollapseResponse, collapse_metrics
 from .entropy_steering import EntropySteering
 from .exploration import importance_weights, weight_advantages
-from .opponent_sampling import OUTCOMES, OpponentRecord, draw_opponents, draw_probabilities, eviction_choice, pfsp_weight
 from .intervals import METHODS_NOTE, Estimate, bootstrap_interval, estimate, separation, wilson_interval
+from .opponent_sampling import (
+    OUTCOMES,
+    OpponentRecord,
+    draw_opponents,
+    draw_probabilities,
+    eviction_choice,
+    pfsp_weight,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

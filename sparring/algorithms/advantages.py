@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import inspect
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -92,11 +92,15 @@ def register_estimator(name: str, estimator: Estimator) -> Estimator:
     the advantage of each member, which goes on every token that member sampled.
     """
     if not callable(estimator):
-        raise ValueError(f"{name!r} is a {type(estimator).__name__}, not an advantage function estimator(rewards_G, *, normalize_by_std)")
+        raise ValueError(
+            f"{name!r} is a {type(estimator).__name__}, not an advantage function estimator(rewards_G, *, normalize_by_std)"
+        )
     try:
         inspect.signature(estimator).bind(None, normalize_by_std=True)
     except TypeError as error:
-        raise ValueError(f"{name!r} takes {inspect.signature(estimator)}, but an advantage function is called as estimator(rewards_G, *, normalize_by_std): {error}") from None
+        raise ValueError(
+            f"{name!r} takes {inspect.signature(estimator)}, but an advantage function is called as estimator(rewards_G, *, normalize_by_std): {error}"
+        ) from None
     except ValueError:
         pass  # no signature to read (a builtin): calling it will tell
     ADVANTAGE_ESTIMATORS[name] = estimator
@@ -160,10 +164,16 @@ def compute_advantages(
                     f"rewards are given for {sorted(episode.rewards)}"
                 )
             role = episode.roles.get(agent, agent) if per_role else None
-            returns = _returns_per_call(episode, episode_index, agent, turn_reward_discount) if per_turn else [float(episode.rewards[agent])]
+            returns = (
+                _returns_per_call(episode, episode_index, agent, turn_reward_discount)
+                if per_turn
+                else [float(episode.rewards[agent])]
+            )
             num_calls[(episode_index, agent)] = len(returns)
             for turn, value in enumerate(returns):
-                groups[(episode.group, episode.baseline_group, role, turn if per_turn else None)].append((episode_index, agent, turn, value))
+                groups[(episode.group, episode.baseline_group, role, turn if per_turn else None)].append(
+                    (episode_index, agent, turn, value)
+                )
 
     advantages: dict[tuple[int, str], float | list[float]] = {}
     kept: list[float] = []
@@ -177,12 +187,20 @@ def compute_advantages(
             continue
         advantages_G = estimator(rewards_G, normalize_by_std=normalize_by_std)
         if not isinstance(advantages_G, torch.Tensor) or advantages_G.shape != rewards_G.shape:
-            got = f"shape {list(advantages_G.shape)}" if isinstance(advantages_G, torch.Tensor) else f"a {type(advantages_G).__name__}"
-            raise ValueError(f"advantage estimator {algorithm!r} returned {got}; it returns one advantage per reward, shape {list(rewards_G.shape)}")
+            got = (
+                f"shape {list(advantages_G.shape)}"
+                if isinstance(advantages_G, torch.Tensor)
+                else f"a {type(advantages_G).__name__}"
+            )
+            raise ValueError(
+                f"advantage estimator {algorithm!r} returned {got}; it returns one advantage per reward, shape {list(rewards_G.shape)}"
+            )
         for (episode_index, agent, turn, _), advantage in zip(members, advantages_G.tolist()):
             kept.append(advantage)
             if per_turn:
-                advantages.setdefault((episode_index, agent), [0.0] * num_calls[(episode_index, agent)])[turn] = advantage
+                advantages.setdefault((episode_index, agent), [0.0] * num_calls[(episode_index, agent)])[turn] = (
+                    advantage
+                )
             else:
                 advantages[(episode_index, agent)] = advantage
 
@@ -202,11 +220,15 @@ def _returns_per_call(episode: Episode, episode_index: int, agent: str, discount
     `discount` ** (calls later)."""
     indices = [index for timeline in episode.timelines if timeline.agent == agent for index in timeline.call_index]
     if not indices:
-        raise ValueError(f"episode {episode_index}: agent {agent!r} has timelines without call_index, so per-turn credit cannot place its turns")
+        raise ValueError(
+            f"episode {episode_index}: agent {agent!r} has timelines without call_index, so per-turn credit cannot place its turns"
+        )
     count = max(indices) + 1
     turn_rewards = episode.turn_rewards.get(agent, [0.0] * count)
     if len(turn_rewards) != count:
-        raise ValueError(f"episode {episode_index}: agent {agent!r} made {count} calls but has {len(turn_rewards)} turn rewards")
+        raise ValueError(
+            f"episode {episode_index}: agent {agent!r} made {count} calls but has {len(turn_rewards)} turn rewards"
+        )
     reward, later, returns = float(episode.rewards[agent]), 0.0, []
     for turn_reward in reversed(turn_rewards):
         later = turn_reward + discount * later

@@ -22,7 +22,7 @@ where the sampler did; other datums are built exactly as before.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -31,7 +31,9 @@ from ..rollout.types import Episode, Timeline
 from ..types import Datum, ModelInput
 
 
-def build_datums(episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]]) -> dict[str, list[Datum]]:
+def build_datums(
+    episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]]
+) -> dict[str, list[Datum]]:
     """One datum per timeline of every (episode, agent) that has an advantage, keyed by `timeline.model`.
 
     Timelines with no sampled target token are skipped (nothing to train).
@@ -48,7 +50,9 @@ def build_datums(episodes: list[Episode], advantages: dict[tuple[int, str], floa
         if timeline.allowed_tokens:
             counts, tokens = flatten_allowed(timeline.allowed_tokens[1:])
             loss_fn_inputs |= {"allowed_counts": counts, "allowed_tokens": tokens}
-        datums_by_model[timeline.model].append(Datum(model_input=ModelInput.from_ints(timeline.tokens[:-1]), loss_fn_inputs=loss_fn_inputs))
+        datums_by_model[timeline.model].append(
+            Datum(model_input=ModelInput.from_ints(timeline.tokens[:-1]), loss_fn_inputs=loss_fn_inputs)
+        )
     return dict(datums_by_model)
 
 
@@ -59,7 +63,9 @@ def _token_advantages(timeline: Timeline, advantage: float | list[float]) -> lis
     return [advantage * sampled for sampled in timeline.loss_mask[1:]]
 
 
-def build_sampled_masks(episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]]) -> dict[str, list[list[int]]]:
+def build_sampled_masks(
+    episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]]
+) -> dict[str, list[list[int]]]:
     """Per model, the sampled-target mask of each datum `build_datums` builds, in the same order."""
     masks_by_model: dict[str, list[list[int]]] = defaultdict(list)
     for timeline, _ in _trained_timelines(episodes, advantages):
@@ -136,7 +142,9 @@ def assembly_metrics(episodes: list[Episode], datums_by_model: dict[str, list[Da
     per_call_equivalent = sum(sum(_completion_span_ends(timeline)) for timeline in timelines)
     return {
         "tokens/sampled": float(sum(sum(timeline.loss_mask) for timeline in timelines)),
-        "tokens/trained": float(sum(int((datum.loss_fn_inputs["advantages"].to_torch() != 0).sum()) for datum in datums)),
+        "tokens/trained": float(
+            sum(int((datum.loss_fn_inputs["advantages"].to_torch() != 0).sum()) for datum in datums)
+        ),
         "tokens/total": float(sum(datum.model_input.length for datum in datums)),
         "timeline/num": float(len(timelines)),
         "timeline/calls": float(calls),
@@ -146,7 +154,9 @@ def assembly_metrics(episodes: list[Episode], datums_by_model: dict[str, list[Da
     }
 
 
-def _trained_timelines(episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]]) -> Iterator[tuple[Timeline, float | list[float]]]:
+def _trained_timelines(
+    episodes: list[Episode], advantages: dict[tuple[int, str], float | list[float]]
+) -> Iterator[tuple[Timeline, float | list[float]]]:
     """(timeline, advantage) for every timeline to train on, in episode then timeline order."""
     for episode_index, episode in enumerate(episodes):
         for timeline_index, timeline in enumerate(episode.timelines):

@@ -24,16 +24,31 @@ from ..rollout import Episode
 
 def collapse_metrics(episodes: list[Episode]) -> dict[str, float]:
     """`collapse/entropy` and `collapse/distinct_share` of a step's episodes (empty when no trainable agent spoke)."""
-    negative_logprobs = [-logprob for episode in episodes for timeline in episode.timelines for logprob, sampled in zip(timeline.logprobs, timeline.loss_mask) if sampled]
+    negative_logprobs = [
+        -logprob
+        for episode in episodes
+        for timeline in episode.timelines
+        for logprob, sampled in zip(timeline.logprobs, timeline.loss_mask)
+        if sampled
+    ]
     if not negative_logprobs:
         return {}
     actions: dict[tuple[int, str], list[tuple[int, ...]]] = defaultdict(list)
     for episode in episodes:
         for agent in dict.fromkeys(timeline.agent for timeline in episode.timelines):
-            sampled = tuple(token for timeline in episode.timelines if timeline.agent == agent for token, kept in zip(timeline.tokens, timeline.loss_mask) if kept)
+            sampled = tuple(
+                token
+                for timeline in episode.timelines
+                if timeline.agent == agent
+                for token, kept in zip(timeline.tokens, timeline.loss_mask)
+                if kept
+            )
             actions[(episode.group, episode.roles.get(agent, agent))].append(sampled)
     shares = [len(set(members)) / len(members) for members in actions.values()]
-    return {"collapse/entropy": sum(negative_logprobs) / len(negative_logprobs), "collapse/distinct_share": sum(shares) / len(shares)}
+    return {
+        "collapse/entropy": sum(negative_logprobs) / len(negative_logprobs),
+        "collapse/distinct_share": sum(shares) / len(shares),
+    }
 
 
 @dataclass

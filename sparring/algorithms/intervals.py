@@ -14,8 +14,9 @@ Pure functions of numbers, no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -62,7 +63,9 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
     return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
-def bootstrap_interval(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED, level: float = LEVEL) -> tuple[float, float]:
+def bootstrap_interval(
+    values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED, level: float = LEVEL
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean: the (1-level)/2 and (1+level)/2 quantiles of resampled means."""
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..rollout.outcomes import GAME_OUTCOMES as OUTCOMES
+
 _COUNTS = {"win": "wins", "draw": "draws", "loss": "losses"}
 SamplingRule = Literal["pfsp", "uniform", "latest"]
 EvictionRule = Literal["oldest", "weakest"]
@@ -62,7 +63,9 @@ def pfsp_weight(failure_rate: float, power: float) -> float:
     return failure_rate**power
 
 
-def draw_probabilities(records: dict[str, OpponentRecord], rule: SamplingRule, power: float = 2.0, newest: str | None = None) -> dict[str, float]:
+def draw_probabilities(
+    records: dict[str, OpponentRecord], rule: SamplingRule, power: float = 2.0, newest: str | None = None
+) -> dict[str, float]:
     """The probability each opponent of `records` (the pool) is drawn for an episode; `newest` is the latest snapshot."""
     if not records:
         raise ValueError("the league's pool is empty: no opponent to draw")
@@ -86,7 +89,9 @@ def draw_opponents(probabilities: dict[str, float], count: int, rng: random.Rand
     return rng.choices(names, weights=[probabilities[name] for name in names], k=count)
 
 
-def eviction_choice(snapshots: list[str], records: dict[str, OpponentRecord], rule: EvictionRule, power: float = 2.0) -> str:
+def eviction_choice(
+    snapshots: list[str], records: dict[str, OpponentRecord], rule: EvictionRule, power: float = 2.0
+) -> str:
     """The snapshot to drop from `snapshots` (oldest first; the last, newest one is never chosen)."""
     if len(snapshots) < 2:
         raise ValueError("eviction needs at least two snapshots: the newest one always stays")

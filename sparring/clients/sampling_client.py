@@ -42,7 +42,13 @@ class SamplingClient(ReadyClient):
             return sampled
         return sampled.join(self.compute_logprobs(prompt), with_prompt_logprobs)
 
-    def sample_async(self, prompt: ModelInput, num_samples: int = 1, sampling_params: SamplingParams | None = None, include_prompt_logprobs: bool = False) -> Submitted[SampleResponse]:
+    def sample_async(
+        self,
+        prompt: ModelInput,
+        num_samples: int = 1,
+        sampling_params: SamplingParams | None = None,
+        include_prompt_logprobs: bool = False,
+    ) -> Submitted[SampleResponse]:
         return Submitted(self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs))
 
     def compute_logprobs(self, prompt: ModelInput) -> APIFuture[list[float | None]]:
@@ -63,14 +69,18 @@ class SamplingClient(ReadyClient):
         return self.base_model
 
 
-def with_prompt_logprobs(response: SampleResponse, prompt_logprobs: list[float | None], prompt_logprobs_last_n: int | None = None) -> SampleResponse:
+def with_prompt_logprobs(
+    response: SampleResponse, prompt_logprobs: list[float | None], prompt_logprobs_last_n: int | None = None
+) -> SampleResponse:
     """`response` with its prompt's log-probabilities: all of them, or only the last `prompt_logprobs_last_n` (the rest None).
 
     The one place a sample and its prompt's scores (two engine requests) become one response, locally and on the server.
     """
     if prompt_logprobs_last_n is not None:
         if prompt_logprobs_last_n >= len(prompt_logprobs):
-            raise ValueError(f"prompt_logprobs_last_n must be below the prompt length {len(prompt_logprobs)}, got {prompt_logprobs_last_n}")
+            raise ValueError(
+                f"prompt_logprobs_last_n must be below the prompt length {len(prompt_logprobs)}, got {prompt_logprobs_last_n}"
+            )
         kept = prompt_logprobs[-prompt_logprobs_last_n:]
         prompt_logprobs = [None] * (len(prompt_logprobs) - prompt_logprobs_last_n) + kept
     return SampleResponse(sequences=response.sequences, prompt_logprobs=prompt_logprobs)

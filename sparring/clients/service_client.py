@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..engine import EngineConfig, get_engine
-from ..engine.export import base_model_name
 from ..engine import operations as ops
+from ..engine.export import base_model_name
 from ..models import sparring_home
 from .remote import RemoteServiceClient
 from .sampling_client import SamplingClient
@@ -40,7 +40,9 @@ class ServiceClient:
         **engine_options,
     ):
         if base_url is not None and (engine_config is not None or engine_options):
-            raise ValueError("ServiceClient(base_url=...) trains on a remote service, which picks its own device and dtype; drop engine_config / engine options")
+            raise ValueError(
+                "ServiceClient(base_url=...) trains on a remote service, which picks its own device and dtype; drop engine_config / engine options"
+            )
         self.base_dir = Path(base_dir) if base_dir is not None else sparring_home() / "checkpoints"
         self.engine_config = engine_config or EngineConfig(**engine_options)
         self.remote = RemoteServiceClient(base_url, api_key) if base_url is not None else None
@@ -58,15 +60,23 @@ class ServiceClient:
     ) -> TrainingClient:
         """A new LoRA adapter on `base_model` (loaded once per process and shared)."""
         if self.remote is not None:
-            return self.remote.create_lora_training_client(base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata)
+            return self.remote.create_lora_training_client(
+                base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata
+            )
         engine = get_engine(base_model, self.engine_config)
-        adapter = engine.call(lambda: ops.create_adapter(engine, rank, seed, train_attn, train_mlp, train_unembed)).result()
+        adapter = engine.call(
+            lambda: ops.create_adapter(engine, rank, seed, train_attn, train_mlp, train_unembed)
+        ).result()
         return TrainingClient(engine, adapter, base_model, rank, self.base_dir)
 
-    async def create_lora_training_client_async(self, base_model: str = DEFAULT_BASE_MODEL, rank: int = 32, seed: int | None = None, **options) -> TrainingClient:
+    async def create_lora_training_client_async(
+        self, base_model: str = DEFAULT_BASE_MODEL, rank: int = 32, seed: int | None = None, **options
+    ) -> TrainingClient:
         return self.create_lora_training_client(base_model, rank, seed, **options)
 
-    def create_training_client_from_state(self, path: str, base_model: str = DEFAULT_BASE_MODEL, with_optimizer: bool = False) -> TrainingClient:
+    def create_training_client_from_state(
+        self, path: str, base_model: str = DEFAULT_BASE_MODEL, with_optimizer: bool = False
+    ) -> TrainingClient:
         """A training client resumed from a save_state checkpoint (weights; optimizer too when asked)."""
         if self.remote is not None:
             return self.remote.create_training_client_from_state(path, None, with_optimizer)
@@ -75,7 +85,9 @@ class ServiceClient:
         (client.load_state(path) if with_optimizer else client.load_weights(path)).result()
         return client
 
-    def create_training_client_from_state_with_optimizer(self, path: str, base_model: str = DEFAULT_BASE_MODEL) -> TrainingClient:
+    def create_training_client_from_state_with_optimizer(
+        self, path: str, base_model: str = DEFAULT_BASE_MODEL
+    ) -> TrainingClient:
         return self.create_training_client_from_state(path, base_model, with_optimizer=True)
 
     def create_sampling_client(self, model_path: str | None = None, base_model: str | None = None) -> SamplingClient:
@@ -89,7 +101,9 @@ class ServiceClient:
             return SamplingClient(engine, None, base_model)
         return load_sampling_client(engine, model_path, base_model or _base_model_of(model_path))
 
-    async def create_sampling_client_async(self, model_path: str | None = None, base_model: str | None = None) -> SamplingClient:
+    async def create_sampling_client_async(
+        self, model_path: str | None = None, base_model: str | None = None
+    ) -> SamplingClient:
         return self.create_sampling_client(model_path, base_model)
 
 

@@ -53,10 +53,19 @@ class TrainingClient(AsyncTrainingSpellings, ReadyClient):
 
     # Training ---------------------------------------------------------------
 
-    def forward(self, data: list[Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None) -> APIFuture[ForwardBackwardOutput]:
+    def forward(
+        self, data: list[Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
+    ) -> APIFuture[ForwardBackwardOutput]:
         return self._call(ops.forward_backward, data, loss_fn, loss_fn_config, False)
 
-    def forward_backward(self, data: list[Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None, *, untrained_logprobs: bool = True) -> APIFuture[ForwardBackwardOutput]:
+    def forward_backward(
+        self,
+        data: list[Datum],
+        loss_fn: str = "cross_entropy",
+        loss_fn_config: dict | None = None,
+        *,
+        untrained_logprobs: bool = True,
+    ) -> APIFuture[ForwardBackwardOutput]:
         """Tinker's forward_backward. `untrained_logprobs=False` (sparring's own; a remote service may ignore it) skips
         the LM head at the positions where the loss has no gradient (advantage or weight 0: prompts, other agents'
         turns): their logprobs come back NaN, their loss 0. The trainer reads logprobs at trained tokens only and asks
@@ -93,11 +102,15 @@ class TrainingClient(AsyncTrainingSpellings, ReadyClient):
 
     # Sampling ---------------------------------------------------------------
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None, kind: Literal["snapshot", "inflight"] = "snapshot") -> SamplingClient:
+    def save_weights_and_get_sampling_client(
+        self, name: str | None = None, kind: Literal["snapshot", "inflight"] = "snapshot"
+    ) -> SamplingClient:
         """A sampler on the current weights: a frozen in-memory copy ('snapshot') or this live adapter ('inflight')."""
         return self._sampling_client(name, kind).result()
 
-    async def save_weights_and_get_sampling_client_async(self, name: str | None = None, kind: Literal["snapshot", "inflight"] = "snapshot") -> SamplingClient:
+    async def save_weights_and_get_sampling_client_async(
+        self, name: str | None = None, kind: Literal["snapshot", "inflight"] = "snapshot"
+    ) -> SamplingClient:
         return await self._sampling_client(name, kind)
 
     def _sampling_client(self, name: str | None, kind: str) -> APIFuture[SamplingClient]:
@@ -130,7 +143,11 @@ class TrainingClient(AsyncTrainingSpellings, ReadyClient):
     def get_info(self) -> GetInfoResponse:
         config = self.engine.loaded.model.config
         return GetInfoResponse(
-            model_data=ModelData(arch=getattr(config, "model_type", None), model_name=self.base_model, tokenizer_id=str(self.engine.loaded.spec.path)),
+            model_data=ModelData(
+                arch=getattr(config, "model_type", None),
+                model_name=self.base_model,
+                tokenizer_id=str(self.engine.loaded.spec.path),
+            ),
             model_id=self.model_id,
             is_lora=True,
             lora_rank=self.rank,

@@ -8,4 +8,16 @@ from .learner import DatumError
 from .losses import LOSSES, LossSpec, register_loss
 from .operations import saved_rank
 
-__all__ = ["AdapterBank", "BASE_MODEL_FILE", "DatumError", "Engine", "EngineConfig", "LOSSES", "LossSpec", "export_adapter", "get_engine", "register_loss", "saved_rank"]
+__all__ = [
+    "AdapterBank",
+    "BASE_MODEL_FILE",
+    "DatumError",
+    "Engine",
+    "EngineConfig",
+    "LOSSES",
+    "LossSpec",
+    "export_adapter",
+    "get_engine",
+    "register_loss",
+    "saved_rank",
+]

@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
-from safetensors.torch import load_file, save_file
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+from safetensors.torch import load_file, save_file
 
 from ..models import hub_id
 
@@ -111,7 +111,14 @@ class AdapterBank:
             raise ValueError("no layers to train: enable at least one of train_attn, train_mlp, train_unembed")
         return names
 
-    def create(self, name: str, rank: int, target_modules: list[str], seed: int | None = None, alpha: float = DEFAULT_LORA_ALPHA) -> AdapterInfo:
+    def create(
+        self,
+        name: str,
+        rank: int,
+        target_modules: list[str],
+        seed: int | None = None,
+        alpha: float = DEFAULT_LORA_ALPHA,
+    ) -> AdapterInfo:
         if not isinstance(rank, int) or rank < 1:
             raise ValueError(f"LoRA rank must be a positive integer, got {rank!r}")
         config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=target_modules, bias="none")
@@ -125,7 +132,9 @@ class AdapterBank:
         """A frozen copy of `source`'s current LoRA weights."""
         config = self.peft_model.peft_config[source]
         self._add(name, config)
-        set_peft_model_state_dict(self.peft_model, get_peft_model_state_dict(self.peft_model, adapter_name=source), adapter_name=name)
+        set_peft_model_state_dict(
+            self.peft_model, get_peft_model_state_dict(self.peft_model, adapter_name=source), adapter_name=name
+        )
         return self._register(name, self.adapters[source].rank, trainable=False)
 
     def load(self, name: str, path: str | Path, trainable: bool) -> AdapterInfo:
@@ -134,7 +143,9 @@ class AdapterBank:
             raise FileNotFoundError(f"{path} is not a PEFT adapter directory (no adapter_config.json)")
         if self.peft_model is None:
             with quiet_peft_wrap():
-                self.peft_model = PeftModel.from_pretrained(self.base_model, str(path), adapter_name=name, is_trainable=trainable)
+                self.peft_model = PeftModel.from_pretrained(
+                    self.base_model, str(path), adapter_name=name, is_trainable=trainable
+                )
         else:
             self.peft_model.load_adapter(str(path), adapter_name=name, is_trainable=trainable)
         return self._register(name, self.peft_model.peft_config[name].r, trainable=trainable)
@@ -151,7 +162,12 @@ class AdapterBank:
         (path / BASE_MODEL_FILE).write_text(self.base_model_name + "\n", encoding="utf-8")
         (path / BASE_MODEL_DIR_FILE).write_text(local + "\n", encoding="utf-8")
 
-        state = {k: v.detach().to("cpu").contiguous() for k, v in get_peft_model_state_dict(self.peft_model, adapter_name=name, save_embedding_layers=False).items()}
+        state = {
+            k: v.detach().to("cpu").contiguous()
+            for k, v in get_peft_model_state_dict(
+                self.peft_model, adapter_name=name, save_embedding_layers=False
+            ).items()
+        }
         save_file(state, str(path / "adapter_model.safetensors"), metadata={"format": "pt"})
         return path
 
@@ -244,7 +260,11 @@ class AdapterBank:
     def _adapts_tied_head(self, name: str) -> bool:
         # Merging into a head tied to the input embeddings would change the embeddings too.
         head = self.base_model.get_output_embeddings()
-        tied = head.base_layer.weight is self.base_model.get_input_embeddings().weight if hasattr(head, "base_layer") else False
+        tied = (
+            head.base_layer.weight is self.base_model.get_input_embeddings().weight
+            if hasattr(head, "base_layer")
+            else False
+        )
         return tied and name in getattr(head, "lora_A", {})
 
     def _add(self, name: str, config: LoraConfig) -> None:

@@ -142,7 +142,9 @@ class _GrammarRow:
         if self.matcher.is_stopped():  # complete, and nothing may follow but the end of the turn
             may_end = True
         else:
-            bits_V = np.unpackbits(np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8), bitorder="little").view(bool)
+            bits_V = np.unpackbits(
+                np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8), bitorder="little"
+            ).view(bool)
             width = min(len(bits_V), self.grammar.vocab_size)
             allowed_V[:width] = bits_V[:width]
             may_end = bool(allowed_V[self.grammar.eos_token])
@@ -160,7 +162,9 @@ class _GrammarRow:
             self.finished, self._allowed = True, []
             return
         if not self.matcher.consume_token(token):
-            raise RuntimeError(f"constrained sampling drew token {token}, which its grammar does not allow: {self.matcher.get_error()}")
+            raise RuntimeError(
+                f"constrained sampling drew token {token}, which its grammar does not allow: {self.matcher.get_error()}"
+            )
         self._next_allowed()
 
 
@@ -182,7 +186,9 @@ class ConstraintCompiler:
         """`constraint_json`: an `OutputConstraint` as JSON (hashable, so compiled ones are cached)."""
         constraint = OutputConstraint.model_validate_json(constraint_json)
         if constraint.choices is not None:
-            choice_tokens = [list(self.tokenizer.encode(choice, add_special_tokens=False)) for choice in constraint.choices]
+            choice_tokens = [
+                list(self.tokenizer.encode(choice, add_special_tokens=False)) for choice in constraint.choices
+            ]
             return ChoiceTrie(choice_tokens, end_tokens)
         import llguidance
 
@@ -190,8 +196,15 @@ class ConstraintCompiler:
         if constraint.regex is not None:
             grammar = llguidance.LLMatcher.grammar_from_regex(f"(?:{constraint.regex}){re.escape(closing)}")
         elif closing:
-            schema = {**constraint.json_schema, "x-guidance": {**_JSON_LAYOUT, **constraint.json_schema.get("x-guidance", {})}}
-            grammar = llguidance.LLMatcher.grammar_from_lark(f"start: value {json.dumps(closing)}\nvalue: %json {json.dumps(schema)}")
+            schema = {
+                **constraint.json_schema,
+                "x-guidance": {**_JSON_LAYOUT, **constraint.json_schema.get("x-guidance", {})},
+            }
+            grammar = llguidance.LLMatcher.grammar_from_lark(
+                f"start: value {json.dumps(closing)}\nvalue: %json {json.dumps(schema)}"
+            )
         else:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(constraint.json_schema), defaults=_JSON_LAYOUT)
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                json.dumps(constraint.json_schema), defaults=_JSON_LAYOUT
+            )
         return GrammarConstraint(self._llg_tokenizer, grammar, end_tokens, self.vocab_size, self.tokenizer.eos_token_id)

@@ -74,8 +74,14 @@ def row_matmul(x: torch.Tensor, weight_O_I: torch.Tensor, bias_O: torch.Tensor |
     x_M_I = x.reshape(-1, x.shape[-1]).contiguous()
     out_M_O = torch.empty(len(x_M_I), weight_O_I.shape[0], dtype=x.dtype)
     _library().row_matmul(
-        x_M_I.data_ptr(), weight_O_I.data_ptr(), _pointer(bias_O), out_M_O.data_ptr(),
-        len(x_M_I), weight_O_I.shape[0], weight_O_I.shape[1], torch.get_num_threads(),
+        x_M_I.data_ptr(),
+        weight_O_I.data_ptr(),
+        _pointer(bias_O),
+        out_M_O.data_ptr(),
+        len(x_M_I),
+        weight_O_I.shape[0],
+        weight_O_I.shape[1],
+        torch.get_num_threads(),
     )
     return out_M_O.view(*x.shape[:-1], -1)
 
@@ -92,7 +98,14 @@ def rms_norm(x: torch.Tensor, weight_I: torch.Tensor, eps: float) -> torch.Tenso
 ATTENTION_LIMITS = {"group": 16, "head_dim": 256}
 
 
-def decode_attention(query_B_H_D: torch.Tensor, keys_B_G_S_D: torch.Tensor, values_B_G_S_D: torch.Tensor, key_valid_B_S: torch.Tensor, length: int, scale: float) -> torch.Tensor:
+def decode_attention(
+    query_B_H_D: torch.Tensor,
+    keys_B_G_S_D: torch.Tensor,
+    values_B_G_S_D: torch.Tensor,
+    key_valid_B_S: torch.Tensor,
+    length: int,
+    scale: float,
+) -> torch.Tensor:
     """Softmax(q k^T * scale) v for one query per row over slots 0..length-1 where `key_valid_B_S` (its own slot,
     the last, always counts); query head h reads key head h // (H / G). Returns [B, H, D]."""
     batch, heads, head_dim = query_B_H_D.shape
@@ -100,8 +113,19 @@ def decode_attention(query_B_H_D: torch.Tensor, keys_B_G_S_D: torch.Tensor, valu
     query_B_H_D = query_B_H_D.contiguous()
     out_B_H_D = torch.empty_like(query_B_H_D)
     _library().decode_attention(
-        query_B_H_D.data_ptr(), keys_B_G_S_D.data_ptr(), values_B_G_S_D.data_ptr(), key_valid_B_S.data_ptr(), out_B_H_D.data_ptr(),
-        batch, heads, keys_B_G_S_D.shape[1], keys_B_G_S_D.shape[2], head_dim, length, scale, torch.get_num_threads(),
+        query_B_H_D.data_ptr(),
+        keys_B_G_S_D.data_ptr(),
+        values_B_G_S_D.data_ptr(),
+        key_valid_B_S.data_ptr(),
+        out_B_H_D.data_ptr(),
+        batch,
+        heads,
+        keys_B_G_S_D.shape[1],
+        keys_B_G_S_D.shape[2],
+        head_dim,
+        length,
+        scale,
+        torch.get_num_threads(),
     )
     return out_B_H_D
 
@@ -142,7 +166,13 @@ class DecodeLayerWeights:
     """Attention's score scaling."""
 
     def __post_init__(self):
-        _require_contiguous(**{name: getattr(self, name) for name in self.__dataclass_fields__ if isinstance(getattr(self, name), torch.Tensor)})
+        _require_contiguous(
+            **{
+                name: getattr(self, name)
+                for name in self.__dataclass_fields__
+                if isinstance(getattr(self, name), torch.Tensor)
+            }
+        )
 
     def scratch_floats(self, batch: int) -> int:
         """The scratch `decode_layer` needs for `batch` rows (cpu_kernels.c)."""
@@ -163,7 +193,14 @@ def decode_layer(
 ) -> None:
     """Run the layer for one new token per row, in place on `hidden_B_E`, writing the token's rotated key and its
     value into `slot` of the caches (`key_valid_B_S` already marks it); `scratch` holds `weights.scratch_floats(B)`."""
-    _require_contiguous(hidden_B_E=hidden_B_E, cos_B_D=cos_B_D, sin_B_D=sin_B_D, keys_B_G_S_D=keys_B_G_S_D, values_B_G_S_D=values_B_G_S_D, key_valid_B_S=key_valid_B_S)
+    _require_contiguous(
+        hidden_B_E=hidden_B_E,
+        cos_B_D=cos_B_D,
+        sin_B_D=sin_B_D,
+        keys_B_G_S_D=keys_B_G_S_D,
+        values_B_G_S_D=values_B_G_S_D,
+        key_valid_B_S=key_valid_B_S,
+    )
     batch, width = hidden_B_E.shape
     if scratch.numel() < weights.scratch_floats(batch):
         raise ValueError(f"scratch holds {scratch.numel()} floats; {batch} rows need {weights.scratch_floats(batch)}")
@@ -181,15 +218,33 @@ def rms_norm_rows(x_M_K: torch.Tensor, weight_K: torch.Tensor, eps: float) -> tu
     """`rms_norm` over rows split between threads, and each row's 1 / sqrt(mean(x^2) + eps) for the backward."""
     _require_contiguous(x_M_K=x_M_K, weight_K=weight_K)
     out_M_K, inverse_M = torch.empty_like(x_M_K), x_M_K.new_empty(len(x_M_K))
-    _library().rms_norm_rows(x_M_K.data_ptr(), weight_K.data_ptr(), out_M_K.data_ptr(), inverse_M.data_ptr(), *x_M_K.shape, eps, torch.get_num_threads())
+    _library().rms_norm_rows(
+        x_M_K.data_ptr(),
+        weight_K.data_ptr(),
+        out_M_K.data_ptr(),
+        inverse_M.data_ptr(),
+        *x_M_K.shape,
+        eps,
+        torch.get_num_threads(),
+    )
     return out_M_K, inverse_M
 
 
-def rms_norm_backward(grad_M_K: torch.Tensor, x_M_K: torch.Tensor, weight_K: torch.Tensor, inverse_M: torch.Tensor) -> torch.Tensor:
+def rms_norm_backward(
+    grad_M_K: torch.Tensor, x_M_K: torch.Tensor, weight_K: torch.Tensor, inverse_M: torch.Tensor
+) -> torch.Tensor:
     """The gradient of `rms_norm_rows` for x (the weight frozen), from the forward's input and inverses."""
     _require_contiguous(grad_M_K=grad_M_K, x_M_K=x_M_K, weight_K=weight_K, inverse_M=inverse_M)
     grad_x_M_K = torch.empty_like(x_M_K)
-    _library().rms_norm_backward(grad_M_K.data_ptr(), x_M_K.data_ptr(), weight_K.data_ptr(), inverse_M.data_ptr(), grad_x_M_K.data_ptr(), *x_M_K.shape, torch.get_num_threads())
+    _library().rms_norm_backward(
+        grad_M_K.data_ptr(),
+        x_M_K.data_ptr(),
+        weight_K.data_ptr(),
+        inverse_M.data_ptr(),
+        grad_x_M_K.data_ptr(),
+        *x_M_K.shape,
+        torch.get_num_threads(),
+    )
     return grad_x_M_K
 
 
@@ -200,7 +255,18 @@ def rotary(x: torch.Tensor, cos_B_T_D: torch.Tensor, sin_B_T_D: torch.Tensor, in
     batch, length = cos_B_T_D.shape[:2]
     heads, head_dim = (x.shape[1], x.shape[3]) if inverse else x.shape[2:]
     out = x.new_empty((batch, length, heads, head_dim) if inverse else (batch, heads, length, head_dim))
-    _library().rotary(x.data_ptr(), out.data_ptr(), cos_B_T_D.data_ptr(), sin_B_T_D.data_ptr(), batch, length, heads, head_dim, inverse, torch.get_num_threads())
+    _library().rotary(
+        x.data_ptr(),
+        out.data_ptr(),
+        cos_B_T_D.data_ptr(),
+        sin_B_T_D.data_ptr(),
+        batch,
+        length,
+        heads,
+        head_dim,
+        inverse,
+        torch.get_num_threads(),
+    )
     return out
 
 
@@ -212,11 +278,21 @@ def silu_product(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def silu_product_backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def silu_product_backward(
+    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The gradients of `silu_product` for gate and up."""
     _require_contiguous(grad=grad, gate=gate, up=up)
     grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
-    _library().silu_product_backward(grad.data_ptr(), gate.data_ptr(), up.data_ptr(), grad_gate.data_ptr(), grad_up.data_ptr(), gate.numel(), torch.get_num_threads())
+    _library().silu_product_backward(
+        grad.data_ptr(),
+        gate.data_ptr(),
+        up.data_ptr(),
+        grad_gate.data_ptr(),
+        grad_up.data_ptr(),
+        gate.numel(),
+        torch.get_num_threads(),
+    )
     return grad_gate, grad_up
 
 
@@ -228,14 +304,30 @@ def log_sum_exp_rows(logits_M_V: torch.Tensor) -> torch.Tensor:
     return out_M
 
 
-def target_logprob_gradient(logits_M_V: torch.Tensor, log_normaliser_M: torch.Tensor, grad_M: torch.Tensor, targets_M: torch.Tensor, out_M_V: torch.Tensor) -> torch.Tensor:
+def target_logprob_gradient(
+    logits_M_V: torch.Tensor,
+    log_normaliser_M: torch.Tensor,
+    grad_M: torch.Tensor,
+    targets_M: torch.Tensor,
+    out_M_V: torch.Tensor,
+) -> torch.Tensor:
     """Into `out_M_V`, the gradient of grad * (logits[target] - log_normaliser) for every row's logits: grad times
     (one-hot(target) - softmax), in one pass."""
-    _require_contiguous(logits_M_V=logits_M_V, log_normaliser_M=log_normaliser_M, grad_M=grad_M, targets_M=targets_M, out_M_V=out_M_V)
+    _require_contiguous(
+        logits_M_V=logits_M_V, log_normaliser_M=log_normaliser_M, grad_M=grad_M, targets_M=targets_M, out_M_V=out_M_V
+    )
     if targets_M.dtype != torch.long or out_M_V.shape != logits_M_V.shape:
-        raise ValueError(f"targets_M must be int64 (got {targets_M.dtype}) and out_M_V shaped as the logits {tuple(logits_M_V.shape)} (got {tuple(out_M_V.shape)})")
+        raise ValueError(
+            f"targets_M must be int64 (got {targets_M.dtype}) and out_M_V shaped as the logits {tuple(logits_M_V.shape)} (got {tuple(out_M_V.shape)})"
+        )
     _library().target_logprob_gradient(
-        logits_M_V.data_ptr(), log_normaliser_M.data_ptr(), grad_M.data_ptr(), targets_M.data_ptr(), out_M_V.data_ptr(), *logits_M_V.shape, torch.get_num_threads()
+        logits_M_V.data_ptr(),
+        log_normaliser_M.data_ptr(),
+        grad_M.data_ptr(),
+        targets_M.data_ptr(),
+        out_M_V.data_ptr(),
+        *logits_M_V.shape,
+        torch.get_num_threads(),
     )
     return out_M_V
 
@@ -264,9 +356,18 @@ def _library() -> ctypes.CDLL | None:
         else:
             library.row_matmul.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3 + [ctypes.c_int]
             library.rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 2 + [ctypes.c_float]
-            library.decode_attention.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
+            library.decode_attention.argtypes = (
+                [ctypes.c_void_p] * 5 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
+            )
             pointer, size = ctypes.c_void_p, ctypes.c_long
-            library.decode_layer.argtypes = [pointer, size, size, pointer, pointer, ctypes.c_float] + [pointer] * 8 + [size] + [pointer] * 5 + [size] * 5 + [ctypes.c_float, pointer, ctypes.c_int]
+            library.decode_layer.argtypes = (
+                [pointer, size, size, pointer, pointer, ctypes.c_float]
+                + [pointer] * 8
+                + [size]
+                + [pointer] * 5
+                + [size] * 5
+                + [ctypes.c_float, pointer, ctypes.c_int]
+            )
             library.rms_norm_rows.argtypes = [pointer] * 4 + [size] * 2 + [ctypes.c_float, ctypes.c_int]
             library.rms_norm_backward.argtypes = [pointer] * 5 + [size] * 2 + [ctypes.c_int]
             library.rotary.argtypes = [pointer] * 4 + [size] * 4 + [ctypes.c_int] * 2
@@ -274,11 +375,25 @@ def _library() -> ctypes.CDLL | None:
             library.silu_product_backward.argtypes = [pointer] * 5 + [size, ctypes.c_int]
             library.log_sum_exp_rows.argtypes = [pointer] * 2 + [size] * 2 + [ctypes.c_int]
             library.target_logprob_gradient.argtypes = [pointer] * 5 + [size] * 2 + [ctypes.c_int]
-            for function in (library.row_matmul, library.rms_norm, library.decode_attention, library.decode_layer, library.rms_norm_rows, library.rms_norm_backward,
-                             library.rotary, library.silu_product_rows, library.silu_product_backward, library.log_sum_exp_rows, library.target_logprob_gradient):
+            for function in (
+                library.row_matmul,
+                library.rms_norm,
+                library.decode_attention,
+                library.decode_layer,
+                library.rms_norm_rows,
+                library.rms_norm_backward,
+                library.rotary,
+                library.silu_product_rows,
+                library.silu_product_backward,
+                library.log_sum_exp_rows,
+                library.target_logprob_gradient,
+            ):
                 function.restype = None
             return library
-    log.warning("sparring's CPU kernels are off (%s); decode steps run on oneDNN and torch's ops, and the learner's layers on torch's ops, instead", reason)
+    log.warning(
+        "sparring's CPU kernels are off (%s); decode steps run on oneDNN and torch's ops, and the learner's layers on torch's ops, instead",
+        reason,
+    )
     return None
 
 
@@ -306,6 +421,8 @@ def _built() -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
             staged = Path(scratch) / target.name
-            subprocess.run([_compiler(), *_FLAGS, str(_SOURCE), "-o", str(staged)], check=True, capture_output=True, text=True)
+            subprocess.run(
+                [_compiler(), *_FLAGS, str(_SOURCE), "-o", str(staged)], check=True, capture_output=True, text=True
+            )
             os.replace(staged, target)
     return target

@@ -37,8 +37,8 @@ a prefix shared by all rows and the rest); `key_valid_B_S` masks the padding.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -46,10 +46,10 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import DynamicCache
 
 from ..models.cache_argument import cache_kwargs
-from .packed_weights import ProjectionWeights, packable, packed, packed_matmul
 from .cpu_kernels import ATTENTION_LIMITS, DecodeLayerWeights, decode_attention, decode_layer, row_matmul
 from .cpu_kernels import available as cpu_kernels_available
 from .cpu_kernels import rms_norm as kernel_rms_norm
+from .packed_weights import ProjectionWeights, packable, packed, packed_matmul
 
 FAST_ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}
 
@@ -106,7 +106,14 @@ def _mark_valid(cache, valid_B_T: torch.Tensor) -> tuple[int, int]:
 class FastDecoder:
     """Prefill and step a Llama-family model over a preallocated `KVCache`."""
 
-    def __init__(self, causal_lm: torch.nn.Module, fuse_projections: bool = True, pack_weights: bool = True, cpu_kernels: bool = True, whole_layers: bool = True):
+    def __init__(
+        self,
+        causal_lm: torch.nn.Module,
+        fuse_projections: bool = True,
+        pack_weights: bool = True,
+        cpu_kernels: bool = True,
+        whole_layers: bool = True,
+    ):
         """`fuse_projections=False` runs every projection alone (the reference the fused path is tested against);
         `pack_weights=False` never makes packed copies (saves the memory they take); `cpu_kernels=False` runs
         torch's ops and oneDNN's packed copies instead of sparring's compiled kernels (`cpu_kernels`, used only in
@@ -120,11 +127,17 @@ class FastDecoder:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.kernels = cpu_kernels and packable([causal_lm.get_input_embeddings().weight]) and cpu_kernels_available()
         group = config.num_attention_heads // self.kv_heads
-        self.kernel_attention = self.kernels and group <= ATTENTION_LIMITS["group"] and self.head_dim <= ATTENTION_LIMITS["head_dim"]
+        self.kernel_attention = (
+            self.kernels and group <= ATTENTION_LIMITS["group"] and self.head_dim <= ATTENTION_LIMITS["head_dim"]
+        )
         self.packing = _Packing(rows=self.kernels) if pack_weights else None
         self.lm_head = _head_projection(causal_lm.get_output_embeddings(), self.packing)
         self.layers = [_LayerParts.of(layer, fuse_projections, self.packing) for layer in self.backbone.layers]
-        kernel_layers = [_kernel_layer(parts, config, self.head_dim) for parts in self.layers] if self.kernel_attention and whole_layers else []
+        kernel_layers = (
+            [_kernel_layer(parts, config, self.head_dim) for parts in self.layers]
+            if self.kernel_attention and whole_layers
+            else []
+        )
         # Decode steps run each layer in one `cpu_kernels.decode_layer` call where every layer can; else op by op.
         self.kernel_layers = kernel_layers if kernel_layers and all(kernel_layers) else None
 
@@ -141,7 +154,9 @@ class FastDecoder:
 
         return KVCache(buffers(), buffers(), torch.zeros(batch, max_len, dtype=torch.bool, device=weight.device))
 
-    def forward(self, tokens_B_T: torch.Tensor, positions_B_T: torch.Tensor, valid_B_T: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def forward(
+        self, tokens_B_T: torch.Tensor, positions_B_T: torch.Tensor, valid_B_T: torch.Tensor, cache: KVCache
+    ) -> torch.Tensor:
         """Write tokens_B_T into the next T slots; return float32 logits of the last position [B, V]."""
         batch, steps = tokens_B_T.shape
         start, end = _mark_valid(cache, valid_B_T)
@@ -166,16 +181,22 @@ class FastDecoder:
             keys[:, :, start:end] = q_and_k[:, :, query_heads:].transpose(1, 2)
             values[:, :, start:end] = v.transpose(1, 2)
             if kernel_attention:
-                attended = decode_attention(q_and_k[:, 0, :query_heads], keys, values, cache.key_valid_B_S, end, parts.scaling).view(batch, 1, -1)
+                attended = decode_attention(
+                    q_and_k[:, 0, :query_heads], keys, values, cache.key_valid_B_S, end, parts.scaling
+                ).view(batch, 1, -1)
             else:
-                attended = F.scaled_dot_product_attention(
-                    q_and_k[:, :, :query_heads].transpose(1, 2),
-                    keys[:, :, :end],
-                    values[:, :, :end],
-                    attn_mask=bias_B_1_T_S,
-                    scale=parts.scaling,
-                    enable_gqa=True,
-                ).transpose(1, 2).reshape(batch, steps, -1)
+                attended = (
+                    F.scaled_dot_product_attention(
+                        q_and_k[:, :, :query_heads].transpose(1, 2),
+                        keys[:, :, :end],
+                        values[:, :, :end],
+                        attn_mask=bias_B_1_T_S,
+                        scale=parts.scaling,
+                        enable_gqa=True,
+                    )
+                    .transpose(1, 2)
+                    .reshape(batch, steps, -1)
+                )
             hidden = hidden + parts.o_proj(attended)
             normed = self._rms_norm(parts.post_attention_norm, hidden)
             gate, up = parts.gate_up_proj(normed)
@@ -183,7 +204,9 @@ class FastDecoder:
         cache.length = end
         return self.lm_head(self._rms_norm(self.backbone.norm, hidden[:, -1])).float()
 
-    def _kernel_step(self, hidden_B_E: torch.Tensor, positions_B_1: torch.Tensor, cache: KVCache, slot: int) -> torch.Tensor:
+    def _kernel_step(
+        self, hidden_B_E: torch.Tensor, positions_B_1: torch.Tensor, cache: KVCache, slot: int
+    ) -> torch.Tensor:
         """One decode step, every layer in one `cpu_kernels.decode_layer` call."""
         cos_B_1_D, sin_B_1_D = self.backbone.rotary_emb(hidden_B_E[:, None], positions_B_1)
         cos_B_D, sin_B_D = cos_B_1_D[:, 0].contiguous(), sin_B_1_D[:, 0].contiguous()
@@ -267,16 +290,27 @@ def _projections(linears: list[torch.nn.Module], fuse: bool, pack: _Packing | No
     packs = bool(parts) and all(parts) and packable([t for part in parts for t in part.tensors()])
     layers = [part.linear for part in parts] if packs else [_unwrapped(linear) for linear in linears]
     if fuse and all(type(layer) is torch.nn.Linear for layer in layers) and _compatible(layers):
-        project = _packed_projection(parts, pack) if packs else _plain_matmul(_shared_buffer([layer.weight for layer in layers]), _stacked_bias(layers))
+        project = (
+            _packed_projection(parts, pack)
+            if packs
+            else _plain_matmul(_shared_buffer([layer.weight for layer in layers]), _stacked_bias(layers))
+        )
         return _Split(project, [layer.weight.shape[0] for layer in layers])
-    separate = [_packed_projection([part], pack) for part in parts] if packs else [_plain_projection(layer) for layer in layers]
+    separate = (
+        [_packed_projection([part], pack) for part in parts]
+        if packs
+        else [_plain_projection(layer) for layer in layers]
+    )
     return lambda x: tuple(project(x) for project in separate)
 
 
 def _compatible(linears: list[torch.nn.Linear]) -> bool:
     """Whether the layers can be one matmul: one device, dtype and input width; each with a bias or none."""
     weights = [linear.weight for linear in linears]
-    return len({(w.device, w.dtype, w.shape[1]) for w in weights}) == 1 and len({linear.bias is None for linear in linears}) == 1
+    return (
+        len({(w.device, w.dtype, w.shape[1]) for w in weights}) == 1
+        and len({linear.bias is None for linear in linears}) == 1
+    )
 
 
 def _stacked_bias(linears: list[torch.nn.Linear]) -> torch.Tensor | None:
@@ -349,7 +383,9 @@ def _shared_buffer(weights: list[torch.Tensor]) -> torch.Tensor:
     """
     first, columns = weights[0], weights[0].shape[1]
     if _back_to_back(weights) and first.data_ptr() % _ALIGNMENT == 0:
-        return torch.as_strided(first.detach(), (sum(w.shape[0] for w in weights), columns), (columns, 1), first.storage_offset())
+        return torch.as_strided(
+            first.detach(), (sum(w.shape[0] for w in weights), columns), (columns, 1), first.storage_offset()
+        )
     with torch.no_grad():
         buffer = torch.cat([w.detach() for w in weights])
         start = 0
@@ -363,7 +399,11 @@ def _back_to_back(weights: list[torch.Tensor]) -> bool:
     """Whether the weights are contiguous blocks of one storage, in order, each starting where the last ends."""
     storage, offset = weights[0].untyped_storage().data_ptr(), weights[0].storage_offset()
     for weight in weights:
-        if not weight.is_contiguous() or weight.untyped_storage().data_ptr() != storage or weight.storage_offset() != offset:
+        if (
+            not weight.is_contiguous()
+            or weight.untyped_storage().data_ptr() != storage
+            or weight.storage_offset() != offset
+        ):
             return False
         offset += weight.numel()
     return True
@@ -382,7 +422,12 @@ def _kernel_layer(parts: _LayerParts, config, head_dim: int) -> DecodeLayerWeigh
     qkv, gate_up, o, down = parts.qkv_proj, parts.gate_up_proj, parts.o_proj, parts.down_proj
     fused = all(isinstance(p, _Split) and isinstance(p.project, _RowProjection) for p in (qkv, gate_up))
     norms = (parts.input_norm, parts.post_attention_norm)
-    if not fused or not all(isinstance(p, _RowProjection) for p in (o, down)) or parts.q_norm is not None or getattr(config, "hidden_act", None) != "silu":
+    if (
+        not fused
+        or not all(isinstance(p, _RowProjection) for p in (o, down))
+        or parts.q_norm is not None
+        or getattr(config, "hidden_act", None) != "silu"
+    ):
         return None
     if head_dim % 2 or norms[0].variance_epsilon != norms[1].variance_epsilon:
         return None
@@ -417,7 +462,9 @@ def _attention_bias(key_valid_B_S: torch.Tensor, start: int, end: int, dtype: to
         causal_T_S = slots_S[None, :] <= query_slot_T[:, None]
         self_T_S = slots_S[None, :] == query_slot_T[:, None]
         allowed_B_1_T_S = ((key_valid_B_S[:, None, :end] & causal_T_S) | self_T_S)[:, None]
-    return torch.zeros(allowed_B_1_T_S.shape, dtype=dtype, device=key_valid_B_S.device).masked_fill_(~allowed_B_1_T_S, float("-inf"))
+    return torch.zeros(allowed_B_1_T_S.shape, dtype=dtype, device=key_valid_B_S.device).masked_fill_(
+        ~allowed_B_1_T_S, float("-inf")
+    )
 
 
 class HFDecoder:
@@ -430,7 +477,9 @@ class HFDecoder:
         device = self.causal_lm.get_input_embeddings().weight.device
         return HFCache(torch.zeros(batch, max_len, dtype=torch.bool, device=device))
 
-    def forward(self, tokens_B_T: torch.Tensor, positions_B_T: torch.Tensor, valid_B_T: torch.Tensor, cache: HFCache) -> torch.Tensor:
+    def forward(
+        self, tokens_B_T: torch.Tensor, positions_B_T: torch.Tensor, valid_B_T: torch.Tensor, cache: HFCache
+    ) -> torch.Tensor:
         _, end = _mark_valid(cache, valid_B_T)
         out = self.causal_lm(
             input_ids=tokens_B_T,
@@ -444,7 +493,9 @@ class HFDecoder:
         return out.logits[:, -1].float()
 
 
-def make_decoder(causal_lm: torch.nn.Module, prefer_fast: bool = True, pack_weights: bool = True, cpu_kernels: bool = True) -> FastDecoder | HFDecoder:
+def make_decoder(
+    causal_lm: torch.nn.Module, prefer_fast: bool = True, pack_weights: bool = True, cpu_kernels: bool = True
+) -> FastDecoder | HFDecoder:
     if prefer_fast and FastDecoder.supports(causal_lm):
         return FastDecoder(causal_lm, pack_weights=pack_weights, cpu_kernels=cpu_kernels)
     return HFDecoder(causal_lm)

@@ -25,9 +25,10 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -164,7 +165,12 @@ class Engine:
         """Whether inference folds the adapter into the base weights: not where the fast decoder packs its weights
         (it folds the adapter into its packed copies instead)."""
         model = self.loaded.model
-        if self.config.pack_cpu_weights and self.config.fast_decoder and FastDecoder.supports(model) and packable([model.get_input_embeddings().weight]):
+        if (
+            self.config.pack_cpu_weights
+            and self.config.fast_decoder
+            and FastDecoder.supports(model)
+            and packable([model.get_input_embeddings().weight])
+        ):
             return False
         merge = self.config.merge_lora_for_sampling
         return self.loaded.dtype == torch.float32 if merge is None else merge
@@ -258,8 +264,12 @@ class Engine:
         if params.constraint is not None:
             constraint = self.constraints.compile(params.constraint.model_dump_json(), stop_ids)
             if constraint.longest is not None and max_tokens < constraint.longest:
-                raise ValueError(f"max_tokens is {max_tokens}, but the longest of the choices takes {constraint.longest} tokens (its stop token included)")
-        return SampleJob(list(prompt_tokens), num_samples, params, stop_ids, stop_strings, max_tokens, generators, constraint)
+                raise ValueError(
+                    f"max_tokens is {max_tokens}, but the longest of the choices takes {constraint.longest} tokens (its stop token included)"
+                )
+        return SampleJob(
+            list(prompt_tokens), num_samples, params, stop_ids, stop_strings, max_tokens, generators, constraint
+        )
 
     # Worker ---------------------------------------------------------------
 
@@ -285,7 +295,9 @@ class Engine:
                     request = self._queue.popleft()
                     batch.append(request)
                     rows += _rows(request)
-                    deadline = min(time.monotonic() + self.config.batch_window_s, started + self.config.max_batch_wait_s)
+                    deadline = min(
+                        time.monotonic() + self.config.batch_window_s, started + self.config.max_batch_wait_s
+                    )
                     continue
                 remaining = deadline - time.monotonic()
                 if self._queue or remaining <= 0:
@@ -336,19 +348,36 @@ class Engine:
         if scored:
             data = [_scoring_datum(r.tokens) for r in scored]
             with self.bank.inference(adapter, self._merge):
-                output = run_forward(self.bank.base_model, prepare_data(data, "cross_entropy", self.vocab_size), "cross_entropy", {}, backward=False, token_budget=self.config.token_budget(), prefix_tree=self.config.learner_prefix_tree, fused=self.config.fused_learner_ops, pack_weights=self.config.pack_cpu_weights)
+                output = run_forward(
+                    self.bank.base_model,
+                    prepare_data(data, "cross_entropy", self.vocab_size),
+                    "cross_entropy",
+                    {},
+                    backward=False,
+                    token_budget=self.config.token_budget(),
+                    prefix_tree=self.config.learner_prefix_tree,
+                    fused=self.config.fused_learner_ops,
+                    pack_weights=self.config.pack_cpu_weights,
+                )
             logprobs = {id(r): out["logprobs"].tolist() for r, out in zip(scored, output.loss_fn_outputs)}
         return [[None, *logprobs.get(id(r), [])][: len(r.tokens)] for r in requests]
 
     def _generate(self, adapter: str | None, requests: list[_SampleRequest]) -> list[SampleResponse]:
         jobs = [request.job for request in requests]
         with self.bank.inference(adapter, self._merge):
-            decoder = make_decoder(self.bank.base_model, self.config.fast_decoder, self.config.pack_cpu_weights, self.config.sampler_cpu_kernels)
+            decoder = make_decoder(
+                self.bank.base_model,
+                self.config.fast_decoder,
+                self.config.pack_cpu_weights,
+                self.config.sampler_cpu_kernels,
+            )
             store = None
             if self.prefix_cache is not None and isinstance(decoder, FastDecoder):
                 store = self.prefix_cache.store(adapter, self.bank.fingerprint(adapter))
             abandoned = [request.future.cancelled for request in requests]
-            return generate(decoder, jobs, self.tokenizer, self.tokenizer.pad_token_id, abandoned, store, self.prefill_counts)
+            return generate(
+                decoder, jobs, self.tokenizer, self.tokenizer.pad_token_id, abandoned, store, self.prefill_counts
+            )
 
 
 def _rows(request) -> int:
@@ -356,7 +385,9 @@ def _rows(request) -> int:
 
 
 def _scoring_datum(tokens: list[int]) -> Datum:
-    return Datum(model_input=ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0]})
+    return Datum(
+        model_input=ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": [0.0]}
+    )
 
 
 def _settle(future: Future, fn: Callable[[], Any]) -> None:
@@ -395,9 +426,17 @@ def get_engine(base_model: str, config: EngineConfig | None = None) -> Engine:
         engine = _ENGINES[key]
         if engine.config.prefix_cache_mib != config.prefix_cache_mib:
             engine.set_prefix_cache(config.prefix_cache_mib)
-        ignored = sorted(name for name in type(config).model_fields if name != "prefix_cache_mib" and getattr(config, name) != getattr(engine.config, name))
+        ignored = sorted(
+            name
+            for name in type(config).model_fields
+            if name != "prefix_cache_mib" and getattr(config, name) != getattr(engine.config, name)
+        )
         if ignored:
-            log.warning("the engine for %s is already loaded with other %s; it keeps them (one engine per model and placement)", base_model, ", ".join(ignored))
+            log.warning(
+                "the engine for %s is already loaded with other %s; it keeps them (one engine per model and placement)",
+                base_model,
+                ", ".join(ignored),
+            )
         return engine
 
 

@@ -74,10 +74,14 @@ def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[Prepa
         _check_ids(index, "model_input", tokens, vocab_size)
         missing = [key for key in required if key not in datum.loss_fn_inputs]
         if missing:
-            raise DatumError(f"datum {index}: loss_fn {loss_fn!r} needs loss_fn_inputs {list(required)}; missing {missing}")
+            raise DatumError(
+                f"datum {index}: loss_fn {loss_fn!r} needs loss_fn_inputs {list(required)}; missing {missing}"
+            )
         unknown = [key for key in datum.loss_fn_inputs if key not in KNOWN_INPUTS and key not in required]
         if unknown:
-            raise DatumError(f"datum {index}: unknown loss_fn_inputs {unknown}; known are {list(dict.fromkeys([*KNOWN_INPUTS, *required]))}")
+            raise DatumError(
+                f"datum {index}: unknown loss_fn_inputs {unknown}; known are {list(dict.fromkeys([*KNOWN_INPUTS, *required]))}"
+            )
         inputs = {}
         allowed_N = _allowed_sets(index, datum, length, vocab_size)
         for key, value in datum.loss_fn_inputs.items():
@@ -88,22 +92,34 @@ def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[Prepa
                 raise DatumError(f"datum {index}: loss_fn_inputs[{key!r}] must be 1-D, got shape {list(tensor.shape)}")
             if key == "target_tokens":
                 if len(tensor) != length:
-                    raise DatumError(f"datum {index}: target_tokens has {len(tensor)} tokens but model_input has {length}; they must match")
+                    raise DatumError(
+                        f"datum {index}: target_tokens has {len(tensor)} tokens but model_input has {length}; they must match"
+                    )
                 _check_ids(index, "target_tokens", tensor.tolist(), vocab_size)
                 inputs[key] = tensor.long()
                 continue
             if len(tensor) == 1:
                 tensor = tensor.expand(length)
             elif len(tensor) != length:
-                raise DatumError(f"datum {index}: loss_fn_inputs[{key!r}] has length {len(tensor)}; expected {length} (the model_input length) or 1")
+                raise DatumError(
+                    f"datum {index}: loss_fn_inputs[{key!r}] has length {len(tensor)}; expected {length} (the model_input length) or 1"
+                )
             if not torch.isfinite(tensor.float()).all():
                 raise DatumError(f"datum {index}: loss_fn_inputs[{key!r}] contains NaN or inf")
             inputs[key] = tensor.float()
         if allowed_N is not None and "target_tokens" in inputs:
-            outside = [p for p, (entry, target) in enumerate(zip(allowed_N, inputs["target_tokens"].tolist())) if not is_allowed(entry, target)]
+            outside = [
+                p
+                for p, (entry, target) in enumerate(zip(allowed_N, inputs["target_tokens"].tolist()))
+                if not is_allowed(entry, target)
+            ]
             if outside:
-                raise DatumError(f"datum {index}: target_tokens at positions {outside[:5]} are not in their allowed sets (allowed_counts/allowed_tokens)")
-        prepared.append(PreparedDatum(tokens_N=torch.tensor(tokens, dtype=torch.long), inputs=inputs, allowed_N=allowed_N))
+                raise DatumError(
+                    f"datum {index}: target_tokens at positions {outside[:5]} are not in their allowed sets (allowed_counts/allowed_tokens)"
+                )
+        prepared.append(
+            PreparedDatum(tokens_N=torch.tensor(tokens, dtype=torch.long), inputs=inputs, allowed_N=allowed_N)
+        )
     return prepared
 
 
@@ -117,9 +133,13 @@ def _allowed_sets(index: int, datum: Datum, length: int, vocab_size: int) -> lis
     counts = _as_tensor(datum.loss_fn_inputs["allowed_counts"]).reshape(-1).tolist()
     tokens = _as_tensor(datum.loss_fn_inputs["allowed_tokens"]).reshape(-1).tolist()
     if len(counts) != length:
-        raise DatumError(f"datum {index}: allowed_counts has length {len(counts)}; expected {length} (the model_input length)")
+        raise DatumError(
+            f"datum {index}: allowed_counts has length {len(counts)}; expected {length} (the model_input length)"
+        )
     if any(count < 0 for count in counts) or sum(counts) != len(tokens):
-        raise DatumError(f"datum {index}: allowed_counts must be >= 0 and sum to the length of allowed_tokens ({len(tokens)}); they sum to {sum(counts)}")
+        raise DatumError(
+            f"datum {index}: allowed_counts must be >= 0 and sum to the length of allowed_tokens ({len(tokens)}); they sum to {sum(counts)}"
+        )
     per_position = split_allowed([int(c) for c in counts], [int(t) for t in tokens])
     for position, entry in enumerate(per_position):
         if entry and any((token < 0) != (entry[0] < 0) for token in entry):
@@ -138,7 +158,14 @@ def _check_ids(index: int, field: str, ids: list[int], vocab_size: int) -> None:
         raise DatumError(f"datum {index}: {field} has token ids out of the vocabulary [0, {vocab_size}): {bad[:5]}")
 
 
-def _target_logprobs(lm_head, hidden_K_H: torch.Tensor, targets_K: torch.Tensor, allowed_K: list[list[int]] | None, fused: bool, pack: bool) -> torch.Tensor:
+def _target_logprobs(
+    lm_head,
+    hidden_K_H: torch.Tensor,
+    targets_K: torch.Tensor,
+    allowed_K: list[list[int]] | None,
+    fused: bool,
+    pack: bool,
+) -> torch.Tensor:
     """log p(target) per row; renormalised over the allowed tokens on rows with an allowed set."""
     constrained = [row for row, entry in enumerate(allowed_K or []) if entry]
     if fused and not constrained and (fused_K := target_logprobs(lm_head, hidden_K_H, targets_K, pack)) is not None:
@@ -147,7 +174,9 @@ def _target_logprobs(lm_head, hidden_K_H: torch.Tensor, targets_K: torch.Tensor,
     if constrained:
         rows_C = torch.tensor(constrained, device=logits_K_V.device)
         allowed_C_V = allowed_masks([allowed_K[row] for row in constrained], logits_K_V.shape[-1], logits_K_V.device)
-        logits_K_V = logits_K_V.index_put((rows_C,), logits_K_V.index_select(0, rows_C).masked_fill(~allowed_C_V, float("-inf")))
+        logits_K_V = logits_K_V.index_put(
+            (rows_C,), logits_K_V.index_select(0, rows_C).masked_fill(~allowed_C_V, float("-inf"))
+        )
     return logits_K_V.log_softmax(-1).gather(-1, targets_K[:, None]).squeeze(-1)
 
 
@@ -182,29 +211,64 @@ def run_forward(
     tokens = [p.tokens_N for p in prepared]
     as_trees = prefix_tree and runs_as_trees(causal_lm.config)
     untrained = untrained_logprobs or not backward  # a forward alone reports every position
-    with fused_lora(causal_lm, pack_weights) if fused else contextlib.nullcontext(), fused_layers(causal_lm) if fused else contextlib.nullcontext():
-        for batch in plan_tree_batches(tokens, token_budget) if as_trees else micro_batches([len(t) for t in tokens], token_budget):
+    with (
+        fused_lora(causal_lm, pack_weights) if fused else contextlib.nullcontext(),
+        fused_layers(causal_lm) if fused else contextlib.nullcontext(),
+    ):
+        for batch in (
+            plan_tree_batches(tokens, token_budget)
+            if as_trees
+            else micro_batches([len(t) for t in tokens], token_budget)
+        ):
             members = [prepared[i] for i in batch.indices]
-            inputs = {key: torch.cat([member.inputs[key] for member in members]).to(device) for key in members[0].inputs}
-            grad_M = loss.gradient_mask(inputs) if backward else torch.zeros(len(inputs["target_tokens"]), dtype=torch.bool, device=device)
+            inputs = {
+                key: torch.cat([member.inputs[key] for member in members]).to(device) for key in members[0].inputs
+            }
+            grad_M = (
+                loss.gradient_mask(inputs)
+                if backward
+                else torch.zeros(len(inputs["target_tokens"]), dtype=torch.bool, device=device)
+            )
             with torch.set_grad_enabled(backward):
                 if as_trees:
-                    hidden_R_H, rows_M = tree_hidden_states(backbone, batch, device), torch.cat(batch.nodes_of).to(device)
+                    hidden_R_H, rows_M = (
+                        tree_hidden_states(backbone, batch, device),
+                        torch.cat(batch.nodes_of).to(device),
+                    )
                 else:
-                    hidden_R_H, rows_M = _padded_hidden_states(backbone, [member.tokens_N for member in members], device)
+                    hidden_R_H, rows_M = _padded_hidden_states(
+                        backbone, [member.tokens_N for member in members], device
+                    )
                 allowed_M = _concatenated_allowed(members)
-                logprobs_M = _position_logprobs(lm_head, hidden_R_H, rows_M, inputs["target_tokens"], grad_M, allowed_M, fused, pack_weights, untrained)
+                logprobs_M = _position_logprobs(
+                    lm_head,
+                    hidden_R_H,
+                    rows_M,
+                    inputs["target_tokens"],
+                    grad_M,
+                    allowed_M,
+                    fused,
+                    pack_weights,
+                    untrained,
+                )
                 if untrained:
                     elementwise_M = elementwise_loss(loss_fn, logprobs_M, inputs, loss_config)
                 else:  # a loss is position by position: the trained positions alone
-                    trained_loss = elementwise_loss(loss_fn, logprobs_M[grad_M], {key: value[grad_M] for key, value in inputs.items()}, loss_config)
+                    trained_loss = elementwise_loss(
+                        loss_fn, logprobs_M[grad_M], {key: value[grad_M] for key, value in inputs.items()}, loss_config
+                    )
                     elementwise_M = trained_loss.new_zeros(len(logprobs_M)).index_put((grad_M,), trained_loss)
                 batch_loss = elementwise_M.sum()
                 if backward and batch_loss.requires_grad:
                     batch_loss.backward()
             lengths = [len(member.tokens_N) for member in members]
-            for index, logprobs_N, loss_N in zip(batch.indices, logprobs_M.detach().split(lengths), elementwise_M.detach().split(lengths)):
-                outputs[index] = {"logprobs": TensorData.from_torch(logprobs_N), "elementwise_loss": TensorData.from_torch(loss_N)}
+            for index, logprobs_N, loss_N in zip(
+                batch.indices, logprobs_M.detach().split(lengths), elementwise_M.detach().split(lengths)
+            ):
+                outputs[index] = {
+                    "logprobs": TensorData.from_torch(logprobs_N),
+                    "elementwise_loss": TensorData.from_torch(loss_N),
+                }
             total_loss += batch_loss.item()
     return ForwardBackwardOutput(
         loss_fn_output_type="ArrayRecord",
@@ -220,7 +284,9 @@ def _concatenated_allowed(members: list[PreparedDatum]) -> list[list[int]] | Non
     return [entry for member in members for entry in (member.allowed_N or [[]] * len(member.tokens_N))]
 
 
-def _padded_hidden_states(backbone: torch.nn.Module, tokens: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded_hidden_states(
+    backbone: torch.nn.Module, tokens: list[torch.Tensor], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The backbone's last hidden states at the real positions of datums padded side by side, and each position's row."""
     width = max(len(t) for t in tokens)
     tokens_B_T = torch.zeros(len(tokens), width, dtype=torch.long)
@@ -228,13 +294,22 @@ def _padded_hidden_states(backbone: torch.nn.Module, tokens: list[torch.Tensor],
     for row, row_tokens in enumerate(tokens):
         tokens_B_T[row, : len(row_tokens)] = row_tokens
         valid_B_T[row, : len(row_tokens)] = True
-    hidden_B_T_H = backbone(input_ids=tokens_B_T.to(device), attention_mask=valid_B_T.long().to(device), use_cache=False).last_hidden_state
+    hidden_B_T_H = backbone(
+        input_ids=tokens_B_T.to(device), attention_mask=valid_B_T.long().to(device), use_cache=False
+    ).last_hidden_state
     hidden_R_H = hidden_B_T_H[valid_B_T.to(device)]  # real positions, row by row
     return hidden_R_H, torch.arange(len(hidden_R_H), device=device)
 
 
 def _position_logprobs(
-    lm_head, hidden_R_H: torch.Tensor, rows_M: torch.Tensor, targets_M: torch.Tensor, grad_M: torch.Tensor, allowed_M: list[list[int]] | None = None, fused: bool = True, pack: bool = False,
+    lm_head,
+    hidden_R_H: torch.Tensor,
+    rows_M: torch.Tensor,
+    targets_M: torch.Tensor,
+    grad_M: torch.Tensor,
+    allowed_M: list[list[int]] | None = None,
+    fused: bool = True,
+    pack: bool = False,
     untrained: bool = True,
 ) -> torch.Tensor:
     """log p(target) at every datum position, the LM head applied once per distinct (hidden row, target) pair
@@ -252,10 +327,16 @@ def _position_logprobs(
     pair_keys_U, pair_of_M = torch.unique(pair_keys_M, return_inverse=True)
     rows_U = torch.zeros_like(pair_keys_U).index_put_((pair_of_M,), rows_M)
     targets_U = torch.zeros_like(pair_keys_U).index_put_((pair_of_M,), targets_M)
-    grad_U = torch.zeros(len(pair_keys_U), dtype=torch.bool, device=grad_M.device).index_put_((pair_of_M,), grad_M, accumulate=True)
+    grad_U = torch.zeros(len(pair_keys_U), dtype=torch.bool, device=grad_M.device).index_put_(
+        (pair_of_M,), grad_M, accumulate=True
+    )
     allowed_U = None
     if allowed_M is not None:
-        position_of_U = torch.zeros_like(pair_keys_U).index_put_((pair_of_M,), torch.arange(len(pair_of_M), device=pair_of_M.device)).tolist()
+        position_of_U = (
+            torch.zeros_like(pair_keys_U)
+            .index_put_((pair_of_M,), torch.arange(len(pair_of_M), device=pair_of_M.device))
+            .tolist()
+        )
         allowed_U = [allowed_M[position] for position in position_of_U]
 
     def allowed_of(selected_U: torch.Tensor) -> list[list[int]] | None:
@@ -263,9 +344,14 @@ def _position_logprobs(
 
     logprobs_U = hidden_R_H.new_full((len(pair_keys_U),), float("nan"), dtype=torch.float32)
     if grad_U.any():
-        logprobs_U = logprobs_U.index_put((grad_U,), _target_logprobs(lm_head, hidden_R_H[rows_U[grad_U]], targets_U[grad_U], allowed_of(grad_U), fused, pack))
+        logprobs_U = logprobs_U.index_put(
+            (grad_U,),
+            _target_logprobs(lm_head, hidden_R_H[rows_U[grad_U]], targets_U[grad_U], allowed_of(grad_U), fused, pack),
+        )
     if untrained and (~grad_U).any():
         with torch.no_grad():
-            rest_U = _target_logprobs(lm_head, hidden_R_H[rows_U[~grad_U]].detach(), targets_U[~grad_U], allowed_of(~grad_U), fused, pack)
+            rest_U = _target_logprobs(
+                lm_head, hidden_R_H[rows_U[~grad_U]].detach(), targets_U[~grad_U], allowed_of(~grad_U), fused, pack
+            )
         logprobs_U = logprobs_U.index_put((~grad_U,), rest_U)
     return logprobs_U[pair_of_M]

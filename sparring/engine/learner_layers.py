@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -99,7 +99,14 @@ def _attention_forward(attention: torch.nn.Module):
     def forward(hidden_states, position_embeddings, attention_mask=None, cache=None, past_key_values=None, **kwargs):
         cos_B_T_D, sin_B_T_D = position_embeddings
         if cache is not None or past_key_values is not None or cos_B_T_D.shape[-1] != attention.head_dim:
-            return own_forward(attention, hidden_states, position_embeddings, attention_mask, cache=cache if cache is not None else past_key_values, **kwargs)
+            return own_forward(
+                attention,
+                hidden_states,
+                position_embeddings,
+                attention_mask,
+                cache=cache if cache is not None else past_key_values,
+                **kwargs,
+            )
         batch, length = hidden_states.shape[:2]
         cos_B_T_D, sin_B_T_D = (t.expand(batch, length, -1).contiguous() for t in (cos_B_T_D, sin_B_T_D))
         query_B_H_T_D = Rotary.apply(attention.q_proj(hidden_states), cos_B_T_D, sin_B_T_D)
@@ -107,7 +114,16 @@ def _attention_forward(attention: torch.nn.Module):
         value_B_Hk_T_D = attention.v_proj(hidden_states).view(batch, length, -1, attention.head_dim).transpose(1, 2)
         attend = ALL_ATTENTION_FUNCTIONS.get_interface(attention.config._attn_implementation, eager)
         dropout = attention.attention_dropout if attention.training else 0.0
-        out, weights = attend(attention, query_B_H_T_D, key_B_Hk_T_D, value_B_Hk_T_D, attention_mask, dropout=dropout, scaling=attention.scaling, **kwargs)
+        out, weights = attend(
+            attention,
+            query_B_H_T_D,
+            key_B_Hk_T_D,
+            value_B_Hk_T_D,
+            attention_mask,
+            dropout=dropout,
+            scaling=attention.scaling,
+            **kwargs,
+        )
         return attention.o_proj(out.reshape(batch, length, -1).contiguous()), weights
 
     return forward
@@ -117,7 +133,12 @@ def _routes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, object]]:
     """(module, its fused forward) for every module of the model `fused_layers` can route."""
     config = model.config.get_text_config()
     weight = model.get_input_embeddings().weight
-    if config.model_type not in FUSED_ARCHITECTURES or weight.device.type != "cpu" or weight.dtype != torch.float32 or not cpu_kernels.available():
+    if (
+        config.model_type not in FUSED_ARCHITECTURES
+        or weight.device.type != "cpu"
+        or weight.dtype != torch.float32
+        or not cpu_kernels.available()
+    ):
         return []
     routes = []
     for module in model.modules():
@@ -126,7 +147,12 @@ def _routes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, object]]:
             routes.append((module, _norm_forward(module)))
         elif name.endswith("MLP") and config.hidden_act == "silu":
             routes.append((module, _mlp_forward(module)))
-        elif name.endswith("Attention") and not hasattr(module, "q_norm") and getattr(module, "sliding_window", None) is None and module.head_dim % 2 == 0:
+        elif (
+            name.endswith("Attention")
+            and not hasattr(module, "q_norm")
+            and getattr(module, "sliding_window", None) is None
+            and module.head_dim % 2 == 0
+        ):
             routes.append((module, _attention_forward(module)))
     return routes
 

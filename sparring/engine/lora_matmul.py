@@ -22,7 +22,7 @@ other layer keeps peft's forward.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from peft.tuners.lora import LoraLayer
@@ -35,7 +35,15 @@ class LoraMatmul(torch.autograd.Function):
     `pack`: W's matmuls through oneDNN-packed copies (float32 CPU weights only)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool, scalings: tuple[float, ...], *lora: torch.Tensor) -> torch.Tensor:
+    def forward(
+        ctx,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        pack: bool,
+        scalings: tuple[float, ...],
+        *lora: torch.Tensor,
+    ) -> torch.Tensor:
         x_M_I = x.reshape(-1, x.shape[-1])
         if pack:
             out_M_O = packed_matmul(x_M_I, packed_frozen(weight), bias)
@@ -59,7 +67,9 @@ class LoraMatmul(torch.autograd.Function):
         grad_M_O = grad_out.reshape(-1, grad_out.shape[-1])
         grad_x_M_I = None
         if ctx.needs_input_grad[0]:
-            grad_x_M_I = packed_matmul(grad_M_O, packed_frozen(weight, transposed=True)) if ctx.pack else grad_M_O @ weight
+            grad_x_M_I = (
+                packed_matmul(grad_M_O, packed_frozen(weight, transposed=True)) if ctx.pack else grad_M_O @ weight
+            )
         grads_lora = []
         for scaling, a_R_I, b_O_R, h_M_R in zip(ctx.scalings, lora[0::2], lora[1::2], hidden):
             grad_h_M_R = grad_M_O @ b_O_R

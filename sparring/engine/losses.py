@@ -22,8 +22,8 @@ nothing here imports a module by name, so a server that hands a client's
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import torch
 
@@ -133,11 +133,15 @@ def register_loss(name: str, loss: LossFn | LossSpec) -> LossSpec:
     """
     spec = loss if isinstance(loss, LossSpec) else LossSpec(loss, _POLICY_INPUTS, (), gradient_input="advantages")
     if not callable(spec.fn):
-        raise ValueError(f"{name!r} is a {type(spec.fn).__name__}, not a loss function loss(target_logprobs, inputs, config)")
+        raise ValueError(
+            f"{name!r} is a {type(spec.fn).__name__}, not a loss function loss(target_logprobs, inputs, config)"
+        )
     try:
         inspect.signature(spec.fn).bind(None, {}, {})
     except TypeError as error:
-        raise ValueError(f"{name!r} takes {inspect.signature(spec.fn)}, but a loss is called as loss(target_logprobs, inputs, config): {error}") from None
+        raise ValueError(
+            f"{name!r} takes {inspect.signature(spec.fn)}, but a loss is called as loss(target_logprobs, inputs, config): {error}"
+        ) from None
     except ValueError:
         pass  # no signature to read (a builtin): calling it will tell
     LOSSES[name] = spec
@@ -149,7 +153,9 @@ def get_loss(name: str) -> LossSpec:
     if name not in LOSSES:
         raise ValueError(f"unknown loss_fn {name!r}; choose one of {losses}")
     if LOSSES[name].term:
-        raise ValueError(f"{name!r} is a term added to a loss (set {' / '.join(LOSSES[name].config_keys)} in loss_fn_config), not a loss_fn; choose one of {losses}")
+        raise ValueError(
+            f"{name!r} is a term added to a loss (set {' / '.join(LOSSES[name].config_keys)} in loss_fn_config), not a loss_fn; choose one of {losses}"
+        )
     return LOSSES[name]
 
 
@@ -158,12 +164,16 @@ def _terms_on(config: Mapping[str, float]) -> list[LossSpec]:
     return [spec for spec in LOSSES.values() if spec.term and any(config.get(key) for key in spec.config_keys)]
 
 
-def elementwise_loss(name: str, target_logprobs: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]) -> Tensor:
+def elementwise_loss(
+    name: str, target_logprobs: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, float]
+) -> Tensor:
     """The per-token loss `name`, plus every additive term `config` switches on (e.g. entropy_coef)."""
     loss = get_loss(name).fn(target_logprobs, inputs, config)
     if not isinstance(loss, Tensor) or loss.shape != target_logprobs.shape:
         got = f"shape {list(loss.shape)}" if isinstance(loss, Tensor) else f"a {type(loss).__name__}"
-        raise ValueError(f"loss_fn {name!r} returned {got}; a loss returns one value per token, shape {list(target_logprobs.shape)}")
+        raise ValueError(
+            f"loss_fn {name!r} returned {got}; a loss returns one value per token, shape {list(target_logprobs.shape)}"
+        )
     for term in _terms_on(config):
         loss = loss + term.fn(target_logprobs, inputs, config)
     return loss
@@ -174,7 +184,8 @@ def advantage_weighted_losses() -> list[str]:
     and advantages: the ones an RL loop can train with when its datums carry those, with an advantage only on sampled
     tokens (prompt positions hold placeholder logprobs)."""
     return [
-        name for name, spec in LOSSES.items()
+        name
+        for name, spec in LOSSES.items()
         if spec.gradient_input == "advantages" and not spec.term and set(spec.required_inputs) <= set(_POLICY_INPUTS)
     ]
 

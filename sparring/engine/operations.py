@@ -27,14 +27,24 @@ from .learner import prepare_data, run_forward
 from .losses import check_loss_config
 
 
-def create_adapter(engine: Engine, rank: int, seed: int | None, train_attn: bool, train_mlp: bool, train_unembed: bool) -> str:
+def create_adapter(
+    engine: Engine, rank: int, seed: int | None, train_attn: bool, train_mlp: bool, train_unembed: bool
+) -> str:
     name = engine.new_name("lora")
     targets = engine.bank.target_modules(train_attn, train_mlp, train_unembed)
     engine.bank.create(name, rank=rank, target_modules=targets, seed=seed)
     return name
 
 
-def forward_backward(engine: Engine, adapter: str, data: list[Datum], loss_fn: str, loss_fn_config, backward: bool, untrained_logprobs: bool = True) -> ForwardBackwardOutput:
+def forward_backward(
+    engine: Engine,
+    adapter: str,
+    data: list[Datum],
+    loss_fn: str,
+    loss_fn_config,
+    backward: bool,
+    untrained_logprobs: bool = True,
+) -> ForwardBackwardOutput:
     config = check_loss_config(loss_fn, loss_fn_config)
     prepared = prepare_data(data, loss_fn, engine.vocab_size)
     with engine.bank.use(adapter):
@@ -50,7 +60,12 @@ def optim_step(engine: Engine, adapter: str, params: AdamParams) -> OptimStepRes
     if optimizer is None:
         optimizer = engine.optimizers[adapter] = torch.optim.AdamW(parameters, lr=params.learning_rate)
     for group in optimizer.param_groups:
-        group.update(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps, weight_decay=params.weight_decay)
+        group.update(
+            lr=params.learning_rate,
+            betas=(params.beta1, params.beta2),
+            eps=params.eps,
+            weight_decay=params.weight_decay,
+        )
     max_norm = params.grad_clip_norm if params.grad_clip_norm > 0 else float("inf")
     with_grad = [p for p in parameters if p.grad is not None]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(with_grad, max_norm)) if with_grad else 0.0
@@ -69,7 +84,11 @@ def save_state(engine: Engine, adapter: str, path: Path, metadata: dict) -> Path
         engine.bank.save(adapter, tmp / "adapter")
         optimizer = engine.optimizers.get(adapter)
         torch.save({"optimizer": optimizer.state_dict() if optimizer else None}, tmp / "optimizer.pt")
-        state = {"rank": engine.bank.adapters[adapter].rank, "optimizer_steps": engine.optimizer_steps[adapter], **metadata}
+        state = {
+            "rank": engine.bank.adapters[adapter].rank,
+            "optimizer_steps": engine.optimizer_steps[adapter],
+            **metadata,
+        }
         (tmp / "state.json").write_text(json.dumps(state, indent=2))
 
     return _atomic_dir(path, write)
@@ -78,7 +97,9 @@ def save_state(engine: Engine, adapter: str, path: Path, metadata: dict) -> Path
 def read_state(path: Path) -> dict:
     state_file = Path(path) / "state.json"
     if not state_file.exists():
-        raise FileNotFoundError(f"{path} is not a sparring training checkpoint (no state.json); sampler weights load with create_sampling_client")
+        raise FileNotFoundError(
+            f"{path} is not a sparring training checkpoint (no state.json); sampler weights load with create_sampling_client"
+        )
     return json.loads(state_file.read_text())
 
 
@@ -90,7 +111,11 @@ def is_bare_adapter(path: Path) -> bool:
 def saved_rank(path: str | Path) -> int:
     """The LoRA rank of a training checkpoint or a bare PEFT adapter directory."""
     path = Path(path)
-    return json.loads((path / "adapter_config.json").read_text())["r"] if is_bare_adapter(path) else read_state(path)["rank"]
+    return (
+        json.loads((path / "adapter_config.json").read_text())["r"]
+        if is_bare_adapter(path)
+        else read_state(path)["rank"]
+    )
 
 
 def load_state(engine: Engine, adapter: str, path: Path, with_optimizer: bool) -> dict:

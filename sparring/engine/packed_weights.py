@@ -37,8 +37,8 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from peft.tuners.lora import LoraLayer
@@ -92,13 +92,21 @@ class ProjectionWeights:
         if not self.adapters:
             out.copy_(summand)
         for name in self.adapters:
-            torch.addmm(summand, self.lora.lora_B[name].weight.detach(), self.lora.lora_A[name].weight.detach(), alpha=self.lora.scaling[name], out=out)
+            torch.addmm(
+                summand,
+                self.lora.lora_B[name].weight.detach(),
+                self.lora.lora_A[name].weight.detach(),
+                alpha=self.lora.scaling[name],
+                out=out,
+            )
             summand = out
 
 
 def packable(weights: list[torch.Tensor]) -> bool:
     """float32 CPU weights, with oneDNN in this torch build."""
-    return torch.backends.mkldnn.is_available() and all(w.device.type == "cpu" and w.dtype == torch.float32 for w in weights)
+    return torch.backends.mkldnn.is_available() and all(
+        w.device.type == "cpu" and w.dtype == torch.float32 for w in weights
+    )
 
 
 def packed_matmul(x: torch.Tensor, packed_weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -152,7 +160,9 @@ def packed(projections: list[ProjectionWeights], rows: bool = False) -> torch.Te
         with torch.no_grad():
             if rows:
                 old = copy.tensor if copy is not None else None
-                tensor = _effective_stacked(projections, lambda shape: old if old is not None and old.shape == shape else None)
+                tensor = _effective_stacked(
+                    projections, lambda shape: old if old is not None and old.shape == shape else None
+                )
             else:
                 tensor = torch.ops.mkldnn._reorder_linear_weight(_effective_stacked(projections, _scratch))
         forget = lambda _: copies.pop(key, None)  # noqa: E731
@@ -175,12 +185,16 @@ def packed_frozen(weight: torch.Tensor, transposed: bool = False) -> torch.Tenso
     copy = _FROZEN.get(key)
     if copy is None or not copy.made_from([weight], versions):
         with torch.no_grad():
-            tensor = torch.ops.mkldnn._reorder_linear_weight((weight.t() if transposed else weight).detach().contiguous())
+            tensor = torch.ops.mkldnn._reorder_linear_weight(
+                (weight.t() if transposed else weight).detach().contiguous()
+            )
         copy = _FROZEN[key] = _PackedCopy((weakref.ref(weight, lambda _: _FROZEN.pop(key, None)),), versions, tensor)
     return copy.tensor
 
 
-def _effective_stacked(projections: list[ProjectionWeights], buffer: Callable[[torch.Size], torch.Tensor | None]) -> torch.Tensor:
+def _effective_stacked(
+    projections: list[ProjectionWeights], buffer: Callable[[torch.Size], torch.Tensor | None]
+) -> torch.Tensor:
     """The projections' effective weights stacked by rows, written into `buffer(shape)` (None: a new tensor), or, for
     a lone projection without adapters, its weight itself."""
     if len(projections) == 1 and not projections[0].adapters:

@@ -26,8 +26,8 @@ longest cached prefix (the SGLang RadixAttention idea).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields
-from typing import Callable, Hashable
 
 import torch
 
@@ -54,7 +54,11 @@ class PrefillCounts:
     def metrics(self, prefix: str = "engine/") -> dict[str, float]:
         """`<prefix>prompt_tokens`, `prefilled_tokens` and `prefix_hit_rate` (share of prompt tokens read from the cache)."""
         rate = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-        return {f"{prefix}prompt_tokens": float(self.prompt_tokens), f"{prefix}prefilled_tokens": float(self.prefilled_tokens), f"{prefix}prefix_hit_rate": rate}
+        return {
+            f"{prefix}prompt_tokens": float(self.prompt_tokens),
+            f"{prefix}prefilled_tokens": float(self.prefilled_tokens),
+            f"{prefix}prefix_hit_rate": rate,
+        }
 
 
 @dataclass(eq=False)

@@ -141,17 +141,40 @@ def _tree_attention(sees_N_N: torch.Tensor, chunk: int) -> TreeAttention:
     return TreeAttention(keys_Q_K, sees_Q_C_K)
 
 
-def tree_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, prefix_tree: TreeAttention | None = None, **kwargs):
+def tree_attention_forward(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    prefix_tree: TreeAttention | None = None,
+    **kwargs,
+):
     """transformers attention function over one trie: query [1, H, N, D], key and value [1, H_kv, N, D]."""
     chunks, chunk, _ = prefix_tree.sees_Q_C_K.shape
     heads, nodes, dim = query.shape[1:]
     query_Q_H_C_D = F.pad(query[0], (0, 0, 0, chunks * chunk - nodes)).view(heads, chunks, chunk, dim).transpose(0, 1)
+
     # index_select, not states[0][:, keys_Q_K]: its backward adds rows (index_add_), 2-3x faster on CPU than indexing's
     def per_chunk(states):
-        return states[0].index_select(1, prefix_tree.keys_Q_K.flatten()).view(-1, *prefix_tree.keys_Q_K.shape, dim).transpose(0, 1)
+        return (
+            states[0]
+            .index_select(1, prefix_tree.keys_Q_K.flatten())
+            .view(-1, *prefix_tree.keys_Q_K.shape, dim)
+            .transpose(0, 1)
+        )
 
     key_Q_Hk_K_D, value_Q_Hk_K_D = per_chunk(key), per_chunk(value)
-    out_Q_H_C_D = F.scaled_dot_product_attention(query_Q_H_C_D, key_Q_Hk_K_D, value_Q_Hk_K_D, attn_mask=prefix_tree.sees_Q_C_K[:, None], scale=scaling, enable_gqa=True)
+    out_Q_H_C_D = F.scaled_dot_product_attention(
+        query_Q_H_C_D,
+        key_Q_Hk_K_D,
+        value_Q_Hk_K_D,
+        attn_mask=prefix_tree.sees_Q_C_K[:, None],
+        scale=scaling,
+        enable_gqa=True,
+    )
     return out_Q_H_C_D.transpose(0, 1).reshape(heads, chunks * chunk, dim)[:, :nodes].transpose(0, 1)[None], None
 
 
@@ -163,7 +186,11 @@ def runs_as_trees(config) -> bool:
     text = config.get_text_config()
     layer_types = getattr(text, "layer_types", None)
     windowed = getattr(text, "use_sliding_window", False) and getattr(text, "sliding_window", None)
-    return text.model_type in TREE_ARCHITECTURES and not windowed and (layer_types is None or all(kind == "full_attention" for kind in layer_types))
+    return (
+        text.model_type in TREE_ARCHITECTURES
+        and not windowed
+        and (layer_types is None or all(kind == "full_attention" for kind in layer_types))
+    )
 
 
 def tree_hidden_states(backbone: torch.nn.Module, batch: TreeBatch, device: torch.device) -> torch.Tensor:
@@ -172,7 +199,9 @@ def tree_hidden_states(backbone: torch.nn.Module, batch: TreeBatch, device: torc
     if batch.attention is None:
         return backbone(input_ids=tokens_1_N, position_ids=depths_1_N, use_cache=False).last_hidden_state[0]
     with _attention_implementation(backbone.config, "sparring_prefix_tree"):
-        return backbone(input_ids=tokens_1_N, position_ids=depths_1_N, use_cache=False, prefix_tree=batch.attention.to(device)).last_hidden_state[0]
+        return backbone(
+            input_ids=tokens_1_N, position_ids=depths_1_N, use_cache=False, prefix_tree=batch.attention.to(device)
+        ).last_hidden_state[0]
 
 
 @contextlib.contextmanager

@@ -34,8 +34,8 @@ Per-row parameters become tensors once, and again only when rows are dropped.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -172,9 +172,15 @@ def _draw(
     return tokens_R, logprobs_R, behaviour_R
 
 
-def _constrain(logits_R_V: torch.Tensor, rows: list[_Row], live: list[int]) -> tuple[torch.Tensor, dict[int, list[int]]]:
+def _constrain(
+    logits_R_V: torch.Tensor, rows: list[_Row], live: list[int]
+) -> tuple[torch.Tensor, dict[int, list[int]]]:
     """The logits with every constrained row's disallowed tokens at -inf, and each such slot's encoded allowed set."""
-    slots = [slot for slot, row_index in enumerate(live) if rows[row_index].constraint is not None and rows[row_index].stop_reason is None]
+    slots = [
+        slot
+        for slot, row_index in enumerate(live)
+        if rows[row_index].constraint is not None and rows[row_index].stop_reason is None
+    ]
     if not slots:
         return logits_R_V, {}
     encoded = [rows[live[slot]].constraint.allowed() for slot in slots]
@@ -228,7 +234,12 @@ def _stopped(row: _Row, job: SampleJob, tokenizer) -> str | None:
 
 
 def _prefill(
-    decoder: FastDecoder | HFDecoder, prompts: list[list[int]], max_new: int, pad_token_id: int, device: torch.device, counts: PrefillCounts
+    decoder: FastDecoder | HFDecoder,
+    prompts: list[list[int]],
+    max_new: int,
+    pad_token_id: int,
+    device: torch.device,
+    counts: PrefillCounts,
 ) -> tuple[KVCache | HFCache, torch.Tensor, torch.Tensor]:
     """Fill a cache with every prompt (one row each); return it, the last-position logits and each prompt's last position.
 
@@ -241,7 +252,9 @@ def _prefill(
     cache = decoder.allocate(1 if shared else len(prompts), shared + rest_len + max_new)
     if shared:
         prefix_1_L = torch.tensor([prompts[0][:shared]], device=device)
-        decoder.forward(prefix_1_L, torch.arange(shared, device=device)[None], torch.ones_like(prefix_1_L, dtype=torch.bool), cache)
+        decoder.forward(
+            prefix_1_L, torch.arange(shared, device=device)[None], torch.ones_like(prefix_1_L, dtype=torch.bool), cache
+        )
         cache.keep_rows(torch.zeros(len(prompts), dtype=torch.long, device=device))
     counts.prefilled_tokens += shared + sum(len(p) - shared for p in prompts)
     logits_J_V, last_position_J = _prefill_rests(decoder, cache, prompts, [shared] * len(prompts), pad_token_id, device)
@@ -249,7 +262,13 @@ def _prefill(
 
 
 def _prefill_from_store(
-    decoder: FastDecoder, prompts: list[list[int]], max_new: int, pad_token_id: int, device: torch.device, store: PrefixStore, counts: PrefillCounts
+    decoder: FastDecoder,
+    prompts: list[list[int]],
+    max_new: int,
+    pad_token_id: int,
+    device: torch.device,
+    store: PrefixStore,
+    counts: PrefillCounts,
 ) -> tuple[KVCache, torch.Tensor, torch.Tensor]:
     """`_prefill`, reading what `store` holds of each prompt and prefilling only the rest; what is computed is stored.
 
@@ -263,7 +282,12 @@ def _prefill_from_store(
         head = decoder.allocate(1, shared)
         _write_prefix(head, 0, done)
         new_1_N = torch.tensor([prompts[0][done.length : shared]], device=device)
-        decoder.forward(new_1_N, torch.arange(done.length, shared, device=device)[None], torch.ones_like(new_1_N, dtype=torch.bool), head)
+        decoder.forward(
+            new_1_N,
+            torch.arange(done.length, shared, device=device)[None],
+            torch.ones_like(new_1_N, dtype=torch.bool),
+            head,
+        )
         counts.prefilled_tokens += shared - done.length
         store.insert(prompts[0][:shared], lambda start: _row_kv(head, 0, start, shared))
     found = [store.match(p[:-1]) for p in prompts]
@@ -280,7 +304,9 @@ def _prefill_from_store(
     return cache, logits_J_V, last_position_J
 
 
-def _prefill_rests(decoder, cache, prompts: list[list[int]], done: list[int], pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _prefill_rests(
+    decoder, cache, prompts: list[list[int]], done: list[int], pad_token_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Run each prompt's tokens after its first done[j] (already in the cache) right-aligned in the next slots;
     return the last-position logits and each prompt's last position."""
     rest_len = max(len(p) - d for p, d in zip(prompts, done))
@@ -319,7 +345,12 @@ def _row_kv(cache: KVCache, row: int, start: int, end: int) -> torch.Tensor:
     """The keys and values of tokens start..end-1 of the sequence in a cache row (its real slots, in order), as a
     new [layers, 2, kv heads, tokens, head dim] tensor."""
     slots_N = cache.key_valid_B_S[row, : cache.length].nonzero().squeeze(-1)[start:end]
-    return torch.stack([torch.stack((keys[row].index_select(1, slots_N), values[row].index_select(1, slots_N))) for keys, values in zip(cache.keys, cache.values)])
+    return torch.stack(
+        [
+            torch.stack((keys[row].index_select(1, slots_N), values[row].index_select(1, slots_N)))
+            for keys, values in zip(cache.keys, cache.values)
+        ]
+    )
 
 
 @torch.no_grad()
@@ -348,11 +379,17 @@ def generate(
     counts.requests += len(jobs)
     counts.prompt_tokens += sum(len(job.prompt_tokens) for job in jobs)
     if store is not None:
-        cache, logits_P_V, last_position_P = _prefill_from_store(decoder, prompts, max_new, pad_token_id, device, store, counts)
+        cache, logits_P_V, last_position_P = _prefill_from_store(
+            decoder, prompts, max_new, pad_token_id, device, store, counts
+        )
     else:
         cache, logits_P_V, last_position_P = _prefill(decoder, prompts, max_new, pad_token_id, device, counts)
 
-    rows = [_Row(job=j, constraint=None if job.constraint is None else job.constraint.start()) for j, job in enumerate(jobs) for _ in range(job.num_samples)]
+    rows = [
+        _Row(job=j, constraint=None if job.constraint is None else job.constraint.start())
+        for j, job in enumerate(jobs)
+        for _ in range(job.num_samples)
+    ]
     row_generators = [g for job in jobs for g in job.generators]
     prompt_of_row = torch.tensor([prompt_of_job[row.job] for row in rows], device=device)
     cache.keep_rows(prompt_of_row)
@@ -393,7 +430,13 @@ def generate(
         if finished_since_compaction >= max(1, int(_COMPACT_FRACTION * len(live))):
             if store is not None:
                 kept = set(keep)
-                _store_rows(store, cache, [(slot, row_index) for slot, row_index in enumerate(live) if slot not in kept], rows, jobs)
+                _store_rows(
+                    store,
+                    cache,
+                    [(slot, row_index) for slot, row_index in enumerate(live) if slot not in kept],
+                    rows,
+                    jobs,
+                )
             keep_slots = torch.tensor(keep, device=device)
             cache.keep_rows(keep_slots)
             tokens_R, next_position_R = tokens_R[keep_slots], next_position_R[keep_slots]
@@ -423,7 +466,9 @@ def generate(
     return responses
 
 
-def _store_rows(store: PrefixStore, cache: KVCache, slots: list[tuple[int, int]], rows: list[_Row], jobs: list[SampleJob]) -> None:
+def _store_rows(
+    store: PrefixStore, cache: KVCache, slots: list[tuple[int, int]], rows: list[_Row], jobs: list[SampleJob]
+) -> None:
     """Store each (cache slot, row index)'s prompt and completion, less the last token drawn (its keys and values
     were never computed; a finished row left in the batch may hold more, never less)."""
     for slot, row_index in slots:

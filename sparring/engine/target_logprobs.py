@@ -25,7 +25,6 @@ import torch
 from . import cpu_kernels
 from .packed_weights import packable, packed_frozen, packed_matmul
 
-
 # Rows of logits the vocabulary-wide work takes at a time, in one workspace reused for every block: a fresh tensor
 # of all the logits' size (100 MB for 512 rows of SmolLM2) cost ~30 ms of page faults on the 2-core machine, three
 # times the pass itself.
@@ -37,12 +36,23 @@ class TargetLogprobs(torch.autograd.Function):
     matmuls through oneDNN-packed copies of the weight (float32 CPU weights only)."""
 
     @staticmethod
-    def forward(ctx, hidden_K_H: torch.Tensor, weight_V_H: torch.Tensor, bias_V: torch.Tensor | None, targets_K: torch.Tensor, pack: bool) -> torch.Tensor:
+    def forward(
+        ctx,
+        hidden_K_H: torch.Tensor,
+        weight_V_H: torch.Tensor,
+        bias_V: torch.Tensor | None,
+        targets_K: torch.Tensor,
+        pack: bool,
+    ) -> torch.Tensor:
         if pack:
             logits_K_V = packed_matmul(hidden_K_H, packed_frozen(weight_V_H), bias_V)
         else:
-            logits_K_V = hidden_K_H @ weight_V_H.t() if bias_V is None else torch.addmm(bias_V, hidden_K_H, weight_V_H.t())
-        logits_K_V = logits_K_V.to(torch.promote_types(logits_K_V.dtype, torch.float32))  # at least float32, as the composite's
+            logits_K_V = (
+                hidden_K_H @ weight_V_H.t() if bias_V is None else torch.addmm(bias_V, hidden_K_H, weight_V_H.t())
+            )
+        logits_K_V = logits_K_V.to(
+            torch.promote_types(logits_K_V.dtype, torch.float32)
+        )  # at least float32, as the composite's
         if _kernels_run(logits_K_V):
             log_normaliser_K = cpu_kernels.log_sum_exp_rows(logits_K_V)
         else:
@@ -57,14 +67,26 @@ class TargetLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_K: torch.Tensor):
         logits_K_V, log_normaliser_K, weight_V_H, targets_K = ctx.saved_tensors
-        grad_hidden_K_H = torch.empty(len(logits_K_V), weight_V_H.shape[1], dtype=ctx.hidden_dtype, device=logits_K_V.device)
+        grad_hidden_K_H = torch.empty(
+            len(logits_K_V), weight_V_H.shape[1], dtype=ctx.hidden_dtype, device=logits_K_V.device
+        )
         workspace = _workspace(logits_K_V)
         transposed = packed_frozen(weight_V_H, transposed=True) if ctx.pack else None
-        kernels, grad_K, targets_K = _kernels_run(logits_K_V), grad_K.to(logits_K_V.dtype).contiguous(), targets_K.contiguous()
+        kernels, grad_K, targets_K = (
+            _kernels_run(logits_K_V),
+            grad_K.to(logits_K_V.dtype).contiguous(),
+            targets_K.contiguous(),
+        )
         for rows in _blocks(len(logits_K_V)):
             # d/dlogits of (logit[target] - logsumexp) is onehot(target) - softmax.
             if kernels:
-                grad_B_V = cpu_kernels.target_logprob_gradient(logits_K_V[rows], log_normaliser_K[rows], grad_K[rows], targets_K[rows], workspace[: rows.stop - rows.start])
+                grad_B_V = cpu_kernels.target_logprob_gradient(
+                    logits_K_V[rows],
+                    log_normaliser_K[rows],
+                    grad_K[rows],
+                    targets_K[rows],
+                    workspace[: rows.stop - rows.start],
+                )
             else:
                 grad_B_V = _exp_shifted(logits_K_V, log_normaliser_K, rows, workspace).mul_(-grad_K[rows, None])
                 grad_B_V.scatter_add_(-1, targets_K[rows, None], grad_K[rows, None])
@@ -93,9 +115,17 @@ def _workspace(logits_K_V: torch.Tensor) -> torch.Tensor:
     return logits_K_V.new_empty(min(len(logits_K_V), _ROWS_PER_BLOCK), logits_K_V.shape[1])
 
 
-def target_logprobs(lm_head: torch.nn.Module, hidden_K_H: torch.Tensor, targets_K: torch.Tensor, pack: bool = False) -> torch.Tensor | None:
+def target_logprobs(
+    lm_head: torch.nn.Module, hidden_K_H: torch.Tensor, targets_K: torch.Tensor, pack: bool = False
+) -> torch.Tensor | None:
     """`TargetLogprobs` through a plain, frozen linear head (packed where `pack` and the weight is float32 on CPU);
     None when the head is anything else (the caller then runs the composite)."""
-    if type(lm_head) is not torch.nn.Linear or lm_head.weight.requires_grad or (lm_head.bias is not None and lm_head.bias.requires_grad):
+    if (
+        type(lm_head) is not torch.nn.Linear
+        or lm_head.weight.requires_grad
+        or (lm_head.bias is not None and lm_head.bias.requires_grad)
+    ):
         return None
-    return TargetLogprobs.apply(hidden_K_H, lm_head.weight, lm_head.bias, targets_K, pack and packable([lm_head.weight]))
+    return TargetLogprobs.apply(
+        hidden_K_H, lm_head.weight, lm_head.bias, targets_K, pack and packable([lm_head.weight])
+    )

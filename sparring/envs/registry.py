@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from ..trainer import ConfigError, TuneConfig, load_config_file
 
@@ -32,7 +33,9 @@ class UnknownGameError(ConfigError):
 def known_game(name: str) -> str:
     """`name` when it is a packaged game; UnknownGameError listing the known games otherwise."""
     if name not in GAMES:
-        raise UnknownGameError(f"unknown game {name!r}; known games: {', '.join(GAMES)} (or give a YAML config file's path)")
+        raise UnknownGameError(
+            f"unknown game {name!r}; known games: {', '.join(GAMES)} (or give a YAML config file's path)"
+        )
     return name
 
 

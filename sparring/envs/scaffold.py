@@ -77,7 +77,7 @@ def random_letters(messages: list[dict], rng: random.Random) -> str:
     """Five random letters."""
     return "".join(rng.choice(string.ascii_lowercase) for _ in range(5))
 ''',
-    "config.yaml": '''# {name}: a game of your own, made by `sparring new {name}`.
+    "config.yaml": """# {name}: a game of your own, made by `sparring new {name}`.
 #   sparring run {folder}/config.yaml --tasks 2                     # episodes and transcripts, no training
 #   sparring train {folder}/config.yaml --steps 2 --eval-tasks 8    # a short run
 # Its paths (workflow, baselines, data) name files beside this config: it runs from any directory.
@@ -100,7 +100,7 @@ eval_dataset:
   shuffle: false
 logging:
   tensorboard: false
-''',
+""",
 }
 """File name -> its text, with `{name}` (the game) and `{folder}` (where it is) filled in."""
 TASK_FILES = {"train": ("train.jsonl", 64, 1), "eval": ("eval.jsonl", 16, 2)}
@@ -110,7 +110,9 @@ TASK_FILES = {"train": ("train.jsonl", 64, 1), "eval": ("eval.jsonl", 16, 2)}
 def new_game(name: str, parent: Path = Path(".")) -> Path:
     """Write game `name` into `parent/name/` (which must not hold anything yet); returns the folder."""
     if not name.isidentifier() or name.startswith("_"):
-        raise ConfigError(f"game name {name!r}: use a Python name (letters, digits and '_', not starting with a digit or '_'); it names the workflow function")
+        raise ConfigError(
+            f"game name {name!r}: use a Python name (letters, digits and '_', not starting with a digit or '_'); it names the workflow function"
+        )
     folder = parent / name
     if folder.exists() and any(folder.iterdir()):
         raise ConfigError(f"{folder} exists and is not empty; choose another name or --dir")

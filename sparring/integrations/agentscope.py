@@ -42,7 +42,15 @@ from ..rollout.chat_model import ChatModel
 from .agentscope_bridge import EpisodeCancelledError, ForeignTurnsWarning, HistoryRewriteWarning
 from .agentscope_dual import SparringSide
 
-__all__ = ["EpisodeCancelledError", "ForeignTurnsWarning", "HistoryRewriteWarning", "agentscope_major", "agentscope_model", "as_workflow_model", "is_agentscope_model"]
+__all__ = [
+    "EpisodeCancelledError",
+    "ForeignTurnsWarning",
+    "HistoryRewriteWarning",
+    "agentscope_major",
+    "agentscope_model",
+    "as_workflow_model",
+    "is_agentscope_model",
+]
 
 INSTALL_HINT = "pip install 'sparring[agentscope]' (AgentScope 2.x) or 'sparring[agentscope1]' (AgentScope 1.x)"
 SUPPORTED_MAJORS = (1, 2)
@@ -57,7 +65,9 @@ def agentscope_major() -> int:
         raise ImportError(f"AgentScope is not installed: {INSTALL_HINT}") from error
     major = int(str(agentscope.__version__).split(".")[0])
     if major not in SUPPORTED_MAJORS:
-        raise ImportError(f"AgentScope {agentscope.__version__} is not supported (majors {SUPPORTED_MAJORS}): {INSTALL_HINT}")
+        raise ImportError(
+            f"AgentScope {agentscope.__version__} is not supported (majors {SUPPORTED_MAJORS}): {INSTALL_HINT}"
+        )
     return major
 
 

@@ -92,7 +92,9 @@ def own_turns(messages: list[dict], agent_name: str | None) -> list[dict]:
         named_user = message["role"] == "user" and name not in (None, "", "user")
         if foreign and message.get("tool_calls"):
             # Agents share only their final (text) replies; tool calls under another name mean a misnamed agent.
-            raise ValueError(f"the formatter for agent {agent_name!r} got tool calls from {name!r}: give the agent the name {agent_name!r} (or the formatter the agent's name)")
+            raise ValueError(
+                f"the formatter for agent {agent_name!r} got tool calls from {name!r}: give the agent the name {agent_name!r} (or the formatter the agent's name)"
+            )
         if foreign or named_user:
             text = _text(message.get("content"))
             # Content as a list of parts, as the formatter's own messages have it.
@@ -144,7 +146,9 @@ def _raise_if_cancelled() -> None:
     # A cancel request that an agent caught and ignored is still pending on the task (Python >= 3.11).
     task = asyncio.current_task()
     if task is not None and getattr(task, "cancelling", lambda: 0)() > 0:
-        raise EpisodeCancelledError("the episode was cancelled (timed out?); an AgentScope agent ignored it and called its model again")
+        raise EpisodeCancelledError(
+            "the episode was cancelled (timed out?); an AgentScope agent ignored it and called its model again"
+        )
 
 
 def _accepts_tool_choice(chat_model: ChatModel) -> bool:
@@ -158,7 +162,9 @@ def _openai_tool_choice(mode: str) -> str | dict:
     return {"type": "function", "function": {"name": mode}}
 
 
-async def call_chat_model(chat_model: ChatModel, messages: list[dict], tools: list[dict] | None, tool_choice: str | None, sampling: dict) -> ChatResponse:
+async def call_chat_model(
+    chat_model: ChatModel, messages: list[dict], tools: list[dict] | None, tool_choice: str | None, sampling: dict
+) -> ChatResponse:
     """Call `chat_model` with a formatter's messages; `tool_choice` is 'auto', 'none', 'required' or a tool name.
 
     The tool list is passed unchanged whatever `tool_choice` says, so the
@@ -180,7 +186,9 @@ async def call_chat_model(chat_model: ChatModel, messages: list[dict], tools: li
     except asyncio.CancelledError as error:
         raise EpisodeCancelledError("the episode was cancelled (timed out?) during a model call") from error
     if tool_choice == "none" and response.tool_calls:
-        response = dataclasses.replace(response, message={k: v for k, v in response.message.items() if k != "tool_calls"})
+        response = dataclasses.replace(
+            response, message={k: v for k, v in response.message.items() if k != "tool_calls"}
+        )
     return response
 
 

@@ -43,16 +43,27 @@ class SparringSide(ChatModel):
     def renderer(self):
         return self.chat_model.renderer
 
-    async def sparring_call(self, messages: list[dict], tools: list[dict] | None, tool_choice: str | dict | None, sampling: dict) -> ChatResponse:
+    async def sparring_call(
+        self, messages: list[dict], tools: list[dict] | None, tool_choice: str | dict | None, sampling: dict
+    ) -> ChatResponse:
         """A sparring-style call: the wrapped model's reply, a sparring `ChatResponse`."""
         if tool_choice is not None:  # only then: a model written without the parameter still serves the rest
             sampling = {**sampling, "tool_choice": tool_choice}
         return await self.chat_model(messages, tools, **sampling)
 
     async def generate(
-        self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, n: int = 1, recorder: EpisodeRecorder | None = None, **sampling: Any
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        *,
+        tool_choice: str | dict | None = None,
+        n: int = 1,
+        recorder: EpisodeRecorder | None = None,
+        **sampling: Any,
     ) -> list[ChatResponse]:
-        return await self.chat_model.generate(messages, tools, tool_choice=tool_choice, n=n, recorder=recorder, **sampling)
+        return await self.chat_model.generate(
+            messages, tools, tool_choice=tool_choice, n=n, recorder=recorder, **sampling
+        )
 
     def as_agent(self, agent: str, role: str | None = None) -> ChatModel:
         """This model under another agent name (and role), still both kinds of model."""

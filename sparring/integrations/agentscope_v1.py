@@ -48,10 +48,14 @@ class AgentScopeChatModel(ChatModelBase):
             tool_choice = STRUCTURED_TOOL
         if tool_choice is not None:
             self._validate_tool_choice(tool_choice, tools)
-        response = await call_chat_model(self.chat_model, messages, tools, tool_choice, {**self.generate_kwargs, **kwargs})
+        response = await call_chat_model(
+            self.chat_model, messages, tools, tool_choice, {**self.generate_kwargs, **kwargs}
+        )
         calls = reply_tool_calls(response)
         content: list = [TextBlock(type="text", text=response.content)] if response.content or not calls else []
-        content += [ToolUseBlock(type="tool_use", id=c.id, name=c.name, input=c.parsed, raw_input=c.arguments) for c in calls]
+        content += [
+            ToolUseBlock(type="tool_use", id=c.id, name=c.name, input=c.parsed, raw_input=c.arguments) for c in calls
+        ]
         metadata = None
         if structured_model is not None:
             metadata = next((c.parsed for c in calls if c.name == STRUCTURED_TOOL and isinstance(c.parsed, dict)), None)
@@ -70,7 +74,14 @@ class DualChatModel(AgentScopeChatModel, SparringSide):
     sparring call and gets a sparring `ChatResponse`.
     """
 
-    async def __call__(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: str | dict | None = None, structured_model: type[BaseModel] | None = None, **kwargs: Any):
+    async def __call__(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        tool_choice: str | dict | None = None,
+        structured_model: type[BaseModel] | None = None,
+        **kwargs: Any,
+    ):
         if structured_model is not None or formatted_by_agentscope(messages):
             return await super().__call__(messages, tools, tool_choice, structured_model, **kwargs)
         return await self.sparring_call(messages, tools, tool_choice, kwargs)
@@ -81,8 +92,12 @@ class DualChatModel(AgentScopeChatModel, SparringSide):
 
 def formatted_by_agentscope(messages: list[dict]) -> bool:
     """Whether `messages` have the shape AgentScope 1.x's OpenAI formatters give: list contents (None for a bare tool call)."""
-    contents = [message.get("content") for message in messages if isinstance(message, dict) and message.get("role") != "tool"]
-    return any(isinstance(content, list) for content in contents) and all(content is None or isinstance(content, list) for content in contents)
+    contents = [
+        message.get("content") for message in messages if isinstance(message, dict) and message.get("role") != "tool"
+    ]
+    return any(isinstance(content, list) for content in contents) and all(
+        content is None or isinstance(content, list) for content in contents
+    )
 
 
 def _structured_tool(structured_model: type[BaseModel]) -> dict:

@@ -89,11 +89,15 @@ class AgentScopeChatModel(ChatModelBase):
         formatted = await self.formatter.format(messages)
         sampling = {**self.parameters.model_dump(exclude_none=True), **kwargs}
         started = time.perf_counter()
-        response = await call_chat_model(self.chat_model, formatted, tools, tool_choice.mode if tool_choice else None, sampling)
+        response = await call_chat_model(
+            self.chat_model, formatted, tools, tool_choice.mode if tool_choice else None, sampling
+        )
         calls = reply_tool_calls(response)
         content: list = [TextBlock(text=response.content)] if response.content or not calls else []
         content += [ToolCallBlock(id=c.id, name=c.name, input=c.arguments) for c in calls]
-        usage = ChatUsage(input_tokens=response.prompt_tokens, output_tokens=len(response.tokens), time=time.perf_counter() - started)
+        usage = ChatUsage(
+            input_tokens=response.prompt_tokens, output_tokens=len(response.tokens), time=time.perf_counter() - started
+        )
         return ChatResponse(content=content, is_last=True, usage=usage)
 
 
@@ -107,10 +111,24 @@ class DualChatModel(AgentScopeChatModel, SparringSide):
     agent whose replies are its own.
     """
 
-    def __init__(self, chat_model: ChatModel, formatter: OpenAIChatFormatter | None = None, parameters: AgentScopeChatModel.Parameters | None = None, context_size: int = 32768):
-        super().__init__(chat_model, formatter=formatter or TimelineFormatter(None), parameters=parameters, context_size=context_size)
+    def __init__(
+        self,
+        chat_model: ChatModel,
+        formatter: OpenAIChatFormatter | None = None,
+        parameters: AgentScopeChatModel.Parameters | None = None,
+        context_size: int = 32768,
+    ):
+        super().__init__(
+            chat_model, formatter=formatter or TimelineFormatter(None), parameters=parameters, context_size=context_size
+        )
 
-    async def __call__(self, messages: list, tools: list[dict] | None = None, tool_choice: ToolChoice | str | dict | None = None, **kwargs: Any):
+    async def __call__(
+        self,
+        messages: list,
+        tools: list[dict] | None = None,
+        tool_choice: ToolChoice | str | dict | None = None,
+        **kwargs: Any,
+    ):
         if isinstance(tool_choice, ToolChoice) or any(isinstance(message, Msg) for message in messages or []):
             return await super().__call__(messages, tools, tool_choice, **kwargs)
         return await self.sparring_call(messages, tools, tool_choice, kwargs)
@@ -119,7 +137,9 @@ class DualChatModel(AgentScopeChatModel, SparringSide):
         formatter = self.formatter
         if isinstance(formatter, TimelineFormatter):
             formatter = formatter.model_copy(update={"agent_name": chat_model.agent})
-        return DualChatModel(chat_model, formatter=formatter, parameters=self.parameters, context_size=self.context_size)
+        return DualChatModel(
+            chat_model, formatter=formatter, parameters=self.parameters, context_size=self.context_size
+        )
 
 
 class TimelineFormatter(OpenAIChatFormatter):

@@ -27,7 +27,6 @@ from typing import Any
 from ..rollout import ChatModel, EpisodeRecorder, ModelRouter, current_recorder
 from .agentscope import agentscope_model, as_workflow_model, is_agentscope_model, load_workflow_model_adapter
 
-
 AGENTJET_AGENT_NAME = "default_agent_name"
 """The agent name AgentJet's handle methods use when none is given."""
 AGENTJET_TARGET_TAG = "default_target_tag"
@@ -46,7 +45,9 @@ class TunerHandle(ModelRouter):
         is installed, so AgentScope-tuner workflows can hand it straight to their agents."""
         return as_workflow_model(model)
 
-    def as_agentscope_model(self, agent_name: str = AGENTJET_AGENT_NAME, target_tag: str | None = None, debug_model: Any = None):
+    def as_agentscope_model(
+        self, agent_name: str = AGENTJET_AGENT_NAME, target_tag: str | None = None, debug_model: Any = None
+    ):
         """An AgentScope chat model for this agent, routed like `chat_model`.
 
         `debug_model` may also be an AgentScope chat model: an agent that does not train gets it as is.
@@ -57,7 +58,13 @@ class TunerHandle(ModelRouter):
             debug_model = None
         return agentscope_model(self.chat_model(agent_name, target_tag, debug_model))
 
-    def as_base_url_api_key(self, agent_name: str, target_tag: str | None = None, debug_model: ChatModel | str | None = None, model: str | None = None):
+    def as_base_url_api_key(
+        self,
+        agent_name: str,
+        target_tag: str | None = None,
+        debug_model: ChatModel | str | None = None,
+        model: str | None = None,
+    ):
         """`(base_url, api_key)` of an OpenAI-compatible endpoint for this agent, routed like `chat_model`.
 
         Calls made with the key are recorded in this episode under `agent_name` (trained when the agent is
@@ -69,7 +76,13 @@ class TunerHandle(ModelRouter):
         routed = self.chat_model(agent_name, target_tag, debug_model, model)
         return episode_server().endpoint(routed, _episode_recorder("as_base_url_api_key"))
 
-    def as_openai_client(self, agent_name: str, target_tag: str | None = None, debug_model: ChatModel | str | None = None, model: str | None = None):
+    def as_openai_client(
+        self,
+        agent_name: str,
+        target_tag: str | None = None,
+        debug_model: ChatModel | str | None = None,
+        model: str | None = None,
+    ):
         """An `openai.AsyncOpenAI` for this agent, routed like `chat_model`, that reaches sparring in process (no port).
 
         Its requests go through the same OpenAI-compatible endpoint code as `as_base_url_api_key`'s.
@@ -79,11 +92,23 @@ class TunerHandle(ModelRouter):
         routed = self.chat_model(agent_name, target_tag, debug_model, model)
         return episode_server().openai_client(routed, _episode_recorder("as_openai_client"))
 
-    def as_raw_openai_sdk_client(self, agent_name: str = AGENTJET_AGENT_NAME, target_tag: str | None = AGENTJET_TARGET_TAG, debug_model: ChatModel | str | None = None, model: str | None = None):
+    def as_raw_openai_sdk_client(
+        self,
+        agent_name: str = AGENTJET_AGENT_NAME,
+        target_tag: str | None = AGENTJET_TARGET_TAG,
+        debug_model: ChatModel | str | None = None,
+        model: str | None = None,
+    ):
         """AgentJet's name for `as_openai_client`: an `openai.AsyncOpenAI` for this agent, in process."""
         return self.as_openai_client(agent_name, target_tag, debug_model, model)
 
-    def as_oai_baseurl_apikey(self, agent_name: str = AGENTJET_AGENT_NAME, target_tag: str | None = AGENTJET_TARGET_TAG, debug_model: ChatModel | str | None = None, model: str | None = None):
+    def as_oai_baseurl_apikey(
+        self,
+        agent_name: str = AGENTJET_AGENT_NAME,
+        target_tag: str | None = AGENTJET_TARGET_TAG,
+        debug_model: ChatModel | str | None = None,
+        model: str | None = None,
+    ):
         """AgentJet's name for `as_base_url_api_key`: `.base_url`, `.api_key` and `.model` of a loopback endpoint for this agent."""
         return self.as_base_url_api_key(agent_name, target_tag, debug_model, model)
 
@@ -95,5 +120,7 @@ AjetTuner = TunerHandle
 def _episode_recorder(method: str) -> EpisodeRecorder:
     recorder = current_recorder()
     if recorder is None:
-        raise RuntimeError(f"tuner.{method}(...) must be called inside an episode (a workflow run by tune(), `sparring run` or run_episodes)")
+        raise RuntimeError(
+            f"tuner.{method}(...) must be called inside an episode (a workflow run by tune(), `sparring run` or run_episodes)"
+        )
     return recorder

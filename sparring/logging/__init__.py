@@ -3,9 +3,9 @@ and the run report (charts, evaluation tables, a token-level rollout browser) as
 
 from .metrics import MetricsLogger, mean_metrics, read_metrics
 from .plots import write_reward_plot
-from .reward_png import write_reward_png
 from .progress import ConsoleProgress, EpisodeProgress, TrainingProgress, print_table
 from .report import read_run, render_report, serve_report, write_report
+from .reward_png import write_reward_png
 from .rollouts import RolloutWriter, format_transcript, read_rollouts
 
 __all__ = [

@@ -171,7 +171,10 @@ class MetricsLogger:
         if project is None:
             return None
         if importlib.util.find_spec("wandb") is None:
-            logger.warning("logging.wandb_project=%r is set but wandb is not installed, so nothing goes to wandb; pip install wandb", project)
+            logger.warning(
+                "logging.wandb_project=%r is set but wandb is not installed, so nothing goes to wandb; pip install wandb",
+                project,
+            )
             return None
         import wandb
 
@@ -192,11 +195,7 @@ class MetricsLogger:
         record = {"step": step, **{key: _json_scalar(value) for key, value in metrics.items()}}
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
         self._file.flush()
-        numbers = {
-            key: value
-            for key, value in record.items()
-            if key != "step" and is_plotted_number(value)
-        }
+        numbers = {key: value for key, value in record.items() if key != "step" and is_plotted_number(value)}
         if self._tensorboard is not None:
             for key, value in numbers.items():
                 self._tensorboard.add_scalar(key, value, global_step=step)

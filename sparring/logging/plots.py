@@ -64,13 +64,24 @@ def _padded(low: float, high: float) -> tuple[float, float]:
     return low - pad, high + pad
 
 
-def line_chart(title: str, series: list[Series], *, width: int = 360, height: int = 210, x_label: str = "step", metric: str | None = None) -> str:
+def line_chart(
+    title: str,
+    series: list[Series],
+    *,
+    width: int = 360,
+    height: int = 210,
+    x_label: str = "step",
+    metric: str | None = None,
+) -> str:
     """One chart of ``series`` over steps, as an ``<svg>`` element (class ``chart``, ``data-metric`` = ``metric``)."""
     xs = [x for one in series for x, _ in one.points] + [x for one in series for x, *_ in one.band]
     ys = [y for one in series for _, y in one.points] + [y for one in series for _, *ends in one.band for y in ends]
     metric_attribute = f' data-metric="{html.escape(metric)}"' if metric is not None else ""
     head = f'<svg xmlns="http://www.w3.org/2000/svg" class="chart"{metric_attribute} width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">'
-    parts = [head, f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="12" font-weight="bold">{html.escape(title)}</text>']
+    parts = [
+        head,
+        f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="12" font-weight="bold">{html.escape(title)}</text>',
+    ]
     if not xs:
         parts.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" fill="#888">no values</text></svg>')
         return "".join(parts)
@@ -84,20 +95,30 @@ def line_chart(title: str, series: list[Series], *, width: int = 360, height: in
     def at_y(y: float) -> float:
         return bottom - (y - y_low) / (y_high - y_low) * (bottom - top)
 
-    parts.append(f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" fill="#fff" stroke="#ccc"/>')
+    parts.append(
+        f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" fill="#fff" stroke="#ccc"/>'
+    )
     for tick in _nice_ticks(y_low, y_high):
         parts.append(f'<line x1="{left}" x2="{right}" y1="{at_y(tick):.1f}" y2="{at_y(tick):.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{left - 4}" y="{at_y(tick) + 4:.1f}" text-anchor="end" fill="#555">{_tick_label(tick)}</text>')
+        parts.append(
+            f'<text x="{left - 4}" y="{at_y(tick) + 4:.1f}" text-anchor="end" fill="#555">{_tick_label(tick)}</text>'
+        )
     for tick in _nice_ticks(x_low, x_high):
         if tick == int(tick):
-            parts.append(f'<text x="{at_x(tick):.1f}" y="{bottom + 14}" text-anchor="middle" fill="#555">{int(tick)}</text>')
-    parts.append(f'<text x="{(left + right) / 2}" y="{height - 4}" text-anchor="middle" fill="#555">{html.escape(x_label)}</text>')
+            parts.append(
+                f'<text x="{at_x(tick):.1f}" y="{bottom + 14}" text-anchor="middle" fill="#555">{int(tick)}</text>'
+            )
+    parts.append(
+        f'<text x="{(left + right) / 2}" y="{height - 4}" text-anchor="middle" fill="#555">{html.escape(x_label)}</text>'
+    )
     for index, one in enumerate(series):
         colour = PALETTE[index % len(PALETTE)]
         parts.extend(_series_marks(one, colour, at_x, at_y))
         if len(series) > 1:
             legend_y = top + 12 + 13 * index
-            parts.append(f'<text x="{right - 4}" y="{legend_y}" text-anchor="end" fill="{colour}">{html.escape(one.label)}</text>')
+            parts.append(
+                f'<text x="{right - 4}" y="{legend_y}" text-anchor="end" fill="{colour}">{html.escape(one.label)}</text>'
+            )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -105,18 +126,26 @@ def line_chart(title: str, series: list[Series], *, width: int = 360, height: in
 def _series_marks(one: Series, colour: str, at_x, at_y) -> list[str]:
     marks = []
     if len(one.band) > 1:
-        outline = [(at_x(x), at_y(high)) for x, _, high in one.band] + [(at_x(x), at_y(low)) for x, low, _ in reversed(one.band)]
-        marks.append(f'<polygon class="band" points="{_coordinates(outline)}" fill="{colour}" fill-opacity="0.15" stroke="none"/>')
+        outline = [(at_x(x), at_y(high)) for x, _, high in one.band] + [
+            (at_x(x), at_y(low)) for x, low, _ in reversed(one.band)
+        ]
+        marks.append(
+            f'<polygon class="band" points="{_coordinates(outline)}" fill="{colour}" fill-opacity="0.15" stroke="none"/>'
+        )
     elif one.band:
         x, low, high = one.band[0]
-        marks.append(f'<line class="band" x1="{at_x(x):.1f}" x2="{at_x(x):.1f}" y1="{at_y(low):.1f}" y2="{at_y(high):.1f}" stroke="{colour}" stroke-opacity="0.5" stroke-width="5"/>')
+        marks.append(
+            f'<line class="band" x1="{at_x(x):.1f}" x2="{at_x(x):.1f}" y1="{at_y(low):.1f}" y2="{at_y(high):.1f}" stroke="{colour}" stroke-opacity="0.5" stroke-width="5"/>'
+        )
     dash = ' stroke-dasharray="5,4"' if one.dashed else ""
     if len(one.points) > 1:
         line = _coordinates([(at_x(x), at_y(y)) for x, y in one.points])
         marks.append(f'<polyline class="line" points="{line}" fill="none" stroke="{colour}" stroke-width="1.6"{dash}/>')
     if len(one.points) <= MOST_MARKED_POINTS:
         for x, y in one.points:
-            marks.append(f'<circle class="point" cx="{at_x(x):.1f}" cy="{at_y(y):.1f}" r="2.6" fill="{colour}"><title>{html.escape(one.label)} at step {x:g}: {y:.4g}</title></circle>')
+            marks.append(
+                f'<circle class="point" cx="{at_x(x):.1f}" cy="{at_y(y):.1f}" r="2.6" fill="{colour}"><title>{html.escape(one.label)} at step {x:g}: {y:.4g}</title></circle>'
+            )
     return marks
 
 
@@ -141,7 +170,9 @@ def reward_series(records: list[dict]) -> list[Series]:
     """Mean training reward per step (± one standard deviation), and the held-out evaluations with their intervals."""
     training = metric_series(records, "reward/mean", "training reward")
     spread = {step: value for step, value in metric_series(records, "reward/std").points}
-    training.band = [(step, mean - spread[step], mean + spread[step]) for step, mean in training.points if step in spread]
+    training.band = [
+        (step, mean - spread[step], mean + spread[step]) for step, mean in training.points if step in spread
+    ]
     held_out = metric_series(records, "eval/reward/mean", "held-out reward (95 % interval)")
     return [training, held_out] if held_out.points else [training]
 

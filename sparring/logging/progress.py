@@ -163,10 +163,17 @@ class EpisodeProgress:
         self.sums: dict[str, float] = {}
         self.counts: dict[str, int] = {}
         self._started = self._last_line = time.perf_counter()
-        self._console, self._progress, self._plain, self._final_line = console, console._progress, console.plain, final_line
+        self._console, self._progress, self._plain, self._final_line = (
+            console,
+            console._progress,
+            console.plain,
+            final_line,
+        )
         self._task: TaskID | None = None
         if self._progress is not None and total > 0:
-            self._task = self._progress.add_task(f"  {label}", total=total, summary="", eta=eta(self._started, 0, total))
+            self._task = self._progress.add_task(
+                f"  {label}", total=total, summary="", eta=eta(self._started, 0, total)
+            )
 
     def add(self, episode: Episode) -> None:
         """Count one finished episode."""
@@ -182,11 +189,18 @@ class EpisodeProgress:
         if self.done >= self.total and self in self._console._phases:
             self._console._phases.remove(self)  # the heartbeat reports phases in flight only
         if self._task is not None:
-            self._progress.update(self._task, completed=self.done, summary=self.summary(), eta=eta(self._started, self.done, self.total - self.done))
+            self._progress.update(
+                self._task,
+                completed=self.done,
+                summary=self.summary(),
+                eta=eta(self._started, self.done, self.total - self.done),
+            )
             if self.done >= self.total:
                 self._progress.remove_task(self._task)
                 self._task = None
-        elif self._plain and (now - self._last_line >= PLAIN_LINE_INTERVAL_S or (self._final_line and self.done == self.total)):
+        elif self._plain and (
+            now - self._last_line >= PLAIN_LINE_INTERVAL_S or (self._final_line and self.done == self.total)
+        ):
             self._last_line = now
             self._console.line(self.plain_line())
 
@@ -197,8 +211,12 @@ class EpisodeProgress:
     def summary(self) -> str:
         """``1234 tokens (56 tok/s) reward=0.412 success=0.500 errors=1``: what has finished so far."""
         rate = self.tokens / max(time.perf_counter() - self._started, 1e-9)
-        means = [f"{key}={self.sums[key] / self.counts[key]:.3f}" for key in list(self.sums)[: 1 + SHOWN_WORKFLOW_METRICS]]
-        return " ".join([f"{self.tokens} tokens ({rate:.0f} tok/s)", *means, *([f"errors={self.errors}"] if self.errors else [])])
+        means = [
+            f"{key}={self.sums[key] / self.counts[key]:.3f}" for key in list(self.sums)[: 1 + SHOWN_WORKFLOW_METRICS]
+        ]
+        return " ".join(
+            [f"{self.tokens} tokens ({rate:.0f} tok/s)", *means, *([f"errors={self.errors}"] if self.errors else [])]
+        )
 
 
 class TrainingProgress(ConsoleProgress):
@@ -211,7 +229,9 @@ class TrainingProgress(ConsoleProgress):
         self.activity = f"step {start_step + 1}/{total_steps}"
         self._started = time.perf_counter()
         if self._progress is not None:
-            self._task = self._progress.add_task("step", total=total_steps, completed=start_step, summary="", eta=eta(self._started, 0, total_steps))
+            self._task = self._progress.add_task(
+                "step", total=total_steps, completed=start_step, summary="", eta=eta(self._started, 0, total_steps)
+            )
 
     def update(self, step: int, metrics: dict[str, float]) -> None:
         """Show that ``step`` steps are done, with that step's metrics."""
@@ -221,7 +241,12 @@ class TrainingProgress(ConsoleProgress):
             if self.enabled:
                 self.line(f"step {step}/{self.total_steps}" + (f" {summary}" if summary else ""))
         else:
-            self._progress.update(self._task, completed=step, summary=summary, eta=eta(self._started, step - self.start_step, self.total_steps - step))
+            self._progress.update(
+                self._task,
+                completed=step,
+                summary=summary,
+                eta=eta(self._started, step - self.start_step, self.total_steps - step),
+            )
 
     def __enter__(self) -> TrainingProgress:
         super().__enter__()

@@ -36,7 +36,14 @@ EVALUATION_FILE = "evaluation.json"
 """Where a training run stores its held-out comparison (written by `sparring.trainer.evaluation.Comparison`)."""
 CONFIG_FILE = "config.yaml"
 MARKERS = {"above": "▲", "below": "▼"}
-SECTION_TITLES = {"reward": "Reward", "eval": "Held-out evaluation", "workflow": "The workflow's metrics", "agent": "Per agent", "role": "Per role", "league": "League opponents"}
+SECTION_TITLES = {
+    "reward": "Reward",
+    "eval": "Held-out evaluation",
+    "workflow": "The workflow's metrics",
+    "agent": "Per agent",
+    "role": "Per role",
+    "league": "League opponents",
+}
 LEAGUE_OUTCOMES = ("win", "draw", "loss")
 DEFAULT_ROLLOUT_STEPS = 24
 """A report holds the rollouts of at most this many steps (a long werewolf run's rollouts would make a page of
@@ -112,7 +119,11 @@ def metric_sections(records: list[dict]) -> list[tuple[str, list[str]]]:
 
     An evaluation chart (`eval/<metric>`) shows the interval as a band and each baseline's level as a dashed line.
     """
-    keys = list(dict.fromkeys(key for record in records for key, value in record.items() if key != "step" and is_plotted_number(value)))
+    keys = list(
+        dict.fromkeys(
+            key for record in records for key, value in record.items() if key != "step" and is_plotted_number(value)
+        )
+    )
     interval_keys = {key for key in keys if key.endswith(("/ci_low", "/ci_high"))}
     training = [key for key in keys if key not in interval_keys and not key.startswith(("eval/", "baseline/"))]
     sections: dict[str, list[str]] = {}
@@ -128,7 +139,9 @@ def metric_sections(records: list[dict]) -> list[tuple[str, list[str]]]:
             level = metric_series(records, f"baseline/{name}/{metric}")
             if level.points:
                 steps = [step for step, _ in series[0].points] or [step for step, _ in level.points]
-                series.append(Series(name, [(min(steps), level.points[0][1]), (max(steps), level.points[0][1])], dashed=True))
+                series.append(
+                    Series(name, [(min(steps), level.points[0][1]), (max(steps), level.points[0][1])], dashed=True)
+                )
         sections.setdefault("eval", []).append(line_chart(metric, series, metric=key))
     ordered = ["reward", "eval", "workflow"] + sorted(set(sections) - {"reward", "eval", "workflow"})
     return [(SECTION_TITLES.get(name, name), sections[name]) for name in ordered if name in sections]
@@ -144,8 +157,13 @@ def league_html(metrics: list[dict]) -> str:
     rows = []
     for name in opponents:
         games = last.get(f"league/{name}/games")
-        rates = "".join(f"<td>{last[f'league/{name}/{outcome}_rate']:.2f}</td>" if games else "<td>-</td>" for outcome in LEAGUE_OUTCOMES)
-        rows.append(f"<tr><th>{html.escape(name)}</th><td>{last[f'league/{name}/draw_probability']:.3f}</td><td>{int(games or 0)}</td>{rates}</tr>")
+        rates = "".join(
+            f"<td>{last[f'league/{name}/{outcome}_rate']:.2f}</td>" if games else "<td>-</td>"
+            for outcome in LEAGUE_OUTCOMES
+        )
+        rows.append(
+            f"<tr><th>{html.escape(name)}</th><td>{last[f'league/{name}/draw_probability']:.3f}</td><td>{int(games or 0)}</td>{rates}</tr>"
+        )
     header = "<tr><th>opponent</th><th>draw probability</th><th>games</th><th>win</th><th>draw</th><th>loss</th></tr>"
     return f'<p class="caption">The pool at step {last.get("step")}, the policy\'s results against each opponent in that step.</p><table class="evaluation">{header}{"".join(rows)}</table>'
 
@@ -172,12 +190,15 @@ def evaluation_html(evaluation: dict | None) -> str:
     def table(rows: list[str]) -> str:
         header = "".join(
             f'<th class="{"subject" if c["label"] == subject else c["kind"]}">{html.escape(c["label"])}<br><small>{c["kind"]}'
-            + (f', step {c["step"]}' if c.get("step") is not None else "") + "</small></th>"
+            + (f", step {c['step']}" if c.get("step") is not None else "")
+            + "</small></th>"
             for c in columns
         )
         body = []
         for name in rows:
-            cells = "".join(_estimate_cell(c["metrics"].get(name), markers.get(c["label"], {}).get(name)) for c in columns)
+            cells = "".join(
+                _estimate_cell(c["metrics"].get(name), markers.get(c["label"], {}).get(name)) for c in columns
+            )
             body.append(f"<tr><th>{html.escape(name)}</th>{cells}</tr>")
         episodes = "".join(f"<td>{c['episodes']}</td>" for c in columns)
         return f'<table class="evaluation"><tr><th>metric</th>{header}</tr>{"".join(body)}<tr><th>episodes</th>{episodes}</tr></table>'
@@ -203,7 +224,17 @@ def rollout_data(rollouts: dict[int, list[dict]]) -> list[dict]:
         episodes: dict[int, dict] = {}
         for row in rows:
             episode = episodes.setdefault(
-                row["episode"], {"episode": row["episode"], "group": row["group"], "task": row.get("task_id"), "error": None, "rewards": {}, "metrics": {}, "timelines": [], "frozen": {}}
+                row["episode"],
+                {
+                    "episode": row["episode"],
+                    "group": row["group"],
+                    "task": row.get("task_id"),
+                    "error": None,
+                    "rewards": {},
+                    "metrics": {},
+                    "timelines": [],
+                    "frozen": {},
+                },
             )
             episode["error"] = episode["error"] or row.get("error")
             if "agent" in row:
@@ -242,7 +273,11 @@ def _inline_json(data) -> str:
 
 def _summary_html(records: RunRecords) -> str:
     training = [record for record in records.metrics if "reward/mean" in record]
-    shown = f"{len(records.rollouts)}" if len(records.rollouts) == records.rollout_steps_total else f"{len(records.rollouts)} of {records.rollout_steps_total}"
+    shown = (
+        f"{len(records.rollouts)}"
+        if len(records.rollouts) == records.rollout_steps_total
+        else f"{len(records.rollouts)} of {records.rollout_steps_total}"
+    )
     items = [f"<b>{len(training)}</b> training steps logged", f"rollouts of <b>{shown}</b> steps"]
     if training:
         last = training[-1]
@@ -252,8 +287,13 @@ def _summary_html(records: RunRecords) -> str:
         prompt = sum(record.get("engine/prompt_tokens") or 0 for record in training)
         if prompt:
             prefilled = sum(record.get("engine/prefilled_tokens") or 0 for record in training)
-            reused = sum((record.get("engine/prefix_hit_rate") or 0) * (record.get("engine/prompt_tokens") or 0) for record in training)
-            items.append(f"prompts: <b>{prefilled / prompt:.0%}</b> of {prompt:,.0f} tokens prefilled, {reused / prompt:.0%} read from the prefix cache")
+            reused = sum(
+                (record.get("engine/prefix_hit_rate") or 0) * (record.get("engine/prompt_tokens") or 0)
+                for record in training
+            )
+            items.append(
+                f"prompts: <b>{prefilled / prompt:.0%}</b> of {prompt:,.0f} tokens prefilled, {reused / prompt:.0%} read from the prefix cache"
+            )
     if records.evaluation:
         items.append(f"held-out comparison: {len(records.evaluation['columns'])} columns")
     return " · ".join(items)
@@ -265,12 +305,20 @@ def render_report(run_dir: str | Path, *, live: bool = False, rollout_steps: int
     ``rollout_steps``: the rollouts of at most this many steps (evenly spread, the last included) go in; None: all.
     """
     records = read_run(run_dir, rollout_steps)
-    headline = f'<div class="headline">{reward_chart(records.metrics)}</div>' if records.metrics else '<p class="empty">No metrics logged yet.</p>'
+    headline = (
+        f'<div class="headline">{reward_chart(records.metrics)}</div>'
+        if records.metrics
+        else '<p class="empty">No metrics logged yet.</p>'
+    )
     charts = []
     for title, svgs in metric_sections(records.metrics):
         table = league_html(records.metrics) if title == SECTION_TITLES["league"] else ""
         charts.append(f'<h3>{html.escape(title)}</h3>{table}<div class="charts">{"".join(svgs)}</div>')
-    config = f"<details><summary>config.yaml</summary><pre>{html.escape(records.config_text)}</pre></details>" if records.config_text else ""
+    config = (
+        f"<details><summary>config.yaml</summary><pre>{html.escape(records.config_text)}</pre></details>"
+        if records.config_text
+        else ""
+    )
     fills = {
         "__TITLE__": html.escape(f"sparring run {records.run_dir.resolve().name}"),
         "__HEAD_EXTRA__": f'<meta http-equiv="refresh" content="{LIVE_REFRESH_S}">' if live else "",
@@ -287,7 +335,9 @@ def render_report(run_dir: str | Path, *, live: bool = False, rollout_steps: int
     return re.sub("|".join(fills), lambda found: fills[found.group(0)], page)
 
 
-def write_report(run_dir: str | Path, path: str | Path | None = None, *, rollout_steps: int | None = DEFAULT_ROLLOUT_STEPS) -> Path:
+def write_report(
+    run_dir: str | Path, path: str | Path | None = None, *, rollout_steps: int | None = DEFAULT_ROLLOUT_STEPS
+) -> Path:
     """Write the report of ``run_dir`` to ``path`` (default ``run_dir/report.html``); returns the file written."""
     path = Path(path) if path is not None else Path(run_dir) / REPORT_FILE
     text = render_report(run_dir, rollout_steps=rollout_steps)
@@ -298,7 +348,9 @@ def write_report(run_dir: str | Path, path: str | Path | None = None, *, rollout
     return path
 
 
-def serve_report(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8050, *, rollout_steps: int | None = DEFAULT_ROLLOUT_STEPS) -> http.server.ThreadingHTTPServer:
+def serve_report(
+    run_dir: str | Path, host: str = "127.0.0.1", port: int = 8050, *, rollout_steps: int | None = DEFAULT_ROLLOUT_STEPS
+) -> http.server.ThreadingHTTPServer:
     """An HTTP server (not yet started: call ``serve_forever``) answering every GET with the report rendered afresh."""
     run_dir = Path(run_dir)
 

@@ -26,7 +26,9 @@ def write_reward_png(run_dir: str | Path, records: list[dict]) -> Path:
     try:
         for colour, series in zip(PALETTE, reward_series(records)):
             steps = [step for step, _ in series.points]
-            axes.plot(steps, [value for _, value in series.points], marker="o", markersize=3, color=colour, label=series.label)
+            axes.plot(
+                steps, [value for _, value in series.points], marker="o", markersize=3, color=colour, label=series.label
+            )
             if series.band:
                 band_steps, lows, highs = zip(*series.band)
                 axes.fill_between(band_steps, lows, highs, color=colour, alpha=0.2, linewidth=0)

@@ -93,7 +93,11 @@ class RolloutWriter:
 
     @staticmethod
     def _timeline_fields(
-        index: int, episode: Episode, timeline: Timeline, advantages: dict[tuple[int, str], float | list[float]], tokenizer
+        index: int,
+        episode: Episode,
+        timeline: Timeline,
+        advantages: dict[tuple[int, str], float | list[float]],
+        tokenizer,
     ) -> dict:
         advantage = advantages.get((index, timeline.agent))
         text = tokenizer.decode(timeline.tokens, skip_special_tokens=False)
@@ -102,7 +106,9 @@ class RolloutWriter:
             "model": timeline.model,
             "role": episode.roles.get(timeline.agent),
             "reward": _finite_or_none(episode.rewards.get(timeline.agent)),
-            "advantage": [_finite_or_none(value) for value in advantage] if isinstance(advantage, list) else _finite_or_none(advantage),
+            "advantage": [_finite_or_none(value) for value in advantage]
+            if isinstance(advantage, list)
+            else _finite_or_none(advantage),
             "error": episode.error,
             "error_kind": episode.error_kind,
             "num_calls": timeline.num_calls,
@@ -122,7 +128,10 @@ class RolloutWriter:
 
 def allowed_counts(timeline: Timeline, vocab_size: int) -> list[int]:
     """Per token, how many tokens the constraint allowed where it was sampled; 0 where nothing was constrained."""
-    return [0 if not allowed else len(allowed) if allowed[0] >= 0 else vocab_size - len(allowed) for allowed in timeline.allowed_tokens]
+    return [
+        0 if not allowed else len(allowed) if allowed[0] >= 0 else vocab_size - len(allowed)
+        for allowed in timeline.allowed_tokens
+    ]
 
 
 def frozen_turns(episode: Episode) -> dict[str, list[dict]]:

@@ -23,9 +23,10 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
@@ -72,7 +73,9 @@ def parse_device(device: str | torch.device) -> torch.device:
         if not torch.cuda.is_available():
             raise ValueError(f"device: {device!r} requested but CUDA is not available on this machine; use 'cpu'")
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-            raise ValueError(f"device: {device!r} requested but this machine has {torch.cuda.device_count()} CUDA device(s); use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+            raise ValueError(
+                f"device: {device!r} requested but this machine has {torch.cuda.device_count()} CUDA device(s); use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            )
     if parsed.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device: {device!r} requested but MPS is not available on this machine; use 'cpu'")
     return parsed

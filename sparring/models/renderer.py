@@ -53,7 +53,6 @@ _PROBE_USER = "SPARRING_PROBE_USER"
 _PROBE_REPLY = "SPARRING_PROBE_REPLY"
 
 
-
 def _content_text(message: dict) -> str:
     """The message content as one string (None -> "", OpenAI text parts joined)."""
     content = message.get("content")
@@ -129,7 +128,14 @@ class ChatRenderer(abc.ABC):
         after the arguments of ``name``, or after the whole payload when the model picks the tool."""
         return tool_call_closing(name)
 
-    def parse_response(self, completion_tokens: list[int], *, prefill: str = "", forced_tool: str | None = None, tool_calls: bool = True) -> dict:
+    def parse_response(
+        self,
+        completion_tokens: list[int],
+        *,
+        prefill: str = "",
+        forced_tool: str | None = None,
+        tool_calls: bool = True,
+    ) -> dict:
         """The assistant message for sampled completion tokens (end-of-turn stripped, tool calls parsed).
 
         Pass the ``prefill`` the prompt was rendered with: it is part of the reply but not of the completion.

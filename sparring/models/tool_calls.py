@@ -161,5 +161,8 @@ def parse_forced_tool_call(text: str, name: str) -> tuple[str, list[dict]]:
     body, after = (rest, "") if close < 0 else (rest[:close], rest[close + len(TOOL_CALL_CLOSE) :])
     content, more = parse_tool_calls(after)
     calls = [_function_call(0, name, _forced_arguments(body))]
-    calls += [_function_call(index, call["function"]["name"], call["function"]["arguments"]) for index, call in enumerate(more, start=1)]
+    calls += [
+        _function_call(index, call["function"]["name"], call["function"]["arguments"])
+        for index, call in enumerate(more, start=1)
+    ]
     return content, calls

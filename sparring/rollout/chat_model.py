@@ -84,7 +84,14 @@ class ChatModel(abc.ABC):
     trainable: bool = False
 
     @abc.abstractmethod
-    async def __call__(self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, **sampling: Any) -> ChatResponse: ...
+    async def __call__(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        *,
+        tool_choice: str | dict | None = None,
+        **sampling: Any,
+    ) -> ChatResponse: ...
 
     @property
     def renderer(self):
@@ -97,7 +104,14 @@ class ChatModel(abc.ABC):
         return False
 
     async def generate(
-        self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, n: int = 1, recorder: EpisodeRecorder | None = None, **sampling: Any
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        *,
+        tool_choice: str | dict | None = None,
+        n: int = 1,
+        recorder: EpisodeRecorder | None = None,
+        **sampling: Any,
     ) -> list[ChatResponse]:
         """`n` replies to one prompt, recorded on `recorder` (default: the current episode's, if any)."""
         if tool_choice is not None:  # only then: a model written without the parameter still serves the rest
@@ -120,8 +134,16 @@ def check_messages(messages: list[dict]) -> None:
 
 def normalised_message(message: dict) -> dict:
     """The parts of a message that rendering depends on, so equal messages compare equal."""
-    calls = [(c["function"]["name"], _json_or_text(c["function"].get("arguments", {}))) for c in message.get("tool_calls") or []]
-    return {"role": message["role"], "content": message.get("content") or "", "tool_calls": calls, "tool_call_id": message.get("tool_call_id")}
+    calls = [
+        (c["function"]["name"], _json_or_text(c["function"].get("arguments", {})))
+        for c in message.get("tool_calls") or []
+    ]
+    return {
+        "role": message["role"],
+        "content": message.get("content") or "",
+        "tool_calls": calls,
+        "tool_call_id": message.get("tool_call_id"),
+    }
 
 
 def _json_or_text(arguments: Any) -> Any:
@@ -158,7 +180,9 @@ class _LocalChatModel(ChatModel):
         constraint = take_constraint(sampling)
         unknown = set(sampling) - SAMPLING_KEYS
         if unknown:
-            raise TypeError(f"unknown sampling arguments {sorted(unknown)}; accepted: {sorted(SAMPLING_KEYS)} and choices, regex, response_format")
+            raise TypeError(
+                f"unknown sampling arguments {sorted(unknown)}; accepted: {sorted(SAMPLING_KEYS)} and choices, regex, response_format"
+            )
         return SamplingParams(**{**self.defaults, **sampling}, constraint=constraint)
 
     def _prompt(self, messages, tools, recorder, conversation_key: str, prefill: str):
@@ -170,7 +194,9 @@ class _LocalChatModel(ChatModel):
             prompt = renderer.render(messages, tools=tools, prefill=prefill)
         else:
             conversation, new_messages = found
-            prompt = renderer.extend(conversation.tokens, messages[len(messages) - len(new_messages) :], prefill=prefill)
+            prompt = renderer.extend(
+                conversation.tokens, messages[len(messages) - len(new_messages) :], prefill=prefill
+            )
         return prompt, normalised, tools_key
 
     def _trained_key(self) -> str | None:
@@ -183,11 +209,25 @@ class _LocalChatModel(ChatModel):
         cache and a batch's shared prefix match up to the new message."""
         return f"frozen/{id(self.sampler)}"
 
-    async def __call__(self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, **sampling: Any) -> ChatResponse:
+    async def __call__(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        *,
+        tool_choice: str | dict | None = None,
+        **sampling: Any,
+    ) -> ChatResponse:
         return (await self.generate(messages, tools, tool_choice=tool_choice, **sampling))[0]
 
     async def generate(
-        self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, n: int = 1, recorder: EpisodeRecorder | None = None, **sampling: Any
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        *,
+        tool_choice: str | dict | None = None,
+        n: int = 1,
+        recorder: EpisodeRecorder | None = None,
+        **sampling: Any,
     ) -> list[ChatResponse]:
         check_messages(messages)
         choice = ToolChoice.of(tool_choice, tools)
@@ -198,11 +238,21 @@ class _LocalChatModel(ChatModel):
         if params.seed is None and recorder is not None and (seed := recorder.call_seed(self.agent)) is not None:
             params = params.model_copy(update={"seed": seed})
         if params.constraint is not None and choice.forces_call:
-            raise ValueError(f"a reply constrained by {params.constraint.describe()} cannot also be a forced tool call (tool_choice {tool_choice!r})")
-        free_text = choice.mode == "none" or params.constraint is not None  # a constrained reply is its text, never a tool call
+            raise ValueError(
+                f"a reply constrained by {params.constraint.describe()} cannot also be a forced tool call (tool_choice {tool_choice!r})"
+            )
+        free_text = (
+            choice.mode == "none" or params.constraint is not None
+        )  # a constrained reply is its text, never a tool call
         renderer = self.renderer
         if choice.arguments_schema is not None and (choice.strict or self.constrains_output):  # else sampled freely
-            params = params.model_copy(update={"constraint": OutputConstraint(json_schema=choice.arguments_schema, closing=renderer.tool_call_closing(choice.function))})
+            params = params.model_copy(
+                update={
+                    "constraint": OutputConstraint(
+                        json_schema=choice.arguments_schema, closing=renderer.tool_call_closing(choice.function)
+                    )
+                }
+            )
         prefill = renderer.tool_call_prefill(choice.function) if choice.forces_call else ""
         prompt, normalised, tools_key = self._prompt(messages, tools, recorder, conversation_key, prefill)
         with sampler_wait():  # the episode's clock counts only its share of the time the shared sampler takes
@@ -211,22 +261,49 @@ class _LocalChatModel(ChatModel):
             recorder.roles[self.agent] = self.role
         replies = []
         for sequence in response.sequences:
-            tokens, logprobs = list(sequence.tokens), list(sequence.logprobs or [])  # the recorded copy; replies get their own
-            parsed = renderer.parse_response(sequence.tokens, prefill=prefill, forced_tool=choice.function, tool_calls=not free_text)
+            tokens, logprobs = (
+                list(sequence.tokens),
+                list(sequence.logprobs or []),
+            )  # the recorded copy; replies get their own
+            parsed = renderer.parse_response(
+                sequence.tokens, prefill=prefill, forced_tool=choice.function, tool_calls=not free_text
+            )
             message = _cut_at_stop_string(parsed, params.stop)
             if recorder is not None:
                 # The prefill ends the prompt: the conversation goes on after prompt + sampled tokens.
                 conversation = Conversation([*normalised, normalised_message(message)], prompt + tokens, tools_key)
                 if model_key is not None:
-                    call = ModelCall(self.agent, model_key, prompt, tokens, logprobs, list(sequence.allowed_tokens or []), list(sequence.behaviour_logprobs or []))
+                    call = ModelCall(
+                        self.agent,
+                        model_key,
+                        prompt,
+                        tokens,
+                        logprobs,
+                        list(sequence.allowed_tokens or []),
+                        list(sequence.behaviour_logprobs or []),
+                    )
                     recorder.record_call(call, conversation)
                 else:
                     recorder.record_conversation(self.agent, conversation_key, prompt, conversation)
                 recorder.add_transcript(
                     self.agent,
-                    {"messages": list(messages), "response": message, "trainable": model_key is not None, "prompt_tokens": len(prompt), "completion_tokens": len(tokens)},
+                    {
+                        "messages": list(messages),
+                        "response": message,
+                        "trainable": model_key is not None,
+                        "prompt_tokens": len(prompt),
+                        "completion_tokens": len(tokens),
+                    },
                 )
-            replies.append(ChatResponse(message=message, tokens=list(tokens), logprobs=list(logprobs), stop_reason=sequence.stop_reason, prompt_tokens=len(prompt)))
+            replies.append(
+                ChatResponse(
+                    message=message,
+                    tokens=list(tokens),
+                    logprobs=list(logprobs),
+                    stop_reason=sequence.stop_reason,
+                    prompt_tokens=len(prompt),
+                )
+            )
         return replies
 
 
@@ -285,7 +362,14 @@ class OpenAIChatModel(ChatModel):
     role: str | None = None
     """The agent's role, for transcripts."""
 
-    async def __call__(self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, **sampling: Any) -> ChatResponse:
+    async def __call__(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        *,
+        tool_choice: str | dict | None = None,
+        **sampling: Any,
+    ) -> ChatResponse:
         from openai import AsyncOpenAI
 
         check_messages(messages)
@@ -293,12 +377,19 @@ class OpenAIChatModel(ChatModel):
         options = {**self.defaults, **sampling}
         options.pop("top_k", None)  # not part of the OpenAI API
         # Constraints in the spellings an OpenAI-compatible server takes: response_format, and vLLM's guided_* (extra body).
-        guided = {name: options.pop(key) for key, name in (("choices", "guided_choice"), ("regex", "guided_regex")) if key in options}
+        guided = {
+            name: options.pop(key)
+            for key, name in (("choices", "guided_choice"), ("regex", "guided_regex"))
+            if key in options
+        }
         if guided:
             options["extra_body"] = {**options.get("extra_body", {}), **guided}
         if isinstance(options.get("response_format"), type):  # a pydantic model class: its schema, in OpenAI's shape
             model_class = options["response_format"]
-            options["response_format"] = {"type": "json_schema", "json_schema": {"name": model_class.__name__, "schema": schema_of_response_format(model_class)}}
+            options["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": model_class.__name__, "schema": schema_of_response_format(model_class)},
+            }
         if tools:
             options["tools"] = tools
         if tool_choice is not None:
@@ -311,6 +402,16 @@ class OpenAIChatModel(ChatModel):
             usage = completion.usage
             recorder.add_transcript(
                 self.agent,
-                {"messages": list(messages), "response": message, "trainable": False, "prompt_tokens": usage.prompt_tokens if usage else 0, "completion_tokens": usage.completion_tokens if usage else 0},
+                {
+                    "messages": list(messages),
+                    "response": message,
+                    "trainable": False,
+                    "prompt_tokens": usage.prompt_tokens if usage else 0,
+                    "completion_tokens": usage.completion_tokens if usage else 0,
+                },
             )
-        return ChatResponse(message=message, stop_reason="length" if choice.finish_reason == "length" else "stop", prompt_tokens=completion.usage.prompt_tokens if completion.usage else 0)
+        return ChatResponse(
+            message=message,
+            stop_reason="length" if choice.finish_reason == "length" else "stop",
+            prompt_tokens=completion.usage.prompt_tokens if completion.usage else 0,
+        )

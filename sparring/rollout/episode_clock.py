@@ -173,7 +173,9 @@ class EpisodeClock:
             with contextlib.suppress(RuntimeError):  # a coroutine that awaits in its `finally` cannot be closed cleanly
                 task.get_coro().close()
             task.cancel()
-            task.add_done_callback(_retrieve)  # its closed coroutine ends it with "cannot reuse already awaited coroutine"
+            task.add_done_callback(
+                _retrieve
+            )  # its closed coroutine ends it with "cannot reuse already awaited coroutine"
 
     @contextlib.contextmanager
     def current(self):

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
-from typing import Callable
 
 INTERRUPT_SIGNAL: int | None = getattr(signal, "SIGURG", None)
 """The signal the interrupter sends: one whose default action is to ignore it."""
@@ -48,7 +48,11 @@ class MainThreadInterrupter:
     @staticmethod
     def possible() -> bool:
         """Whether the current thread can install the handler: the main thread, on a platform with pthread_kill."""
-        return INTERRUPT_SIGNAL is not None and hasattr(signal, "pthread_kill") and threading.current_thread() is threading.main_thread()
+        return (
+            INTERRUPT_SIGNAL is not None
+            and hasattr(signal, "pthread_kill")
+            and threading.current_thread() is threading.main_thread()
+        )
 
     def install(self) -> bool:
         """Install the handler (from the main thread); False, and nothing installed, where that is not possible."""
@@ -56,7 +60,9 @@ class MainThreadInterrupter:
             return False
         with self._lock:
             previous = signal.signal(INTERRUPT_SIGNAL, self._handle)
-            self._previous = signal.SIG_DFL if previous is None else previous  # None: a handler set from C, not restorable
+            self._previous = (
+                signal.SIG_DFL if previous is None else previous
+            )  # None: a handler set from C, not restorable
             self._installed = True
         return True
 

@@ -128,7 +128,11 @@ class LoopWatchdog:
         seconds, culprit = self.shared_time.end_stall(now)
         if culprit is not None:
             culprit.charge_stall(seconds, stall.where)
-        log.info("the event loop was blocked for %.1fs%s; the other episodes were not charged for it", seconds, _culprit(stall))
+        log.info(
+            "the event loop was blocked for %.1fs%s; the other episodes were not charged for it",
+            seconds,
+            _culprit(stall),
+        )
 
     def _watch(self, stop: threading.Event) -> None:
         while not stop.wait(BEAT_S):
@@ -159,7 +163,10 @@ class LoopWatchdog:
                 else:
                     starved = seen = None
             if starved:
-                log.info("the event loop is %.1fs late, but no code holds it: its thread is ready and gets little CPU (an overloaded machine); no episode is blamed", late)
+                log.info(
+                    "the event loop is %.1fs late, but no code holds it: its thread is ready and gets little CPU (an overloaded machine); no episode is blamed",
+                    late,
+                )
             if seen:
                 log.warning(
                     "the event loop is blocked%s: every other episode waits. Await instead of blocking "
@@ -179,14 +186,25 @@ class LoopWatchdog:
 
         def decide(frame: FrameType | None) -> EpisodeInterrupted | None:
             # In the loop's thread, between two bytecodes. Still the same stall, task and blocking code, or no-op.
-            if self._beats != beats or clock_of(asyncio.current_task(self.loop)) is not clock or not _inside(frame, blocking):
+            if (
+                self._beats != beats
+                or clock_of(asyncio.current_task(self.loop)) is not clock
+                or not _inside(frame, blocking)
+            ):
                 return None
             clock.interrupted_at = where
-            return EpisodeInterrupted(f"the episode blocked the event loop at {where} past {clock.interrupt_after_s:g}s of its own time")
+            return EpisodeInterrupted(
+                f"the episode blocked the event loop at {where} past {clock.interrupt_after_s:g}s of its own time"
+            )
 
         if self._interrupter.interrupt(decide) and not stall.interrupting:
             stall.interrupting = True
-            log.warning("interrupting the episode of task %s: it blocks the event loop at %s past %gs of its own time (its timeout + grace)", clock.label, where, clock.interrupt_after_s)
+            log.warning(
+                "interrupting the episode of task %s: it blocks the event loop at %s past %gs of its own time (its timeout + grace)",
+                clock.label,
+                where,
+                clock.interrupt_after_s,
+            )
 
 
 def _culprit(stall: _Stall) -> str:

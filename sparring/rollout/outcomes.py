@@ -17,8 +17,9 @@ from __future__ import annotations
 import inspect
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .types import JudgeOutput, WorkflowOutput
 from .workflow import ModelRouter
@@ -64,35 +65,56 @@ class CheckedOutcome:
     """`WorkflowOutput.baseline_group`, checked to be a string or None."""
 
 
-async def checked_outcome(output: Any, task: dict, tuner: ModelRouter, judge: Callable | None, calls: Counter[str]) -> CheckedOutcome:
+async def checked_outcome(
+    output: Any, task: dict, tuner: ModelRouter, judge: Callable | None, calls: Counter[str]
+) -> CheckedOutcome:
     """Rewards, metrics and turn rewards of `output` for the agents with `calls` (trainable or scripted), checked."""
     if not isinstance(output, WorkflowOutput):
-        raise EpisodeFault("wrong_output_type", f"the workflow returned {type(output).__name__}; it must return WorkflowOutput(reward=..., metrics=...)")
+        raise EpisodeFault(
+            "wrong_output_type",
+            f"the workflow returned {type(output).__name__}; it must return WorkflowOutput(reward=..., metrics=...)",
+        )
     reward, metrics = output.reward, _metrics(output.metrics, "")
     if output.is_success is not None:
         metrics[SUCCESS_METRIC] = _success(output.is_success)
     if output.outcome is not None and output.outcome not in GAME_OUTCOMES:
         raise EpisodeFault("bad_outcome", f"outcome is {output.outcome!r}; it must be None or one of {GAME_OUTCOMES}")
     if output.baseline_group is not None and not isinstance(output.baseline_group, str):
-        raise EpisodeFault("bad_outcome", f"baseline_group is {output.baseline_group!r} ({type(output.baseline_group).__name__}); it must be None or a string")
+        raise EpisodeFault(
+            "bad_outcome",
+            f"baseline_group is {output.baseline_group!r} ({type(output.baseline_group).__name__}); it must be None or a string",
+        )
     if reward is None:
         if judge is None:
             raise EpisodeFault("bad_reward", "the workflow returned reward=None and no judge_func is configured")
         judged = judge(task, output.response, tuner.workflow_auxiliary_models())
         judged = await judged if inspect.isawaitable(judged) else judged
         if not isinstance(judged, JudgeOutput):
-            raise EpisodeFault("wrong_output_type", f"the judge returned {type(judged).__name__}; it must return JudgeOutput(reward=..., metrics=...)")
+            raise EpisodeFault(
+                "wrong_output_type",
+                f"the judge returned {type(judged).__name__}; it must return JudgeOutput(reward=..., metrics=...)",
+            )
         reward = judged.reward
         metrics.update(_metrics(judged.metrics, "judge/"))
     agents = sorted(calls)
     if isinstance(reward, dict):
         missing = [agent for agent in agents if agent not in reward]
         if missing:
-            raise EpisodeFault("bad_reward", f"the reward dict {sorted(reward, key=str)} has no entry for trainable agents {missing}")
+            raise EpisodeFault(
+                "bad_reward", f"the reward dict {sorted(reward, key=str)} has no entry for trainable agents {missing}"
+            )
         rewards = {agent: _reward(reward[agent], f"reward[{agent!r}]") for agent in agents}
-        return CheckedOutcome(rewards, metrics, _turn_rewards(output.turn_rewards, calls), baseline_group=output.baseline_group)
+        return CheckedOutcome(
+            rewards, metrics, _turn_rewards(output.turn_rewards, calls), baseline_group=output.baseline_group
+        )
     value = _reward(reward, "reward")
-    return CheckedOutcome({agent: value for agent in agents}, metrics, _turn_rewards(output.turn_rewards, calls), reward=value, baseline_group=output.baseline_group)
+    return CheckedOutcome(
+        {agent: value for agent in agents},
+        metrics,
+        _turn_rewards(output.turn_rewards, calls),
+        reward=value,
+        baseline_group=output.baseline_group,
+    )
 
 
 def _number(value: Any) -> float | None:
@@ -117,18 +139,26 @@ def _reward(value: Any, name: str) -> float:
 def _success(value: Any) -> float:
     number = _number(value)
     if number not in (0.0, 1.0):
-        raise EpisodeFault("bad_metric", f"is_success is {value!r} ({type(value).__name__}); it must be True, False or None")
+        raise EpisodeFault(
+            "bad_metric", f"is_success is {value!r} ({type(value).__name__}); it must be True, False or None"
+        )
     return number
 
 
 def _metrics(given: Any, prefix: str) -> dict[str, float]:
     if not isinstance(given, dict):
-        raise EpisodeFault("bad_metric", f"{prefix or 'workflow '}metrics is a {type(given).__name__}; it must be a dict of names to numbers")
+        raise EpisodeFault(
+            "bad_metric",
+            f"{prefix or 'workflow '}metrics is a {type(given).__name__}; it must be a dict of names to numbers",
+        )
     checked = {}
     for key, value in given.items():
         number = _number(value)
         if number is None or not math.isfinite(number):
-            raise EpisodeFault("bad_metric", f"metric {prefix}{key} is {value!r} ({type(value).__name__}); metrics must be finite numbers")
+            raise EpisodeFault(
+                "bad_metric",
+                f"metric {prefix}{key} is {value!r} ({type(value).__name__}); metrics must be finite numbers",
+            )
         checked[f"{prefix}{key}"] = number
     return checked
 
@@ -139,17 +169,28 @@ def _turn_rewards(given: Any, calls: Counter[str]) -> dict[str, list[float]]:
         return {}
     if not isinstance(given, dict):
         if len(calls) != 1:
-            raise EpisodeFault("bad_turn_rewards", f"turn_rewards is one list but {len(calls)} trainable agents made calls ({sorted(calls)}); give a list per agent name")
+            raise EpisodeFault(
+                "bad_turn_rewards",
+                f"turn_rewards is one list but {len(calls)} trainable agents made calls ({sorted(calls)}); give a list per agent name",
+            )
         given = {next(iter(calls)): given}
     checked = {}
     for agent, values in given.items():
         if agent not in calls:
-            raise EpisodeFault("bad_turn_rewards", f"turn_rewards names {agent!r}, which made no trainable call; agents with calls: {sorted(calls)}")
+            raise EpisodeFault(
+                "bad_turn_rewards",
+                f"turn_rewards names {agent!r}, which made no trainable call; agents with calls: {sorted(calls)}",
+            )
         if not isinstance(values, (list, tuple)) or len(values) != calls[agent]:
             count = len(values) if isinstance(values, (list, tuple)) else type(values).__name__
-            raise EpisodeFault("bad_turn_rewards", f"turn_rewards[{agent!r}] has {count} values but the agent made {calls[agent]} trainable calls")
+            raise EpisodeFault(
+                "bad_turn_rewards",
+                f"turn_rewards[{agent!r}] has {count} values but the agent made {calls[agent]} trainable calls",
+            )
         numbers = [_number(value) for value in values]
         if any(number is None or not math.isfinite(number) for number in numbers):
-            raise EpisodeFault("bad_turn_rewards", f"turn_rewards[{agent!r}] holds a value that is not a finite number: {values}")
+            raise EpisodeFault(
+                "bad_turn_rewards", f"turn_rewards[{agent!r}] holds a value that is not a finite number: {values}"
+            )
         checked[agent] = numbers
     return checked

@@ -35,7 +35,9 @@ def schema_of_response_format(response_format: Any) -> dict | None:
     if isinstance(response_format, type) and issubclass(response_format, BaseModel):
         return response_format.model_json_schema()
     if not isinstance(response_format, dict) or "type" not in response_format:
-        raise ValueError(f"response_format must be {{'type': 'text' | 'json_object' | 'json_schema', ...}} or a pydantic model class, got {response_format!r}")
+        raise ValueError(
+            f"response_format must be {{'type': 'text' | 'json_object' | 'json_schema', ...}} or a pydantic model class, got {response_format!r}"
+        )
     kind = response_format["type"]
     if kind == "text":
         return None

@@ -27,7 +27,8 @@ Ctrl-C is no exception in workflow code: the trainer takes SIGINT over (`sparrin
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .episode_clock import EpisodeClock, adopt_new_tasks
 from .loop_watchdog import watching
@@ -54,7 +55,9 @@ async def _contained(workflow: Awaitable[Any]) -> Any:
     try:
         return await workflow
     except (SystemExit, KeyboardInterrupt) as error:
-        raise WorkflowExit(f"the workflow raised {type(error).__name__}({', '.join(map(repr, error.args))}); a workflow cannot end the run") from None
+        raise WorkflowExit(
+            f"the workflow raised {type(error).__name__}({', '.join(map(repr, error.args))}); a workflow cannot end the run"
+        ) from None
 
 
 async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter, timeout_s: float) -> Any:
@@ -62,7 +65,11 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
     loop = asyncio.get_running_loop()
     adopt_new_tasks(loop)
     with watching(loop) as watchdog:
-        clock = EpisodeClock(str(task.get("task_id", task.get("id", "?"))), watchdog.shared_time, interrupt_after_s=timeout_s + CANCEL_GRACE_S)
+        clock = EpisodeClock(
+            str(task.get("task_id", task.get("id", "?"))),
+            watchdog.shared_time,
+            interrupt_after_s=timeout_s + CANCEL_GRACE_S,
+        )
         with clock.current():
             workflow = asyncio.ensure_future(_contained(episode_fn(task, tuner)))
         clock.adopt(workflow)
@@ -77,7 +84,9 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
                 if workflow.done():
                     if clock.own_time() <= timeout_s:
                         return _outcome(workflow)
-                    raise EpisodeTimeout(f"timed out after {timeout_s:g}s: it returned only {clock.own_time():.1f}s into its own time{_blocked(clock)}; its result is ignored")
+                    raise EpisodeTimeout(
+                        f"timed out after {timeout_s:g}s: it returned only {clock.own_time():.1f}s into its own time{_blocked(clock)}; its result is ignored"
+                    )
                 workflow.cancel()
                 await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
         except asyncio.CancelledError:  # the run itself was cancelled (Ctrl-C, SIGTERM): the episode goes with it
@@ -87,15 +96,21 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
             raise
     if clock.interrupted_at is not None:
         clock.abandon()  # whatever of it still runs: it is past its timeout + grace
-        raise EpisodeTimeout(f"timed out after {timeout_s:g}s: it blocked the event loop at {clock.interrupted_at} and was interrupted there {timeout_s + CANCEL_GRACE_S:g}s into its own time")
+        raise EpisodeTimeout(
+            f"timed out after {timeout_s:g}s: it blocked the event loop at {clock.interrupted_at} and was interrupted there {timeout_s + CANCEL_GRACE_S:g}s into its own time"
+        )
     blocked = _blocked(clock)
     if not workflow.done():
         clock.abandon()
-        raise EpisodeTimeout(f"timed out after {timeout_s:g}s{blocked}; it did not stop within {CANCEL_GRACE_S:g}s of its cancellation and was abandoned")
+        raise EpisodeTimeout(
+            f"timed out after {timeout_s:g}s{blocked}; it did not stop within {CANCEL_GRACE_S:g}s of its cancellation and was abandoned"
+        )
     if not workflow.cancelled() and workflow.exception() is not None:
         error = workflow.exception()
         raise EpisodeTimeout(f"timed out after {timeout_s:g}s{blocked}; then raised {type(error).__name__}: {error}")
-    raise EpisodeTimeout(f"timed out after {timeout_s:g}s{blocked}")  # a result returned after the cancellation is ignored
+    raise EpisodeTimeout(
+        f"timed out after {timeout_s:g}s{blocked}"
+    )  # a result returned after the cancellation is ignored
 
 
 def _blocked(clock: EpisodeClock) -> str:

@@ -24,8 +24,8 @@ import contextlib
 import contextvars
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .sampling_seeds import derived_seed
 from .types import ModelCall
@@ -35,7 +35,9 @@ class EpisodeClosedError(RuntimeError):
     """A model call finished after its episode had ended; it is not recorded."""
 
 
-_CURRENT: contextvars.ContextVar[EpisodeRecorder | None] = contextvars.ContextVar("sparring_episode_recorder", default=None)
+_CURRENT: contextvars.ContextVar[EpisodeRecorder | None] = contextvars.ContextVar(
+    "sparring_episode_recorder", default=None
+)
 
 
 @dataclass
@@ -91,7 +93,9 @@ class EpisodeRecorder:
         open_ones[:] = [c for c in open_ones if not _is_prefix(c.tokens, prompt_tokens)]
         open_ones.append(conversation)
 
-    def continuation(self, agent: str, model: str, messages: list[dict], tools_key: str) -> tuple[Conversation, list[dict]] | None:
+    def continuation(
+        self, agent: str, model: str, messages: list[dict], tools_key: str
+    ) -> tuple[Conversation, list[dict]] | None:
         """The longest open conversation that `messages` continue, and the messages that are new."""
         best = None
         with self._lock:

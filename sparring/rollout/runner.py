@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .outcomes import EpisodeFault, checked_outcome
 from .player import EpisodePlayer, play_in_process
@@ -108,13 +108,25 @@ def warn_failures(episodes: list[Episode]) -> None:
         plural = "s" * (len(tasks) > 1)
         log.warning(
             "%d of %d episodes failed (%s), task%s %s: %s%s",
-            len(failed), len(episodes), kind, plural, shown, failed[0].error, also,
+            len(failed),
+            len(episodes),
+            kind,
+            plural,
+            shown,
+            failed[0].error,
+            also,
         )
 
 
 async def run_episode(
-    episode_fn: EpisodeFn, task: dict, group: int, tuner: ModelRouter, settings: RunnerSettings, judge: Callable | None,
-    sampling_seed: int | None = None, warn: bool = True,
+    episode_fn: EpisodeFn,
+    task: dict,
+    group: int,
+    tuner: ModelRouter,
+    settings: RunnerSettings,
+    judge: Callable | None,
+    sampling_seed: int | None = None,
+    warn: bool = True,
 ) -> Episode:
     """One episode; a failed one is logged (unless `warn` is off: `run_episodes` collapses its episodes' failures)."""
     recorder = EpisodeRecorder(sampling_seed=sampling_seed)

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import inspect
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Union
+from typing import Any
 
 from .chat_model import ChatModel, ChatResponse, check_messages
 from .recorder import current_recorder
 
-ScriptedPolicy = Callable[[list[dict], random.Random], Union[str, dict, Awaitable[Union[str, dict]]]]
+ScriptedPolicy = Callable[[list[dict], random.Random], str | dict | Awaitable[str | dict]]
 """`policy(messages, rng) -> reply text` (or an assistant message dict, or an awaitable of either)."""
 
 
@@ -53,25 +54,45 @@ class ScriptedChatModel(ChatModel):
     """True in the trainable slot (its agents are rewarded); False for a scripted auxiliary model (an answerer), only transcribed."""
 
     @classmethod
-    def seeded(cls, policy: ScriptedPolicy, name: str = "scripted", seed: int = 0, baseline: bool = True) -> ScriptedChatModel:
+    def seeded(
+        cls, policy: ScriptedPolicy, name: str = "scripted", seed: int = 0, baseline: bool = True
+    ) -> ScriptedChatModel:
         """A scripted model whose generator starts from `seed`."""
         return cls(policy, name=name, rng=random.Random(seed), baseline=baseline)
 
-    async def __call__(self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, **sampling: Any) -> ChatResponse:
+    async def __call__(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        *,
+        tool_choice: str | dict | None = None,
+        **sampling: Any,
+    ) -> ChatResponse:
         check_messages(messages)
         recorder = current_recorder()
         seed = recorder.call_seed(self.agent) if recorder is not None else None
         rng = self.rng if seed is None else random.Random(seed)
-        reply = self.policy([dict(message) for message in messages], rng)  # copies: a policy cannot alter the workflow's history
+        reply = self.policy(
+            [dict(message) for message in messages], rng
+        )  # copies: a policy cannot alter the workflow's history
         reply = await reply if inspect.isawaitable(reply) else reply
         if isinstance(reply, str):
             message = {"role": "assistant", "content": reply}
         elif isinstance(reply, dict) and reply.get("role") == "assistant":
             message = dict(reply)
         else:
-            raise TypeError(f"scripted policy {self.name!r} returned {reply!r}; it must return the reply text or an assistant message dict")
+            raise TypeError(
+                f"scripted policy {self.name!r} returned {reply!r}; it must return the reply text or an assistant message dict"
+            )
         if recorder is not None:
-            entry = {"messages": list(messages), "response": message, "trainable": False, "scripted": self.name, "prompt_tokens": 0, "completion_tokens": 0}
+            entry = {
+                "messages": list(messages),
+                "response": message,
+                "trainable": False,
+                "scripted": self.name,
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+            }
             if self.baseline:
                 recorder.record_scripted_call(self.agent, self.role, entry)
             else:

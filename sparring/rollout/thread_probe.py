@@ -20,7 +20,6 @@ import threading
 import time
 from pathlib import Path
 
-
 STATE_LOOKS = 5
 """How often the thread's state is read before it counts as asleep in a call."""
 STATE_LOOK_GAP_S = 0.002
@@ -31,7 +30,9 @@ class ThreadProbe:
     """CPU time and run state of the thread that created it, read from any thread."""
 
     def __init__(self) -> None:
-        self._clock = time.pthread_getcpuclockid(threading.get_ident()) if hasattr(time, "pthread_getcpuclockid") else None
+        self._clock = (
+            time.pthread_getcpuclockid(threading.get_ident()) if hasattr(time, "pthread_getcpuclockid") else None
+        )
         self._stat = Path(f"/proc/self/task/{threading.get_native_id()}/stat")
 
     def cpu_time(self) -> float | None:

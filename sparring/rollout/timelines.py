@@ -58,7 +58,9 @@ def _log_importance_weight(call: ModelCall) -> float:
     return sum(call.logprobs) - sum(call.behaviour_logprobs) if call.behaviour_logprobs else 0.0
 
 
-def _extended_allowed(allowed: list[list[int]], length: int, new_prompt_length: int, call: ModelCall) -> list[list[int]]:
+def _extended_allowed(
+    allowed: list[list[int]], length: int, new_prompt_length: int, call: ModelCall
+) -> list[list[int]]:
     """A timeline's allowed sets (`length` tokens so far) after the call's new prompt tokens and its completion are
     appended; [] while none of its tokens was constrained."""
     if not allowed and not call.allowed_tokens:

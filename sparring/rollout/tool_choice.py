@@ -113,7 +113,9 @@ def _any_call_schema(tools: list[dict]) -> dict:
 
 
 def _forced_name(tool_choice: Any) -> str:
-    function = tool_choice.get("function") if isinstance(tool_choice, dict) and tool_choice.get("type") == "function" else None
+    function = (
+        tool_choice.get("function") if isinstance(tool_choice, dict) and tool_choice.get("type") == "function" else None
+    )
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str) or not name:
         raise ValueError(

@@ -148,5 +148,8 @@ class Episode:
         if self.error is not None:
             return self.error_kind or "exception", self.error
         if self.failed:
-            return REPORTED_ERROR_KIND, f"the workflow reported {REPORTED_ERROR_METRIC}={self.metrics[REPORTED_ERROR_METRIC]:g}"
+            return (
+                REPORTED_ERROR_KIND,
+                f"the workflow reported {REPORTED_ERROR_METRIC}={self.metrics[REPORTED_ERROR_METRIC]:g}",
+            )
         return None

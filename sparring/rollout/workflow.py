@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from pydantic.fields import FieldInfo
 
@@ -42,7 +43,9 @@ from .chat_model import ChatModel
 from .types import WorkflowOutput
 from .workflow_task import WorkflowTask
 
-FUNCTION_SIGNATURE = "async def workflow(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput"
+FUNCTION_SIGNATURE = (
+    "async def workflow(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput"
+)
 CLASS_SIGNATURE = "class MyWorkflow(Workflow): async def execute(self, workflow_task: WorkflowTask, tuner: TunerHandle) -> WorkflowOutput"
 
 
@@ -96,7 +99,13 @@ class ModelRouter:
     def is_trainable(self, target_tag: str) -> bool:
         return self.trainable_targets is None or target_tag in self.trainable_targets
 
-    def chat_model(self, agent_name: str, target_tag: str | None = None, debug_model: ChatModel | str | None = None, model: str | None = None) -> ChatModel:
+    def chat_model(
+        self,
+        agent_name: str,
+        target_tag: str | None = None,
+        debug_model: ChatModel | str | None = None,
+        model: str | None = None,
+    ) -> ChatModel:
         """The model for one agent: trainable if its tag is a trainable target, else `debug_model`.
 
         `model` picks one of several trainable models by key; `debug_model` may be a ChatModel or the name of
@@ -108,7 +117,9 @@ class ModelRouter:
                 raise KeyError(f"no trainable model {model!r}; trainable models are {sorted(self.policies)}")
             return (self.policies[model] if model else self.policy).as_agent(agent_name, tag)
         if debug_model is None:
-            raise ValueError(f"agent {agent_name!r} (tag {tag!r}) is not a trainable target {self.trainable_targets} and has no debug_model to run it")
+            raise ValueError(
+                f"agent {agent_name!r} (tag {tag!r}) is not a trainable target {self.trainable_targets} and has no debug_model to run it"
+            )
         frozen = self.auxiliary_models[debug_model] if isinstance(debug_model, str) else debug_model
         return frozen.as_agent(agent_name, tag)
 
@@ -126,7 +137,9 @@ def as_episode_fn(workflow: Callable | type | Workflow) -> EpisodeFn:
         instance = None
     if instance is not None:
         if instance.trainable_targets is not None and len(instance.trainable_targets) == 0:
-            raise WorkflowSignatureError(f"{type(instance).__name__}.trainable_targets is []: nothing would train; use None to train every agent")
+            raise WorkflowSignatureError(
+                f"{type(instance).__name__}.trainable_targets is []: nothing would train; use None to train every agent"
+            )
         if not inspect.iscoroutinefunction(instance.execute):
             raise WorkflowSignatureError(f"{type(instance).__name__}.execute must be async; expected {CLASS_SIGNATURE}")
 
@@ -136,13 +149,21 @@ def as_episode_fn(workflow: Callable | type | Workflow) -> EpisodeFn:
 
         return run_class
     if not callable(workflow) or not inspect.iscoroutinefunction(workflow):
-        what = f"{workflow.__qualname__}" if callable(workflow) and hasattr(workflow, "__qualname__") else f"a {type(workflow).__name__}"
-        raise WorkflowSignatureError(f"{what} is not an async function or Workflow subclass; expected {FUNCTION_SIGNATURE}")
+        what = (
+            f"{workflow.__qualname__}"
+            if callable(workflow) and hasattr(workflow, "__qualname__")
+            else f"a {type(workflow).__name__}"
+        )
+        raise WorkflowSignatureError(
+            f"{what} is not an async function or Workflow subclass; expected {FUNCTION_SIGNATURE}"
+        )
     parameters = inspect.signature(workflow).parameters
     positional = [p for p in parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     extra_required = [p.name for p in list(parameters.values())[3:] if p.default is p.empty and p.name != "logger"]
     if len(positional) < 3 or extra_required:
-        raise WorkflowSignatureError(f"{workflow.__name__}{inspect.signature(workflow)} does not match; expected {FUNCTION_SIGNATURE} (optionally with a `logger` parameter)")
+        raise WorkflowSignatureError(
+            f"{workflow.__name__}{inspect.signature(workflow)} does not match; expected {FUNCTION_SIGNATURE} (optionally with a `logger` parameter)"
+        )
     wants_logger = "logger" in parameters
 
     async def run_function(task: dict, tuner: ModelRouter):

@@ -51,7 +51,12 @@ log = logging.getLogger(__name__)
 
 SESSION_KEY_PREFIX = "sk-sparring-worker-"
 # Errors a model call raises in process, raised as the same type on the worker; any other arrives as RemoteModelError.
-_ERROR_TYPES = {"ValueError": ValueError, "TypeError": TypeError, "KeyError": KeyError, "EpisodeClosedError": EpisodeClosedError}
+_ERROR_TYPES = {
+    "ValueError": ValueError,
+    "TypeError": TypeError,
+    "KeyError": KeyError,
+    "EpisodeClosedError": EpisodeClosedError,
+}
 
 
 class RemoteModelError(RuntimeError):
@@ -87,7 +92,10 @@ class RemoteTunerSpec:
 
     def tuner(self, link: EpisodeLink) -> TunerHandle:
         """A tuner handle whose models call the trainer over `link`."""
-        models = {(spec.kind, spec.name): RemoteChatModel(link, spec.kind, spec.name, spec.agent, spec.role, spec.trainable) for spec in self.models}
+        models = {
+            (spec.kind, spec.name): RemoteChatModel(link, spec.kind, spec.name, spec.agent, spec.role, spec.trainable)
+            for spec in self.models
+        }
         policies = {name: model for (kind, name), model in models.items() if kind == "policy"}
         auxiliary = {name: model for (kind, name), model in models.items() if kind == "auxiliary"}
         return TunerHandle(policies=policies, auxiliary_models=auxiliary)
@@ -125,13 +133,17 @@ class ModelCallServer:
 
     def open(self, tuner: ModelRouter, recorder: EpisodeRecorder) -> tuple[EpisodeSession, RemoteTunerSpec]:
         """A session for one episode (closed with its recorder at the latest) and the spec its worker builds a tuner from."""
-        session = EpisodeSession(SESSION_KEY_PREFIX + secrets.token_urlsafe(32), tuner, recorder, asyncio.get_running_loop())
+        session = EpisodeSession(
+            SESSION_KEY_PREFIX + secrets.token_urlsafe(32), tuner, recorder, asyncio.get_running_loop()
+        )
         with self._lock:
             self.sessions[session.key] = session
         recorder.on_close(lambda: self.close(session))
         models = [("policy", name, model) for name, model in tuner.policies.items()]
         models += [("auxiliary", name, model) for name, model in tuner.auxiliary_models.items()]
-        specs = tuple(RemoteModelSpec(kind, name, model.agent, model.role, bool(model.trainable)) for kind, name, model in models)
+        specs = tuple(
+            RemoteModelSpec(kind, name, model.agent, model.role, bool(model.trainable)) for kind, name, model in models
+        )
         return session, RemoteTunerSpec(self.base_url, session.key, specs)
 
     def close(self, session: EpisodeSession) -> None:
@@ -164,7 +176,12 @@ class ModelCallServer:
             body = await _json_body(request)
             model = _routed_model(session.tuner, body.get("model") or {})
             call = model.generate(
-                body.get("messages"), body.get("tools"), tool_choice=body.get("tool_choice"), n=int(body.get("n", 1)), recorder=session.recorder, **(body.get("sampling") or {})
+                body.get("messages"),
+                body.get("tools"),
+                tool_choice=body.get("tool_choice"),
+                n=int(body.get("n", 1)),
+                recorder=session.recorder,
+                **(body.get("sampling") or {}),
             )
             # On the episode's own loop, as an in-process call runs: batched with the others, any sampler backend.
             replies = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, session.loop))
@@ -205,7 +222,13 @@ async def _json_body(request: Request) -> dict:
 
 
 def _reply_body(reply: ChatResponse) -> dict:
-    return {"message": reply.message, "tokens": reply.tokens, "logprobs": reply.logprobs, "stop_reason": reply.stop_reason, "prompt_tokens": reply.prompt_tokens}
+    return {
+        "message": reply.message,
+        "tokens": reply.tokens,
+        "logprobs": reply.logprobs,
+        "stop_reason": reply.stop_reason,
+        "prompt_tokens": reply.prompt_tokens,
+    }
 
 
 def _json_response(body: dict, status: int = 200) -> Response:
@@ -214,7 +237,13 @@ def _json_response(body: dict, status: int = 200) -> Response:
 
 
 def _error_response(error: Exception) -> Response:
-    status = 401 if isinstance(error, EpisodeClosedError) else 400 if isinstance(error, (ValueError, TypeError, KeyError)) else 500
+    status = (
+        401
+        if isinstance(error, EpisodeClosedError)
+        else 400
+        if isinstance(error, (ValueError, TypeError, KeyError))
+        else 500
+    )
     message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
     return _json_response({"error": {"type": type(error).__name__, "message": str(message)}}, status)
 
@@ -235,7 +264,11 @@ class EpisodeLink:
         # nothing costs ~70 ms an episode. trust_env=False: a proxy set for the outside world must not carry these.
         transport = httpx.AsyncHTTPTransport(verify=False, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers={"Authorization": f"Bearer {self.key}"}, timeout=httpx.Timeout(None, connect=30.0), transport=transport, trust_env=False
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {self.key}"},
+            timeout=httpx.Timeout(None, connect=30.0),
+            transport=transport,
+            trust_env=False,
         )
         return self
 
@@ -246,9 +279,21 @@ class EpisodeLink:
         """Tell the trainer the workflow starts now (its timeout counts from here)."""
         await self._post("/episodes/start", {"pid": os.getpid()})
 
-    async def generate(self, model: RemoteChatModel, messages, tools, tool_choice, n: int, sampling: dict) -> list[ChatResponse]:
+    async def generate(
+        self, model: RemoteChatModel, messages, tools, tool_choice, n: int, sampling: dict
+    ) -> list[ChatResponse]:
         named = {"kind": model.kind, "name": model.name, "agent": model.agent, "role": model.role}
-        body = await self._post("/episodes/generate", {"model": named, "messages": messages, "tools": tools, "tool_choice": tool_choice, "n": n, "sampling": sampling})
+        body = await self._post(
+            "/episodes/generate",
+            {
+                "model": named,
+                "messages": messages,
+                "tools": tools,
+                "tool_choice": tool_choice,
+                "n": n,
+                "sampling": sampling,
+            },
+        )
         return [ChatResponse(**reply) for reply in body["replies"]]
 
     async def _post(self, path: str, body: dict) -> dict:
@@ -280,11 +325,25 @@ class RemoteChatModel(ChatModel):
     trainable: bool = False
     """Whether the trainer trains on its calls."""
 
-    async def __call__(self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, **sampling: Any) -> ChatResponse:
+    async def __call__(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        *,
+        tool_choice: str | dict | None = None,
+        **sampling: Any,
+    ) -> ChatResponse:
         return (await self.generate(messages, tools, tool_choice=tool_choice, **sampling))[0]
 
     async def generate(
-        self, messages: list[dict], tools: list[dict] | None = None, *, tool_choice: str | dict | None = None, n: int = 1, recorder: EpisodeRecorder | None = None, **sampling: Any
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        *,
+        tool_choice: str | dict | None = None,
+        n: int = 1,
+        recorder: EpisodeRecorder | None = None,
+        **sampling: Any,
     ) -> list[ChatResponse]:
         """`n` replies; `recorder` is not used: the trainer records the call on the episode's own recorder."""
         return await self.link.generate(self, messages, tools, tool_choice, n, sampling)

@@ -45,10 +45,12 @@ try:
     import ray
     from ray import cloudpickle
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError("algorithm.runner 'ray' needs Ray, which is not installed: pip install 'sparring[ray]'") from error
+    raise ImportError(
+        "algorithm.runner 'ray' needs Ray, which is not installed: pip install 'sparring[ray]'"
+    ) from error
 
-from ..rollout.recorder import EpisodeRecorder, current_recorder, recording
 from ..rollout.player import play_in_process
+from ..rollout.recorder import EpisodeRecorder, current_recorder, recording
 from ..rollout.runner import RunnerError
 from ..rollout.workflow import EpisodeFn, ModelRouter
 from .episode_link import EpisodeLink, ModelCallServer, RemoteTunerSpec
@@ -105,11 +107,15 @@ class RayRunner:
 
     def __init__(self, address: str | None = None, num_cpus: float = 1.0) -> None:
         if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False)  # address None: a new local cluster (all of this machine's CPUs)
+            ray.init(
+                address=address, include_dashboard=False
+            )  # address None: a new local cluster (all of this machine's CPUs)
         nodes = [node for node in ray.nodes() if node.get("Alive")]
         largest = max((node.get("Resources", {}).get("CPU", 0.0) for node in nodes), default=0.0)
         if num_cpus > largest:
-            raise ValueError(f"algorithm.ray_num_cpus is {num_cpus:g} but the largest node of the Ray cluster has {largest:g} CPUs: no episode could ever be scheduled")
+            raise ValueError(
+                f"algorithm.ray_num_cpus is {num_cpus:g} but the largest node of the Ray cluster has {largest:g} CPUs: no episode could ever be scheduled"
+            )
         self.num_cpus = num_cpus
         self.server = ModelCallServer(host=self._reachable_host(address, nodes))
         self._task = ray.remote(max_retries=0)(_play_on_worker)
@@ -134,7 +140,9 @@ class RayRunner:
         """The runner's `EpisodePlayer`: run the workflow on a Ray worker, its calls recorded on this episode's recorder."""
         recorder = current_recorder()
         if recorder is None:
-            raise RunnerError("RayRunner.play runs inside an episode's recorder: pass it to the runner as RunnerSettings.play")
+            raise RunnerError(
+                "RayRunner.play runs inside an episode's recorder: pass it to the runner as RunnerSettings.play"
+            )
         workflow = self.workflow_ref(episode_fn)
         session, spec = self.server.open(tuner, recorder)
         ref = self._task.options(num_cpus=self.num_cpus).remote(workflow, task, spec, timeout_s)
@@ -155,7 +163,9 @@ class RayRunner:
         if outcome.timed_out:
             raise asyncio.TimeoutError
         if outcome.error is not None:
-            log.debug("episode of task %s raised on worker %d:\n%s", task.get("task_id"), outcome.pid, outcome.traceback)
+            log.debug(
+                "episode of task %s raised on worker %d:\n%s", task.get("task_id"), outcome.pid, outcome.traceback
+            )
             raise outcome.error
         return outcome.output
 

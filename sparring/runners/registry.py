@@ -15,7 +15,8 @@ answers. Ray is an optional extra: it is imported only when 'ray' is chosen.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from ..rollout.player import EpisodePlayer, play_in_process
 from ..rollout.workflow import EpisodeFn

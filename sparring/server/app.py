@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from collections.abc import Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -73,7 +73,13 @@ def create_app(
     service_client = ServiceClient(base_dir=base_dir, engine_config=engine_config or EngineConfig(device=device))
     tinker = TinkerService(model, service_client, FutureStore(), served_names=served_names, limits=limits)
     base_models = {name: model for name in tinker.served_names}
-    served = ServedModels(service=service_client, base_models=base_models, samplers=tinker.sampling_client, adapters=adapters, saved_adapter=tinker.saved_adapter)
+    served = ServedModels(
+        service=service_client,
+        base_models=base_models,
+        samplers=tinker.sampling_client,
+        adapters=adapters,
+        saved_adapter=tinker.saved_adapter,
+    )
     clock = DrainClock(limits.drain_s)
 
     @asynccontextmanager
@@ -94,7 +100,9 @@ def create_app(
     if tokenizer_cache is not None:
         aliases = [name for name in tinker.served_names if name != model]
         model_dir = Path(tinker.engine.loaded.model.name_or_path)
-        app.state.tokenizer_entries = write_tokenizer_entries(Path(tokenizer_cache), model_dir, tinker.served_names, aliases)
+        app.state.tokenizer_entries = write_tokenizer_entries(
+            Path(tokenizer_cache), model_dir, tinker.served_names, aliases
+        )
     _install_error_handlers(app)
     if api_key:
         _require_api_key(app, api_key)
@@ -179,7 +187,11 @@ def _require_api_key(app: FastAPI, api_key: str) -> None:
     async def check_api_key(request: Request, call_next):
         if request.url.path in OPEN_PATHS:
             return await call_next(request)
-        given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        given = (
+            request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        )
         if not given or not hmac.compare_digest(given.encode(), api_key.encode()):
-            return JSONResponse({"detail": "missing or wrong API key: send it as X-API-Key or Authorization: Bearer"}, status_code=401)
+            return JSONResponse(
+                {"detail": "missing or wrong API key: send it as X-API-Key or Authorization: Bearer"}, status_code=401
+            )
         return await call_next(request)

@@ -26,9 +26,9 @@ import json
 import logging
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,9 @@ def is_repo_id(name: str) -> bool:
     return bool(REPO_ID.match(name)) and ".." not in name and not Path(name).exists()
 
 
-def write_tokenizer_entries(cache_dir: Path, model_dir: Path, names: Sequence[str], aliases: Sequence[str]) -> list[TokenizerEntry]:
+def write_tokenizer_entries(
+    cache_dir: Path, model_dir: Path, names: Sequence[str], aliases: Sequence[str]
+) -> list[TokenizerEntry]:
     """One hub-cache entry per repo-id-like name in `names`, holding the tokenizer files of `model_dir`.
 
     Names in `aliases` (served names other than the model's own) get the chat markers when the tokenizer lacks them.
@@ -92,7 +94,9 @@ def write_tokenizer_entries(cache_dir: Path, model_dir: Path, names: Sequence[st
     return entries
 
 
-def _write_entry(cache_dir: Path, name: str, model_dir: Path, files: dict[str, bytes], markers: dict[str, int]) -> TokenizerEntry:
+def _write_entry(
+    cache_dir: Path, name: str, model_dir: Path, files: dict[str, bytes], markers: dict[str, int]
+) -> TokenizerEntry:
     folder = repo_folder(cache_dir, name)
     if folder.exists() and not (folder / MARKER).is_file():
         return TokenizerEntry(name, None, skipped=f"{folder} is a real Hugging Face cache entry; left alone")
@@ -135,12 +139,18 @@ def with_chat_markers(files: dict[str, bytes]) -> tuple[dict[str, bytes], dict[s
         return files, {}
     template = files.get("chat_template.jinja", b"").decode() + str(config.get("chat_template", ""))
     roles = {str(config.get(key)) for key in ("bos_token", "eos_token", "pad_token", "unk_token")}
-    spare = [token for token in added if token.get("special") and token["content"] not in roles and token["content"] not in template]
+    spare = [
+        token
+        for token in added
+        if token.get("special") and token["content"] not in roles and token["content"] not in template
+    ]
     if len(spare) < len(missing):
-        logger.warning("the tokenizer has no %s and too few unused special tokens to give them; served as is", " ".join(missing))
+        logger.warning(
+            "the tokenizer has no %s and too few unused special tokens to give them; served as is", " ".join(missing)
+        )
         return files, {}
     markers = {}
-    for marker, token in zip(missing, sorted(spare, key=lambda token: token["id"])[-len(missing):]):
+    for marker, token in zip(missing, sorted(spare, key=lambda token: token["id"])[-len(missing) :]):
         old = token["content"]
         markers[marker] = token["id"]
         token["content"] = marker

@@ -83,11 +83,16 @@ class ServerLimits(BaseModel):
 
     def check_tokens(self, field: str, tokens: int, what: str) -> None:
         if tokens > self.max_request_tokens:
-            raise LimitExceeded(field, f"{what} come to {tokens} tokens; this server accepts at most {self.max_request_tokens} per request (serve --max-request-tokens)")
+            raise LimitExceeded(
+                field,
+                f"{what} come to {tokens} tokens; this server accepts at most {self.max_request_tokens} per request (serve --max-request-tokens)",
+            )
 
     def check_num_samples(self, field: str, count: int) -> None:
         if count > self.max_num_samples:
-            raise LimitExceeded(field, f"{count} is above this server's limit of {self.max_num_samples} samples per request")
+            raise LimitExceeded(
+                field, f"{count} is above this server's limit of {self.max_num_samples} samples per request"
+            )
 
 
 def inflation_limit(route_limit: int, compressed_bytes: int) -> int:
@@ -101,4 +106,7 @@ def check_sampling_room(field: str, prompt_tokens: int, max_tokens: int | None, 
     if max_tokens is not None and max_tokens > context:
         raise LimitExceeded(field, f"{max_tokens} is above the model's context length of {context} tokens")
     if prompt_tokens + (max_tokens or 1) > context:
-        raise LimitExceeded(field, f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens or 1}) exceed the model's context length of {context} tokens")
+        raise LimitExceeded(
+            field,
+            f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens or 1}) exceed the model's context length of {context} tokens",
+        )

@@ -48,5 +48,11 @@ ERROR_STATUSES = {
 
 def declared_errors(*statuses: int) -> dict:
     """`responses` declaring these error statuses, each a JSON body with a message."""
-    message = {"type": "object", "description": "`detail` (Tinker routes) or `error.message` (OpenAI routes) says what went wrong"}
-    return {status: {"description": ERROR_STATUSES[status], "content": {"application/json": {"schema": message}}} for status in statuses}
+    message = {
+        "type": "object",
+        "description": "`detail` (Tinker routes) or `error.message` (OpenAI routes) says what went wrong",
+    }
+    return {
+        status: {"description": ERROR_STATUSES[status], "content": {"application/json": {"schema": message}}}
+        for status in statuses
+    }

@@ -33,4 +33,6 @@ def provided(request: Request, key: str) -> Any:
     try:
         return getattr(request.state, key)
     except AttributeError:
-        raise RuntimeError(f"{request.url.path}: no {key!r} on this request; mount the route with dependencies=[Depends(Provide({key!r}, ...))]") from None
+        raise RuntimeError(
+            f"{request.url.path}: no {key!r} on this request; mount the route with dependencies=[Depends(Provide({key!r}, ...))]"
+        ) from None

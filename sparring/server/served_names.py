@@ -39,7 +39,9 @@ def parse_served_base(entries: list[str]) -> ServedBase:
         if not name.strip() or not source.strip():
             raise ValueError(f"--model takes SOURCE or NAME=SOURCE, got {entry!r}")
         if len(name) > MAX_NAME_CHARS or any(char.isspace() or not char.isprintable() for char in name):
-            raise ValueError(f"--model {entry!r}: a served name has at most {MAX_NAME_CHARS} printable characters and no spaces")
+            raise ValueError(
+                f"--model {entry!r}: a served name has at most {MAX_NAME_CHARS} printable characters and no spaces"
+            )
         pairs.append((name, source))
     names = [name for name, _ in pairs]
     repeated = sorted({name for name in names if names.count(name) > 1})

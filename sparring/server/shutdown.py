@@ -54,7 +54,11 @@ def uvicorn_config(app, host: str, port: int, drain_s: float, timeouts: ReadTime
     import uvicorn
 
     return uvicorn.Config(
-        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=max(drain_s, 0.1),
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=max(drain_s, 0.1),
         http=read_timeout_protocol(timeouts),
     )
 
@@ -73,7 +77,9 @@ def serve_until_stopped(app, host: str, port: int, clock: DrainClock, timeouts: 
             if not self.should_exit:
                 clock.begin()
                 logger.warning("stopping: in-flight requests get %.0f s to finish", clock.drain_s)
-                watchdog = threading.Timer(clock.drain_s + HARD_EXIT_GRACE_S, _exit_now, (clock.drain_s + HARD_EXIT_GRACE_S,))
+                watchdog = threading.Timer(
+                    clock.drain_s + HARD_EXIT_GRACE_S, _exit_now, (clock.drain_s + HARD_EXIT_GRACE_S,)
+                )
                 watchdog.daemon = True
                 watchdog.start()
             super().handle_exit(sig, frame)
@@ -82,5 +88,9 @@ def serve_until_stopped(app, host: str, port: int, clock: DrainClock, timeouts: 
 
 
 def _exit_now(after_s: float) -> None:
-    print(f"sparring serve: still busy {after_s:.0f} s after being told to stop; exiting without waiting", file=sys.stderr, flush=True)
+    print(
+        f"sparring serve: still busy {after_s:.0f} s after being told to stop; exiting without waiting",
+        file=sys.stderr,
+        flush=True,
+    )
     os._exit(1)

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from .checkpoint_integrity import CheckpointError, NonFiniteWeightsError
     from .config import AlgorithmConfig, LoggingConfig, TuneConfig, TunerModelConfig
     from .config_file import apply_overrides, dump_config, load_config_file
-    from .dataset_config import DatasetConfig
     from .dataset import TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
+    from .dataset_config import DatasetConfig
     from .dataset_layout import DatasetError
     from .failure_streak import EpisodesFailingError
     from .imports import import_object

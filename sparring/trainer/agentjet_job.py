@@ -88,7 +88,9 @@ def agentjet_fields(fields: dict[str, Any], arguments: dict[str, Any]) -> str | 
     run_dir = _run_dir(arguments.get("experiment_dir"), arguments.get("experiment_name"))
     if run_dir is not None:
         if fields.get("run_dir") is not None and fields["run_dir"] != run_dir:
-            raise ConfigError(f"experiment_dir / experiment_name ({run_dir}) contradict run_dir={fields['run_dir']!r}; give one of them")
+            raise ConfigError(
+                f"experiment_dir / experiment_name ({run_dir}) contradict run_dir={fields['run_dir']!r}; give one of them"
+            )
         fields["run_dir"] = run_dir
     if not ignored:
         return None

@@ -15,9 +15,9 @@ the choice was made on, and two candidates meet the same games.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..integrations import TunerHandle
 from ..logging import MetricsLogger, TrainingProgress
@@ -66,7 +66,9 @@ class BestAdapter:
     """Model key -> path of its `best` sampler weights."""
 
     @classmethod
-    def open(cls, run: ResolvedRun, run_dir: Path, meter: PrefillMeter, logger: MetricsLogger, progress: TrainingProgress) -> BestAdapter | None:
+    def open(
+        cls, run: ResolvedRun, run_dir: Path, meter: PrefillMeter, logger: MetricsLogger, progress: TrainingProgress
+    ) -> BestAdapter | None:
         """The run's choice, with what an earlier process of it recorded; None when the config has no `validation:`."""
         if run.config.validation is None:
             return None
@@ -99,11 +101,24 @@ class BestAdapter:
         run, metric = self.run, self.config.metric
         seed = run.config.algorithm.seed
         run.models.reseed(seed, 0)
-        validation = evaluate_policy(run.episode_fn, run.validation_tasks, make_tuner, run.settings, run.judge, f"validation {steps}", "model", steps, seed, self.progress)
+        validation = evaluate_policy(
+            run.episode_fn,
+            run.validation_tasks,
+            make_tuner,
+            run.settings,
+            run.judge,
+            f"validation {steps}",
+            "model",
+            steps,
+            seed,
+            self.progress,
+        )
         column, prefill = await self.meter.apart(validation)
         self.logger.log(steps, {**column.flat("validation/"), **prefill.metrics("validation/engine/")})
         if metric not in column.estimates:
-            raise ConfigError(f"validation.metric: {metric!r} is not a metric of the validation games; they have {sorted(column.estimates)}")
+            raise ConfigError(
+                f"validation.metric: {metric!r} is not a metric of the validation games; they have {sorted(column.estimates)}"
+            )
         found = column.estimates[metric]
         self.validations.append(Validation(steps, found.mean, found.low, found.high))
         if self.chosen is self.validations[-1]:

@@ -66,8 +66,10 @@ def check_optimizer_state(state_dir: Path, shapes: dict[str, tuple[int, ...]]) -
     try:
         params = [index for group in optimizer["param_groups"] for index in group["params"]]
         moments = Counter(
-            tuple(value.shape) for entry in optimizer["state"].values()
-            for name, value in entry.items() if name in ("exp_avg", "exp_avg_sq")
+            tuple(value.shape)
+            for entry in optimizer["state"].values()
+            for name, value in entry.items()
+            if name in ("exp_avg", "exp_avg_sq")
         )
     except (KeyError, TypeError, AttributeError) as error:
         raise CheckpointError(f"{optimizer_file}: not an optimizer state ({type(error).__name__}: {error})") from None

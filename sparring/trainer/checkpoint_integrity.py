@@ -59,7 +59,9 @@ def write_manifest(directory: Path, run_dir: Path, sources: list[Path]) -> Path:
 
 def write_atomically(path: Path, text: str) -> None:
     """Write `text` to `path` so a reader sees the old file or the whole new one, never a part."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # the pipeline saves from a thread
+    temporary = path.with_name(
+        f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    )  # the pipeline saves from a thread
     temporary.write_text(text)
     os.replace(temporary, path)
 
@@ -72,14 +74,18 @@ def verify_manifest(directory: Path, run_dir: Path) -> bool:
     try:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError, TypeError) as error:
-        raise CheckpointError(f"checkpoint {directory}: {manifest} is damaged ({error}); resume from an older checkpoint by pointing checkpoints/latest.json at it") from None
+        raise CheckpointError(
+            f"checkpoint {directory}: {manifest} is damaged ({error}); resume from an older checkpoint by pointing checkpoints/latest.json at it"
+        ) from None
     for name, expected in files.items():
         path = Path(name) if os.path.isabs(name) else run_dir / name
         if not path.is_file():
             raise CheckpointError(f"checkpoint {directory}: {path} is missing")
         size = path.stat().st_size
         if size != expected["size"]:
-            raise CheckpointError(f"checkpoint {directory}: {path} has {size} bytes, {expected['size']} were saved (truncated or overwritten)")
+            raise CheckpointError(
+                f"checkpoint {directory}: {path} has {size} bytes, {expected['size']} were saved (truncated or overwritten)"
+            )
         if _sha256(path) != expected["sha256"]:
             raise CheckpointError(f"checkpoint {directory}: {path} changed since it was saved (sha256 differs)")
     return True
@@ -92,7 +98,9 @@ def check_training_state(path: Path, step: int) -> None:
     state = _read_json(state_file)
     steps = state.get("optimizer_steps")
     if not isinstance(steps, int) or not 0 <= steps <= step:  # fewer when a step gave a model nothing to train on
-        raise CheckpointError(f"{state_file}: saved after {steps!r} optimizer steps, more than the checkpoint's {step} steps allow")
+        raise CheckpointError(
+            f"{state_file}: saved after {steps!r} optimizer steps, more than the checkpoint's {step} steps allow"
+        )
     if not isinstance(_read_json(config_file).get("r"), int):
         raise CheckpointError(f"{config_file}: no LoRA rank 'r' in it")
     for weights in sorted((path / "adapter").glob("*.safetensors")):
@@ -107,7 +115,14 @@ def check_training_state(path: Path, step: int) -> None:
     except Exception as error:  # noqa: BLE001
         raise CheckpointError(f"{optimizer_file}: unreadable ({type(error).__name__}: {error})") from None
     if optimizer is not None:
-        _refuse_non_finite(optimizer_file, ((f"state {index} {name}", value) for index, entry in optimizer["state"].items() for name, value in entry.items()))
+        _refuse_non_finite(
+            optimizer_file,
+            (
+                (f"state {index} {name}", value)
+                for index, entry in optimizer["state"].items()
+                for name, value in entry.items()
+            ),
+        )
 
 
 async def check_finite_weights(clients: dict, step: int) -> None:
@@ -118,7 +133,9 @@ async def check_finite_weights(clients: dict, step: int) -> None:
         if engine is None:
             continue
         parameters = engine.bank.parameters
-        finite = await asyncio.wrap_future(engine.call(lambda adapter=client.adapter: all(bool(torch.isfinite(p).all()) for p in parameters(adapter))))
+        finite = await asyncio.wrap_future(
+            engine.call(lambda adapter=client.adapter: all(bool(torch.isfinite(p).all()) for p in parameters(adapter)))
+        )
         if not finite:
             raise NonFiniteWeightsError(
                 f"step {step}: the optimizer step left NaN or infinite weights in model {key!r}; they were not saved (the latest checkpoint is "

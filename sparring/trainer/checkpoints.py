@@ -48,9 +48,9 @@ import os
 import random
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -62,7 +62,16 @@ from .checkpoint_contents import (
     check_data_position,
     check_optimizer_state,
 )
-from .checkpoint_integrity import MANIFEST, CheckpointError, CheckpointSaveError, check_training_state, one_line, verify_manifest, write_atomically, write_manifest
+from .checkpoint_integrity import (
+    MANIFEST,
+    CheckpointError,
+    CheckpointSaveError,
+    check_training_state,
+    one_line,
+    verify_manifest,
+    write_atomically,
+    write_manifest,
+)
 from .dataset import TaskStream
 
 log = logging.getLogger(__name__)
@@ -87,7 +96,11 @@ class ResumePoint:
     def now(cls, stream: TaskStream, models) -> ResumePoint:
         """The point as things stand: the data position, the RNGs and snapshots of this moment."""
         rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-        snapshots = {name: {"path": snapshot.path, "step": snapshot.step} for name, snapshot in models.snapshots.items() if snapshot.path}
+        snapshots = {
+            name: {"path": snapshot.path, "step": snapshot.step}
+            for name, snapshot in models.snapshots.items()
+            if snapshot.path
+        }
         league = models.league.state_dict() if models.league is not None else {}
         return cls(data=stream.state_dict(), rng=rng, snapshots=snapshots, league=league)
 
@@ -103,9 +116,19 @@ def save_checkpoint(run_dir: Path, step: int, models, point: ResumePoint, metric
         write_atomically(run_dir / "checkpoints" / "latest.json", json.dumps({"path": str(directory)}))
     except (OSError, RuntimeError) as error:  # a full disk, a read-only folder, a service that failed to save
         where = getattr(error, "filename", None) or directory
-        saved = f"the checkpoint of step {int(before.name.removeprefix('step_'))} ({before}) is intact" if before else "no checkpoint was saved before it"
-        reason = f"{error.strerror} (errno {error.errno})" if isinstance(error, OSError) and error.strerror else f"{type(error).__name__}: {one_line(error)}"
-        raise CheckpointSaveError(f"could not write the checkpoint of step {step} at {where}: {reason}; {saved}") from error
+        saved = (
+            f"the checkpoint of step {int(before.name.removeprefix('step_'))} ({before}) is intact"
+            if before
+            else "no checkpoint was saved before it"
+        )
+        reason = (
+            f"{error.strerror} (errno {error.errno})"
+            if isinstance(error, OSError) and error.strerror
+            else f"{type(error).__name__}: {one_line(error)}"
+        )
+        raise CheckpointSaveError(
+            f"could not write the checkpoint of step {step} at {where}: {reason}; {saved}"
+        ) from error
     return directory
 
 
@@ -120,7 +143,13 @@ def _write_checkpoint(
     torch.save(point.rng, temporary)
     os.replace(temporary, directory / "rng.pt")
     backends = {key: _backend(client) for key, client in models.clients.items()}
-    state = {"step": step, "models": model_paths, "backends": backends, "data": point.data, "snapshots": point.snapshots}
+    state = {
+        "step": step,
+        "models": model_paths,
+        "backends": backends,
+        "data": point.data,
+        "snapshots": point.snapshots,
+    }
     if point.league:
         state["league"] = point.league
     if metrics is not None:
@@ -141,7 +170,9 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     try:
         return Path(json.loads(pointer.read_text())["path"])
     except (ValueError, KeyError, TypeError) as error:
-        raise CheckpointError(f"{pointer} is damaged ({type(error).__name__}: {error}); write {{\"path\": \"<a checkpoints/step_N folder>\"}} into it") from None
+        raise CheckpointError(
+            f'{pointer} is damaged ({type(error).__name__}: {error}); write {{"path": "<a checkpoints/step_N folder>"}} into it'
+        ) from None
 
 
 def final_adapters(run_dir: Path) -> dict[str, Path]:
@@ -153,10 +184,14 @@ def final_adapters(run_dir: Path) -> dict[str, Path]:
     found = {}
     for key, path in state["models"].items():
         if state.get("backends", {}).get(key) == "tinker":
-            raise ValueError(f"model {key!r} of {run_dir} was trained on a Tinker-protocol service; its weights live there ({path})")
+            raise ValueError(
+                f"model {key!r} of {run_dir} was trained on a Tinker-protocol service; its weights live there ({path})"
+            )
         final = Path(path).parent.parent / "sampler_weights" / "final"
         if not (final / "adapter_config.json").exists():
-            raise FileNotFoundError(f"model {key!r} of {run_dir} has no final adapter at {final} (was the run stopped before its end?)")
+            raise FileNotFoundError(
+                f"model {key!r} of {run_dir} has no final adapter at {final} (was the run stopped before its end?)"
+            )
         found[key] = final
     return found
 
@@ -167,10 +202,14 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int
     state = verify_checkpoint(directory, lambda key: _model_shapes(models.clients.get(key)))
     unknown = set(state["models"]) ^ set(models.clients)
     if unknown:
-        raise CheckpointError(f"checkpoint {directory} holds models {sorted(state['models'])}, the config trains {sorted(models.clients)}")
+        raise CheckpointError(
+            f"checkpoint {directory} holds models {sorted(state['models'])}, the config trains {sorted(models.clients)}"
+        )
     for key, backend in state.get("backends", {}).items():
         if backend != _backend(models.clients[key]):
-            raise CheckpointError(f"checkpoint {directory} saved model {key!r} on backend {backend!r}; the config now puts it on {_backend(models.clients[key])!r}")
+            raise CheckpointError(
+                f"checkpoint {directory} saved model {key!r} on backend {backend!r}; the config now puts it on {_backend(models.clients[key])!r}"
+            )
     for future in [models.clients[key].load_state(path) for key, path in state["models"].items()]:
         future.result()
     for name, snapshot in state.get("snapshots", {}).items():
@@ -198,7 +237,11 @@ def verify_checkpoint(directory: Path, model_shapes: Callable[[str], dict | None
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint {directory} is missing")
     if not verify_manifest(directory, run_dir):
-        log.warning("checkpoint %s has no %s (written before checkpoints listed their files): its files are not verified, only read", directory, MANIFEST)
+        log.warning(
+            "checkpoint %s has no %s (written before checkpoints listed their files): its files are not verified, only read",
+            directory,
+            MANIFEST,
+        )
     state_file = directory / "trainer_state.json"
     try:
         state = json.loads(state_file.read_text())
@@ -256,7 +299,9 @@ def prune_oldest(run_dir: Path, keep: int) -> list[Path]:
 
     The one `latest.json` points at is always kept; a checkpoint still being written (no manifest yet) is not touched."""
     latest = latest_checkpoint(run_dir)
-    complete = [directory for directory in sorted((run_dir / "checkpoints").glob("step_*")) if (directory / MANIFEST).exists()]
+    complete = [
+        directory for directory in sorted((run_dir / "checkpoints").glob("step_*")) if (directory / MANIFEST).exists()
+    ]
     pruned = []
     for directory in [directory for directory in complete[: max(len(complete) - keep, 0)] if directory != latest]:
         try:
@@ -286,7 +331,11 @@ def _pointed_at(run_dir: Path) -> Path | None:
 def clean_interrupted_saves(run_dir: Path) -> list[Path]:
     """Remove the temporary files and folders (names starting with '.') that saves killed halfway left under the run's
     checkpoints; returns them."""
-    found = [path for path in (run_dir / "checkpoints").glob("**/.*") if path.name.startswith(".")] if (run_dir / "checkpoints").is_dir() else []
+    found = (
+        [path for path in (run_dir / "checkpoints").glob("**/.*") if path.name.startswith(".")]
+        if (run_dir / "checkpoints").is_dir()
+        else []
+    )
     for path in found:
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)

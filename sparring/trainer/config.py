@@ -38,21 +38,36 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from .config_limits import (
-    MAX_STEPS, MAX_TASKS, MAX_SEED, MAX_CONTEXT_TOKENS, MAX_NEW_TOKENS, MAX_TEMPERATURE,
-    MAX_VOCABULARY, MAX_LORA_RANK, MAX_LEARNING_RATE, MAX_GROUP_SIZE, MAX_BATCH_SIZE, MAX_EPISODES_PER_STEP,
-    MAX_COEFFICIENT, MAX_GRAD_CLIP_NORM, MAX_CONCURRENCY, MAX_EPISODE_TIMEOUT_S, MAX_ABS_REWARD, MAX_RAY_CPUS,
-    MAX_STALENESS,
-)
-from .imports import import_object, import_policy, is_import_path
-from .dataset_config import DatasetConfig
 from .collapse_response_config import CollapseResponseConfig
+from .config_limits import (
+    MAX_ABS_REWARD,
+    MAX_BATCH_SIZE,
+    MAX_COEFFICIENT,
+    MAX_CONCURRENCY,
+    MAX_CONTEXT_TOKENS,
+    MAX_EPISODE_TIMEOUT_S,
+    MAX_EPISODES_PER_STEP,
+    MAX_GRAD_CLIP_NORM,
+    MAX_GROUP_SIZE,
+    MAX_LEARNING_RATE,
+    MAX_LORA_RANK,
+    MAX_NEW_TOKENS,
+    MAX_RAY_CPUS,
+    MAX_SEED,
+    MAX_STALENESS,
+    MAX_STEPS,
+    MAX_TASKS,
+    MAX_TEMPERATURE,
+    MAX_VOCABULARY,
+)
+from .dataset_config import DatasetConfig
 from .entropy_target_config import EntropyTargetConfig
+from .imports import import_object, import_policy, is_import_path
 from .league_config import LeagueConfig
+from .schema import ConfigRecord
 from .step_hooks import import_step_hook
 from .validation_config import ValidationConfig
 from .warm_start_config import WarmStartConfig
-from .schema import ConfigRecord
 
 if TYPE_CHECKING:
     from ..types import AdamParams
@@ -136,7 +151,9 @@ class TunerModelConfig(ConfigRecord):
     def _room_for_the_prompt(cls, value: int, info: ValidationInfo) -> int:
         context = info.data.get("max_model_len")
         if context is not None and value >= context:
-            raise ValueError(f"{value} new tokens leave no room for the prompt in max_model_len {context}; use fewer than {context}")
+            raise ValueError(
+                f"{value} new tokens leave no room for the prompt in max_model_len {context}; use fewer than {context}"
+            )
         return value
 
     @model_validator(mode="after")
@@ -144,11 +161,17 @@ class TunerModelConfig(ConfigRecord):
         if self.backend != "tinker":
             return self
         if not (self.base_url or os.environ.get("TINKER_BASE_URL")):
-            raise ValueError("base_url: backend 'tinker' needs the service's URL; set base_url or the TINKER_BASE_URL environment variable")
+            raise ValueError(
+                "base_url: backend 'tinker' needs the service's URL; set base_url or the TINKER_BASE_URL environment variable"
+            )
         if self.device != "cpu" or self.dtype is not None:
-            raise ValueError("device/dtype: with backend 'tinker' the service picks the device and dtype; leave them unset")
+            raise ValueError(
+                "device/dtype: with backend 'tinker' the service picks the device and dtype; leave them unset"
+            )
         if self.adapter_path is not None and not self.adapter_path.startswith("tinker://"):
-            raise ValueError(f"adapter_path: backend 'tinker' starts from weights saved on the service (a tinker:// path), got {self.adapter_path!r}")
+            raise ValueError(
+                f"adapter_path: backend 'tinker' starts from weights saved on the service (a tinker:// path), got {self.adapter_path!r}"
+            )
         return self
 
     @property
@@ -166,7 +189,12 @@ class TunerModelConfig(ConfigRecord):
 
     def sampling_params(self) -> dict[str, Any]:
         """The sampling settings, as keyword arguments for `sparring.types.SamplingParams`."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "max_tokens": self.max_tokens}
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_tokens": self.max_tokens,
+        }
 
 
 class AlgorithmConfig(ConfigRecord):
@@ -270,7 +298,9 @@ class AlgorithmConfig(ConfigRecord):
     def _episodes_per_step(cls, value: int, info: ValidationInfo) -> int:
         group_size = info.data.get("group_size", 1)  # absent when group_size itself failed validation
         if group_size * value > MAX_EPISODES_PER_STEP:
-            raise ValueError(f"group_size {group_size} x batch_size {value} = {group_size * value} episodes per step, more than {MAX_EPISODES_PER_STEP}; lower one of them")
+            raise ValueError(
+                f"group_size {group_size} x batch_size {value} = {group_size * value} episodes per step, more than {MAX_EPISODES_PER_STEP}; lower one of them"
+            )
         return value
 
     @field_validator("algorithm_type")
@@ -282,7 +312,9 @@ class AlgorithmConfig(ConfigRecord):
 
         if value not in ADVANTAGE_ESTIMATORS:
             if not is_import_path(value):
-                raise ValueError(f"unknown advantage estimator {value!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)} or give the import path 'package.module:function' of one")
+                raise ValueError(
+                    f"unknown advantage estimator {value!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)} or give the import path 'package.module:function' of one"
+                )
             register_estimator(value, import_object(value))
         return value
 
@@ -298,7 +330,9 @@ class AlgorithmConfig(ConfigRecord):
         choices = advantage_weighted_losses()
         if value not in choices:
             carry = "its datums carry target_tokens, logprobs and advantages, and train where the advantage is not 0"
-            raise ValueError(f"loss_fn {value!r} is not a loss the RL loop trains with ({carry}); choose one of {choices} or give the import path 'package.module:function' of one")
+            raise ValueError(
+                f"loss_fn {value!r} is not a loss the RL loop trains with ({carry}); choose one of {choices} or give the import path 'package.module:function' of one"
+            )
         return value
 
     @field_validator("loss_fn_config")
@@ -312,11 +346,15 @@ class AlgorithmConfig(ConfigRecord):
 
     @field_validator("entropy_target")
     @classmethod
-    def _one_entropy_coefficient(cls, value: EntropyTargetConfig | None, info: ValidationInfo) -> EntropyTargetConfig | None:
+    def _one_entropy_coefficient(
+        cls, value: EntropyTargetConfig | None, info: ValidationInfo
+    ) -> EntropyTargetConfig | None:
         if value is None:
             return value
         if "entropy_coef" in info.data.get("loss_fn_config", {}):
-            raise ValueError("entropy_target steers the entropy bonus's coefficient; remove loss_fn_config.entropy_coef (the first coefficient is entropy_target.initial_coef)")
+            raise ValueError(
+                "entropy_target steers the entropy bonus's coefficient; remove loss_fn_config.entropy_coef (the first coefficient is entropy_target.initial_coef)"
+            )
         if "loss_fn" in info.data and not _STRUCTURE_ONLY.get():
             from ..engine.losses import check_loss_config
 
@@ -406,7 +444,9 @@ class TuneConfig(ConfigRecord):
     def _importable_baselines(self) -> TuneConfig:
         for name, path in self.baselines.items():
             if not _MODEL_NAME_PATTERN.match(name) or name in ("untrained", "trained"):
-                raise ValueError(f"baselines.{name}: a baseline name may use letters, digits, '_', '-' and '.' only, and is not 'untrained' or 'trained' (the model's columns)")
+                raise ValueError(
+                    f"baselines.{name}: a baseline name may use letters, digits, '_', '-' and '.' only, and is not 'untrained' or 'trained' (the model's columns)"
+                )
             if _STRUCTURE_ONLY.get():
                 continue
             import_policy(f"baselines.{name}", path)
@@ -417,7 +457,9 @@ class TuneConfig(ConfigRecord):
     @model_validator(mode="after")
     def _consistent_parts(self) -> TuneConfig:
         if self.eval_dataset is not None and self.train_dataset is not None and self.train_dataset.eval_fraction > 0:
-            raise ValueError("train_dataset.eval_fraction: an eval_dataset is given, so no training tasks are held out; set it to 0")
+            raise ValueError(
+                "train_dataset.eval_fraction: an eval_dataset is given, so no training tasks are held out; set it to 0"
+            )
         if self.models is not None:
             if not self.models:
                 raise ValueError("models: give at least one model, or leave `models` out and use `model`")
@@ -444,7 +486,9 @@ class TuneConfig(ConfigRecord):
         if self.warm_start is not None:
             self.warm_start.model_key(list(self.trainable_models()))
         if self.validation is not None and self.algorithm.max_staleness:
-            raise ValueError("validation: rollouts that run ahead of training (algorithm.max_staleness > 0) are not supported with it; set it to 0")
+            raise ValueError(
+                "validation: rollouts that run ahead of training (algorithm.max_staleness > 0) are not supported with it; set it to 0"
+            )
         remote = [name for name, config in self.trainable_models().items() if config.backend == "tinker"]
         if remote and is_import_path(self.algorithm.loss_fn):
             raise ValueError(
@@ -457,17 +501,27 @@ class TuneConfig(ConfigRecord):
     def _check_league(self, league: LeagueConfig) -> None:
         trainable = self.trainable_models()
         if league.learner is None and len(trainable) > 1:
-            raise ValueError(f"league.learner: several models train ({sorted(trainable)}); name the one whose snapshots join the pool")
+            raise ValueError(
+                f"league.learner: several models train ({sorted(trainable)}); name the one whose snapshots join the pool"
+            )
         if league.learner is not None and league.learner not in trainable:
-            raise ValueError(f"league.learner: no trainable model {league.learner!r}; trainable models are {sorted(trainable)}")
+            raise ValueError(
+                f"league.learner: no trainable model {league.learner!r}; trainable models are {sorted(trainable)}"
+            )
         for name in league.models:
             if name not in self.auxiliary_models:
-                raise ValueError(f"league.models: {name!r} is not in auxiliary_models ({sorted(self.auxiliary_models)})")
+                raise ValueError(
+                    f"league.models: {name!r} is not in auxiliary_models ({sorted(self.auxiliary_models)})"
+                )
         shared = sorted(set(league.scripted) & set(self.auxiliary_models))
         if shared:
-            raise ValueError(f"league.scripted: {shared} are also auxiliary models; a scripted opponent needs a name of its own")
+            raise ValueError(
+                f"league.scripted: {shared} are also auxiliary models; a scripted opponent needs a name of its own"
+            )
         if self.algorithm.max_staleness:
-            raise ValueError("league: rollouts that run ahead of training (algorithm.max_staleness > 0) are not supported with a league; set it to 0")
+            raise ValueError(
+                "league: rollouts that run ahead of training (algorithm.max_staleness > 0) are not supported with a league; set it to 0"
+            )
         if self.algorithm.runner != "local":
             raise ValueError("league: its opponents are served in this process; use algorithm.runner 'local'")
 
@@ -493,19 +547,29 @@ def _resolve_snapshot(path: str, config: TunerModelConfig, trainable: dict[str, 
     """`config` with the fields it does not set taken from the trainable model it snapshots (unchanged if it is no snapshot)."""
     if config.snapshot_of is None:
         if config.snapshot_interval_steps:
-            raise ValueError(f"{path}.snapshot_interval_steps: only a snapshot (snapshot_of: <trainable model>) is refreshed")
+            raise ValueError(
+                f"{path}.snapshot_interval_steps: only a snapshot (snapshot_of: <trainable model>) is refreshed"
+            )
         return config
     source = trainable.get(config.snapshot_of)
     if source is None:
-        raise ValueError(f"{path}.snapshot_of: no trainable model {config.snapshot_of!r}; trainable models are {sorted(trainable)}")
+        raise ValueError(
+            f"{path}.snapshot_of: no trainable model {config.snapshot_of!r}; trainable models are {sorted(trainable)}"
+        )
     for field_name in ("base_url", "adapter_path"):
         if getattr(config, field_name) is not None:
-            raise ValueError(f"{path}.{field_name}: a snapshot copies the weights of {config.snapshot_of!r}; remove {field_name}")
+            raise ValueError(
+                f"{path}.{field_name}: a snapshot copies the weights of {config.snapshot_of!r}; remove {field_name}"
+            )
     for field_name in _SNAPSHOT_SHARED:
         if field_name in config.model_fields_set and getattr(config, field_name) != getattr(source, field_name):
             raise ValueError(
                 f"{path}.{field_name}: a snapshot shares the base weights of {config.snapshot_of!r}, "
                 f"whose {field_name} is {getattr(source, field_name)!r} (got {getattr(config, field_name)!r})"
             )
-    taken = {name: getattr(source, name) for name in (*_SNAPSHOT_SHARED, *_SNAPSHOT_INHERITED) if name not in config.model_fields_set}
+    taken = {
+        name: getattr(source, name)
+        for name in (*_SNAPSHOT_SHARED, *_SNAPSHOT_INHERITED)
+        if name not in config.model_fields_set
+    }
     return config.model_copy(update={**taken, "trainable": False})

@@ -13,15 +13,16 @@ from __future__ import annotations
 import copy
 import os
 import re
+from collections.abc import Hashable, Sequence
 from pathlib import Path
-from collections.abc import Hashable
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
 from .config import TuneConfig, check_structure
 from .schema import ConfigError, child_annotation, short_repr
+
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, but a mapping that names a key twice is an error (PyYAML silently keeps the last)."""
@@ -32,7 +33,9 @@ def _mapping_without_repeats(loader: _UniqueKeyLoader, node: yaml.MappingNode, d
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if isinstance(key, Hashable) and key in first_line:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first given on line {first_line[key]})", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first given on line {first_line[key]})", key_node.start_mark
+            )
         if isinstance(key, Hashable):
             first_line[key] = key_node.start_mark.line + 1
     return loader.construct_mapping(node, deep=deep)
@@ -51,7 +54,9 @@ def _parse_override_value(text: str) -> Any:
     return value
 
 
-def apply_overrides(config_dict: dict[str, Any], overrides: Sequence[str], root: type[BaseModel] = TuneConfig) -> dict[str, Any]:
+def apply_overrides(
+    config_dict: dict[str, Any], overrides: Sequence[str], root: type[BaseModel] = TuneConfig
+) -> dict[str, Any]:
     """Apply ``dotted.path=value`` overrides to a copy of a config dict, checking each path against `root`.
 
     Values are parsed as YAML (numbers, booleans, lists, ``null``). Missing
@@ -81,7 +86,9 @@ def apply_overrides(config_dict: dict[str, Any], overrides: Sequence[str], root:
     return result
 
 
-def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = (), dataset_root: str | os.PathLike[str] | None = None) -> TuneConfig:
+def load_config_file(
+    path: str | os.PathLike[str], overrides: Sequence[str] = (), dataset_root: str | os.PathLike[str] | None = None
+) -> TuneConfig:
     """Read a job YAML file, apply ``--set`` style overrides and validate it; errors name the file.
 
     `dataset_root` is the folder the file's own relative dataset paths are read from (a packaged game's
@@ -95,7 +102,9 @@ def load_config_file(path: str | os.PathLike[str], overrides: Sequence[str] = ()
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
     except UnicodeDecodeError as err:
-        raise ConfigError(f"cannot read config file {path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        raise ConfigError(
+            f"cannot read config file {path}: not UTF-8 text ({err.reason} at byte {err.start})"
+        ) from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
@@ -127,7 +136,14 @@ def _blamed(problems: Sequence[str], overrides: Sequence[str]) -> str | None:
     blamed = []
     for problem in problems:
         location = problem.partition(":")[0]
-        culprit = next((key for key in keys if location == key or location.startswith(key + ".") or key.startswith(location + ".")), None)
+        culprit = next(
+            (
+                key
+                for key in keys
+                if location == key or location.startswith(key + ".") or key.startswith(location + ".")
+            ),
+            None,
+        )
         if culprit is None:
             return None
         blamed.append(next(override for override in overrides if override.partition("=")[0].strip() == culprit))

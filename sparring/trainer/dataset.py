@@ -27,8 +27,9 @@ import json
 import math
 import random
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from .config import DatasetConfig
 from .dataset_layout import SUPPORTED_SUFFIXES, DatasetError, split_files
@@ -54,7 +55,9 @@ def load_tasks(config: DatasetConfig) -> list[dict[str, Any]]:
     return prepare_tasks(rows, config.workflow_args, origin)
 
 
-def prepare_tasks(rows: Sequence[dict[str, Any]], workflow_args: dict[str, Any], origin: str = "tasks") -> list[dict[str, Any]]:
+def prepare_tasks(
+    rows: Sequence[dict[str, Any]], workflow_args: dict[str, Any], origin: str = "tasks"
+) -> list[dict[str, Any]]:
     """Copies of `rows`, each with ``task_id`` (its index, unless it has one) and merged ``workflow_args``.
 
     ``task["workflow_args"] = {**workflow_args, **task["workflow_args"]}``:
@@ -65,7 +68,9 @@ def prepare_tasks(rows: Sequence[dict[str, Any]], workflow_args: dict[str, Any],
         task = dict(row)
         task_args = task.get("workflow_args") or {}
         if not isinstance(task_args, dict):
-            raise DatasetError(f"{origin}: task {index}: workflow_args must be an object, got {type(task_args).__name__}")
+            raise DatasetError(
+                f"{origin}: task {index}: workflow_args must be an object, got {type(task_args).__name__}"
+            )
         task["workflow_args"] = {**workflow_args, **task_args}
         if task.get("task_id") is None:
             task["task_id"] = str(index)
@@ -73,7 +78,9 @@ def prepare_tasks(rows: Sequence[dict[str, Any]], workflow_args: dict[str, Any],
     return tasks
 
 
-def split_eval(tasks: Sequence[dict[str, Any]], fraction: float, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_eval(
+    tasks: Sequence[dict[str, Any]], fraction: float, seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Hold out `fraction` of the tasks (at least one, chosen with `seed`); both parts keep their order."""
     if not 0.0 <= fraction < 1.0:
         raise ValueError(f"eval fraction must be in [0, 1), got {fraction}")
@@ -88,7 +95,9 @@ def split_eval(tasks: Sequence[dict[str, Any]], fraction: float, seed: int) -> t
     return train, evaluation
 
 
-def load_train_and_eval_tasks(train: DatasetConfig, evaluation: DatasetConfig | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def load_train_and_eval_tasks(
+    train: DatasetConfig, evaluation: DatasetConfig | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Training and eval tasks: the eval dataset when given, else `train.eval_fraction` held out.
 
     Errors name the config field first (``train_dataset.path: data/train.jsonl:3: invalid JSON ...``).
@@ -132,7 +141,9 @@ class TaskStream:
         if not tasks:
             raise DatasetError("a task stream needs at least one task")
         if batch_size < 1 or total_epochs < 1 or (total_steps is not None and total_steps < 1):
-            raise ValueError(f"batch_size, total_epochs and total_steps must be >= 1, got {batch_size}, {total_epochs}, {total_steps}")
+            raise ValueError(
+                f"batch_size, total_epochs and total_steps must be >= 1, got {batch_size}, {total_epochs}, {total_steps}"
+            )
         self._tasks = list(tasks)
         self.batch_size = batch_size
         self.total_epochs = total_epochs
@@ -145,7 +156,9 @@ class TaskStream:
         self._order = self._epoch_order(0)
 
     @classmethod
-    def from_config(cls, config: DatasetConfig, batch_size: int, tasks: Sequence[dict[str, Any]] | None = None) -> TaskStream:
+    def from_config(
+        cls, config: DatasetConfig, batch_size: int, tasks: Sequence[dict[str, Any]] | None = None
+    ) -> TaskStream:
         """A stream over `tasks` (default: `load_tasks(config)`) with the config's epochs, steps and shuffling."""
         return cls(
             load_tasks(config) if tasks is None else tasks,
@@ -223,8 +236,14 @@ class TaskStream:
 def _read_path(path: Path, config: DatasetConfig) -> list[dict[str, Any]]:
     if not path.exists():
         looks_like_hub_name = re.fullmatch(r"[\w.-]+/[\w.-]+", str(path)) and path.suffix not in SUPPORTED_SUFFIXES
-        hub = " (if that is a Hugging Face hub name: nothing is downloaded at run time; download the dataset to a folder and give the folder)" if looks_like_hub_name else ""
-        raise DatasetError(f"dataset path {path} does not exist; give a {'/'.join(SUPPORTED_SUFFIXES)} file or a directory of them{hub}")
+        hub = (
+            " (if that is a Hugging Face hub name: nothing is downloaded at run time; download the dataset to a folder and give the folder)"
+            if looks_like_hub_name
+            else ""
+        )
+        raise DatasetError(
+            f"dataset path {path} does not exist; give a {'/'.join(SUPPORTED_SUFFIXES)} file or a directory of them{hub}"
+        )
     if not path.is_dir():
         if config.name is not None:
             raise DatasetError(f"{path}: `name` selects a subdirectory of a dataset directory, but the path is a file")
@@ -236,10 +255,18 @@ def _read_path(path: Path, config: DatasetConfig) -> list[dict[str, Any]]:
 
 
 def _read_file(path: Path, split: str) -> list[dict[str, Any]]:
-    readers = {".jsonl": _read_jsonl, ".json": lambda file: _read_json(file, split), ".csv": _read_csv, ".parquet": _read_parquet, ".arrow": _read_arrow}
+    readers = {
+        ".jsonl": _read_jsonl,
+        ".json": lambda file: _read_json(file, split),
+        ".csv": _read_csv,
+        ".parquet": _read_parquet,
+        ".arrow": _read_arrow,
+    }
     reader = readers.get(path.suffix.lower())
     if reader is None:
-        raise DatasetError(f"{path}: unsupported dataset format {path.suffix!r}; use one of {', '.join(SUPPORTED_SUFFIXES)}")
+        raise DatasetError(
+            f"{path}: unsupported dataset format {path.suffix!r}; use one of {', '.join(SUPPORTED_SUFFIXES)}"
+        )
     try:
         return reader(path)
     except OSError as err:
@@ -265,7 +292,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise DatasetError(f"{path}:{line_number}: invalid JSON ({err.msg} at column {err.colno}); each line must be one JSON object") from None
+                raise DatasetError(
+                    f"{path}:{line_number}: invalid JSON ({err.msg} at column {err.colno}); each line must be one JSON object"
+                ) from None
             rows.append(_require_object(row, f"{path}:{line_number}"))
     return rows
 
@@ -280,7 +309,9 @@ def _read_json(path: Path, split: str) -> list[dict[str, Any]]:
     if isinstance(data, dict):
         key = next((key for key in (split, "data") if isinstance(data.get(key), list)), None)
         if key is None:
-            raise DatasetError(f"{path}: expected a list of tasks, or an object with a {split!r} or 'data' list; found keys {sorted(data)}")
+            raise DatasetError(
+                f"{path}: expected a list of tasks, or an object with a {split!r} or 'data' list; found keys {sorted(data)}"
+            )
         data = data[key]
     if not isinstance(data, list):
         raise DatasetError(f"{path}: expected a list of tasks, got {type(data).__name__}")
@@ -293,9 +324,13 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
         reader = csv.DictReader(file)
         for row in reader:
             if None in row:
-                raise DatasetError(f"{path}:{reader.line_num}: more values than the {len(reader.fieldnames or [])} header columns")
+                raise DatasetError(
+                    f"{path}:{reader.line_num}: more values than the {len(reader.fieldnames or [])} header columns"
+                )
             if any(value is None for value in row.values()):
-                raise DatasetError(f"{path}:{reader.line_num}: fewer values than the {len(reader.fieldnames or [])} header columns")
+                raise DatasetError(
+                    f"{path}:{reader.line_num}: fewer values than the {len(reader.fieldnames or [])} header columns"
+                )
             rows.append(dict(row))
     return rows
 

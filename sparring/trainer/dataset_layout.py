@@ -43,7 +43,9 @@ SPLIT_KEYWORDS = {
     "test": ("test", "testing", "eval", "evaluation"),
 }
 """Split name -> the words that mark a file or folder as that split (the keywords `datasets` uses)."""
-NOT_DATA_FILES = frozenset({"config.json", "dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json"})
+NOT_DATA_FILES = frozenset(
+    {"config.json", "dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json"}
+)
 """Metadata files of dataset folders: never read as tasks."""
 MAX_SEARCH_DEPTH = 2
 MAX_SEARCH_ENTRIES = 10_000
@@ -66,7 +68,9 @@ def split_files(directory: Path, split: str, name: str | None) -> list[Path]:
     saved = _saved_dataset_files(directory, split)
     if saved is not None:
         if name is not None:
-            raise DatasetError(f"{directory}: a folder saved by `datasets.save_to_disk` has no configs; drop `name` ({name!r})")
+            raise DatasetError(
+                f"{directory}: a folder saved by `datasets.save_to_disk` has no configs; drop `name` ({name!r})"
+            )
         return saved
     config = _card_config(directory, name)
     if config is not None:
@@ -119,7 +123,9 @@ def _card_config(directory: Path, name: str | None) -> dict[str, Any] | None:
         defaults = [config for config in configs if config.get("default")] or (configs if len(configs) == 1 else [])
         defaults = defaults or [config for config, config_name in zip(configs, names) if config_name == "default"]
         if not defaults:
-            raise DatasetError(f"{directory}: the dataset card lists configs {names} and none is the default; pick one with `name`")
+            raise DatasetError(
+                f"{directory}: the dataset card lists configs {names} and none is the default; pick one with `name`"
+            )
         return defaults[0]
     if name not in names:
         raise DatasetError(f"{directory}: no config {name!r} in the dataset card; its configs: {names}")
@@ -131,20 +137,37 @@ def _config_files(directory: Path, config: dict[str, Any], split: str) -> list[P
     data_files = config.get("data_files")
     if data_files is None:
         return _inferred_files(directory / str(config.get("data_dir", ".")), split)
-    if isinstance(data_files, str) or (isinstance(data_files, list) and all(isinstance(entry, str) for entry in data_files)):
+    if isinstance(data_files, str) or (
+        isinstance(data_files, list) and all(isinstance(entry, str) for entry in data_files)
+    ):
         patterns_by_split = {"train": data_files}
     elif isinstance(data_files, dict):
         patterns_by_split = data_files
     else:
-        patterns_by_split = {str(entry.get("split", "train")): entry.get("path", []) for entry in data_files if isinstance(entry, dict)}
-    patterns_by_split = {key: [value] if isinstance(value, str) else list(value) for key, value in patterns_by_split.items()}
+        patterns_by_split = {
+            str(entry.get("split", "train")): entry.get("path", []) for entry in data_files if isinstance(entry, dict)
+        }
+    patterns_by_split = {
+        key: [value] if isinstance(value, str) else list(value) for key, value in patterns_by_split.items()
+    }
     matching = [key for key in patterns_by_split if canonical_split(key) == canonical_split(split)]
     if not matching:
-        raise DatasetError(f"{directory}: no split {split!r} in config {config.get('config_name', 'default')!r} of the dataset card; splits found: {list(patterns_by_split)}")
+        raise DatasetError(
+            f"{directory}: no split {split!r} in config {config.get('config_name', 'default')!r} of the dataset card; splits found: {list(patterns_by_split)}"
+        )
     base = directory / str(config.get("data_dir", "."))
-    files = sorted({Path(found) for pattern in patterns_by_split[matching[0]] for found in glob.glob(str(base / pattern), recursive=True) if os.path.isfile(found)})
+    files = sorted(
+        {
+            Path(found)
+            for pattern in patterns_by_split[matching[0]]
+            for found in glob.glob(str(base / pattern), recursive=True)
+            if os.path.isfile(found)
+        }
+    )
     if not files:
-        raise DatasetError(f"{directory}: the dataset card's files for split {split!r} ({patterns_by_split[matching[0]]}) match nothing")
+        raise DatasetError(
+            f"{directory}: the dataset card's files for split {split!r} ({patterns_by_split[matching[0]]}) match nothing"
+        )
     return files
 
 
@@ -152,19 +175,25 @@ def _inferred_files(directory: Path, split: str) -> list[Path]:
     """The files whose paths name `split` (see the module docstring); every file when none names a split."""
     files = _data_files(directory)
     if not files:
-        raise DatasetError(f"{directory}: no {'/'.join(SUPPORTED_SUFFIXES)} files in this directory (searched {MAX_SEARCH_DEPTH} folders deep)")
+        raise DatasetError(
+            f"{directory}: no {'/'.join(SUPPORTED_SUFFIXES)} files in this directory (searched {MAX_SEARCH_DEPTH} folders deep)"
+        )
     splits = {file: _split_of(file.relative_to(directory)) for file in files}
     if all(found is None for found in splits.values()):
         if canonical_split(split) == "train":
             return files
-        raise DatasetError(f"{directory}: no split {split!r}: no file or folder name marks a split, so every file is the 'train' split")
+        raise DatasetError(
+            f"{directory}: no split {split!r}: no file or folder name marks a split, so every file is the 'train' split"
+        )
     wanted = canonical_split(split)
     matching = [file for file, found in splits.items() if found == wanted]
     if not matching:
         others = [file.relative_to(directory).as_posix() for file, found in splits.items() if found is not None]
         shown = others if len(others) <= 5 else [*others[:5], f"... {len(others) - 5} more"]
         found_splits = sorted({found for found in splits.values() if found is not None}, key=_split_order)
-        raise DatasetError(f"{directory}: no file for split {split!r}; files of other splits: {shown}; splits found: {found_splits}")
+        raise DatasetError(
+            f"{directory}: no file for split {split!r}; files of other splits: {shown}; splits found: {found_splits}"
+        )
     return matching
 
 
@@ -205,7 +234,9 @@ def _data_files(directory: Path) -> list[Path]:
                 for entry in listing:
                     entries += 1
                     if entries > MAX_SEARCH_ENTRIES:
-                        raise DatasetError(f"{directory}: more than {MAX_SEARCH_ENTRIES} files and folders, so not a dataset directory; give the dataset's own folder or file")
+                        raise DatasetError(
+                            f"{directory}: more than {MAX_SEARCH_ENTRIES} files and folders, so not a dataset directory; give the dataset's own folder or file"
+                        )
                     if entry.name.startswith(".") or entry.name in NOT_DATA_FILES:
                         continue
                     if entry.is_dir():

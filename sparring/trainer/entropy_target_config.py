@@ -38,12 +38,16 @@ class EntropyTargetConfig(ConfigRecord):
     @model_validator(mode="after")
     def _ordered_bounds(self) -> EntropyTargetConfig:
         if not self.min_coef <= self.initial_coef <= self.max_coef:
-            raise ValueError(f"entropy_target: needs min_coef <= initial_coef <= max_coef, got {self.min_coef:g}, {self.initial_coef:g}, {self.max_coef:g}")
+            raise ValueError(
+                f"entropy_target: needs min_coef <= initial_coef <= max_coef, got {self.min_coef:g}, {self.initial_coef:g}, {self.max_coef:g}"
+            )
         return self
 
     def steering(self, previous_metrics: list[dict]) -> EntropySteering:
         """The steering of a run whose earlier steps logged `previous_metrics` (none for a new run)."""
-        from ..algorithms import EntropySteering  # here: reading a config must not import torch (sparring.algorithms does)
+        from ..algorithms import (
+            EntropySteering,  # here: reading a config must not import torch (sparring.algorithms does)
+        )
 
         logged = [record[COEF_METRIC] for record in previous_metrics if COEF_METRIC in record]
         coef = logged[-1] if logged else self.initial_coef

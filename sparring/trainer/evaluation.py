@@ -22,9 +22,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from ..algorithms import METHODS_NOTE, Estimate, estimate, separation
 from ..integrations import TunerHandle
@@ -54,12 +55,24 @@ class PolicyEvaluation:
         """Scalars for the metrics log: `<prefix><metric>` (the mean), `.../ci_low`, `.../ci_high`, and `<prefix>episodes`."""
         values = {}
         for name, found in self.estimates.items():
-            values.update({f"{prefix}{name}": found.mean, f"{prefix}{name}/ci_low": found.low, f"{prefix}{name}/ci_high": found.high})
+            values.update(
+                {
+                    f"{prefix}{name}": found.mean,
+                    f"{prefix}{name}/ci_low": found.low,
+                    f"{prefix}{name}/ci_high": found.high,
+                }
+            )
         values[f"{prefix}episodes"] = float(self.episodes)
         return values
 
     def to_json(self) -> dict:
-        return {"label": self.label, "kind": self.kind, "step": self.step, "episodes": self.episodes, "metrics": {name: e.to_json() for name, e in self.estimates.items()}}
+        return {
+            "label": self.label,
+            "kind": self.kind,
+            "step": self.step,
+            "episodes": self.episodes,
+            "metrics": {name: e.to_json() for name, e in self.estimates.items()},
+        }
 
 
 @dataclass
@@ -151,7 +164,9 @@ async def evaluate_policy(
     evaluated from one seed meets the same draws on the same task); counted on `progress` as they finish."""
     counter = progress.episodes(f"eval {label}", len(tasks), final_line=True) if progress is not None else None
     settings = dataclasses.replace(settings, group_size=1)
-    episodes = await run_episodes(episode_fn, tasks, make_tuner, settings, judge, on_episode=None if counter is None else counter.add, seed=seed)
+    episodes = await run_episodes(
+        episode_fn, tasks, make_tuner, settings, judge, on_episode=None if counter is None else counter.add, seed=seed
+    )
     return PolicyEvaluation(label, kind, step, estimates_of(episodes), len(episodes))
 
 
@@ -163,7 +178,28 @@ def baseline_tuner(models: TrainingModels, name: str, policy: Callable) -> Calla
 
 
 async def evaluate_baselines(
-    episode_fn: EpisodeFn, tasks: list[dict], models: TrainingModels, settings: RunnerSettings, judge, baselines: dict[str, Callable], seed: int, progress: ConsoleProgress | None = None
+    episode_fn: EpisodeFn,
+    tasks: list[dict],
+    models: TrainingModels,
+    settings: RunnerSettings,
+    judge,
+    baselines: dict[str, Callable],
+    seed: int,
+    progress: ConsoleProgress | None = None,
 ) -> list[PolicyEvaluation]:
     """Each baseline on the same tasks as the model, one after the other."""
-    return [await evaluate_policy(episode_fn, tasks, baseline_tuner(models, name, policy), settings, judge, name, "baseline", None, seed, progress) for name, policy in baselines.items()]
+    return [
+        await evaluate_policy(
+            episode_fn,
+            tasks,
+            baseline_tuner(models, name, policy),
+            settings,
+            judge,
+            name,
+            "baseline",
+            None,
+            seed,
+            progress,
+        )
+        for name, policy in baselines.items()
+    ]

@@ -11,8 +11,8 @@ business (`step_sequence.py`); a stop signal cancels one from the caller.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..integrations import TunerHandle
 from ..logging import MetricsLogger, TrainingProgress
@@ -48,14 +48,39 @@ class HeldOut:
     async def evaluate(self, at_step: int, label: str, make_tuner: Callable[[], TunerHandle]) -> None:
         """Play the held-out tasks with `make_tuner`'s weights and log them; the baselines beside the first evaluation."""
         run, algorithm = self.run, self.run.config.algorithm
-        column, prefill = await self.meter.apart(evaluate_policy(run.episode_fn, self.tasks, make_tuner, run.settings, run.judge, label, "model", at_step, algorithm.seed, self.progress))
+        column, prefill = await self.meter.apart(
+            evaluate_policy(
+                run.episode_fn,
+                self.tasks,
+                make_tuner,
+                run.settings,
+                run.judge,
+                label,
+                "model",
+                at_step,
+                algorithm.seed,
+                self.progress,
+            )
+        )
         self.columns.append(column)
         self.evaluations.append({"step": at_step, **column.flat("eval/"), **prefill.metrics("eval/engine/")})
         self.logger.log(at_step, self.evaluations[-1])
         if run.baselines and not any(column.kind == "baseline" for column in self.columns):
-            evaluated = await evaluate_baselines(run.episode_fn, self.tasks, run.models, run.settings, run.judge, run.baselines, algorithm.seed, self.progress)
+            evaluated = await evaluate_baselines(
+                run.episode_fn,
+                self.tasks,
+                run.models,
+                run.settings,
+                run.judge,
+                run.baselines,
+                algorithm.seed,
+                self.progress,
+            )
             self.columns.extend(evaluated)
-            self.logger.log(at_step, {key: value for column in evaluated for key, value in column.flat(f"baseline/{column.label}/").items()})
+            self.logger.log(
+                at_step,
+                {key: value for column in evaluated for key, value in column.flat(f"baseline/{column.label}/").items()},
+            )
 
     def comparison(self) -> Comparison | None:
         """The evaluations as a table: model columns in step order, then the baselines; the last model evaluation is
@@ -63,4 +88,6 @@ class HeldOut:
         models = [column for column in self.columns if column.kind == "model"]
         if not models:
             return None
-        return Comparison(models + [column for column in self.columns if column.kind == "baseline"], subject=models[-1].label)
+        return Comparison(
+            models + [column for column in self.columns if column.kind == "baseline"], subject=models[-1].label
+        )

@@ -70,13 +70,19 @@ def _import_module(module_name: str, import_path: str) -> types.ModuleType:
     except ModuleNotFoundError as err:
         missing_is_target = err.name is not None and (module_name == err.name or module_name.startswith(err.name + "."))
         if not missing_is_target:
-            raise ConfigError(f"cannot import {import_path!r}: importing {module_name} failed: {_one_line(err)}") from err
+            raise ConfigError(
+                f"cannot import {import_path!r}: importing {module_name} failed: {_one_line(err)}"
+            ) from err
         if os.getcwd() not in sys.path:
             sys.path.append(os.getcwd())
             return _import_module(module_name, import_path)
-        raise ConfigError(f"cannot import {import_path!r}: no module named {err.name!r} (searched sys.path and the current directory)") from None
+        raise ConfigError(
+            f"cannot import {import_path!r}: no module named {err.name!r} (searched sys.path and the current directory)"
+        ) from None
     except Exception as err:
-        raise ConfigError(f"cannot import {import_path!r}: importing {module_name} failed: {type(err).__name__}: {_one_line(err)}") from err
+        raise ConfigError(
+            f"cannot import {import_path!r}: importing {module_name} failed: {type(err).__name__}: {_one_line(err)}"
+        ) from err
 
 
 def _import_file(file_name: str) -> types.ModuleType:
@@ -95,7 +101,9 @@ def _import_file(file_name: str) -> types.ModuleType:
         spec.loader.exec_module(module)
     except Exception as err:
         del sys.modules[module_name]
-        raise ConfigError(f"cannot import from {file_name!r}: running the file failed: {type(err).__name__}: {_one_line(err)}") from err
+        raise ConfigError(
+            f"cannot import from {file_name!r}: running the file failed: {type(err).__name__}: {_one_line(err)}"
+        ) from err
     finally:
         sys.path.remove(str(path.parent))
     return module
@@ -122,5 +130,7 @@ def import_policy(field: str, import_path: str) -> Any:
     """The scripted policy at `import_path` (a baseline or a league opponent); a ValueError naming `field` if it is none."""
     policy = import_field(field, import_path)
     if not callable(policy):
-        raise ValueError(f"{field}: {import_path!r} is a {type(policy).__name__}, not a policy function `policy(messages, rng) -> str`")
+        raise ValueError(
+            f"{field}: {import_path!r} is a {type(policy).__name__}, not a policy function `policy(messages, rng) -> str`"
+        )
     return policy

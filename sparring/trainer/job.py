@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging as logs
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .agentjet_job import AGENTJET_ARGUMENTS, agentjet_fields
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
@@ -47,17 +48,23 @@ def _dataset_config(spec: DatasetSpec | None) -> DatasetConfig | dict[str, Any] 
         return {"tasks": spec}
     if isinstance(spec, (str, os.PathLike)):
         return {"path": os.fspath(spec)}
-    raise ConfigError(f"a dataset must be a DatasetConfig, a dict of its fields, a list of tasks or a path, not {type(spec).__name__}")
+    raise ConfigError(
+        f"a dataset must be a DatasetConfig, a dict of its fields, a list of tasks or a path, not {type(spec).__name__}"
+    )
 
 
 AGENTJET_DATA_TYPES = ("hf", "huggingface", "huggingface_dat_repo", "jsonl", "jsonl_dataset_file")
 """`set_data(type=...)` values: AgentJet's names of a Hugging Face dataset and of a JSONL file, both read locally."""
 
 
-def _agentjet_data(type: str, dataset_path: str | os.PathLike[str], training_split: str, validation_split: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _agentjet_data(
+    type: str, dataset_path: str | os.PathLike[str], training_split: str, validation_split: str | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The train and eval dataset fields of AgentJet's `set_data`: both splits of a dataset folder, or a file's tasks."""
     if type not in AGENTJET_DATA_TYPES:
-        raise ConfigError(f"set_data: type {type!r} is not one sparring reads; use one of {', '.join(AGENTJET_DATA_TYPES)} (a local folder or file)")
+        raise ConfigError(
+            f"set_data: type {type!r} is not one sparring reads; use one of {', '.join(AGENTJET_DATA_TYPES)} (a local folder or file)"
+        )
     path = os.fspath(dataset_path)
     train = {"path": path, "split": training_split}
     if validation_split is None or not os.path.isdir(path):
@@ -89,7 +96,9 @@ class Job:
         """
         unknown = sorted(set(agentjet) - AGENTJET_ARGUMENTS)
         if unknown:
-            raise TypeError(f"Job() got unexpected keyword arguments {unknown}: neither Job's nor AgentJet's job arguments ({sorted(AGENTJET_ARGUMENTS)})")
+            raise TypeError(
+                f"Job() got unexpected keyword arguments {unknown}: neither Job's nor AgentJet's job arguments ({sorted(AGENTJET_ARGUMENTS)})"
+            )
         if isinstance(logging, str):  # AgentJet's backend name
             agentjet["logging"], logging = logging, None
         fields: dict[str, Any] = {
@@ -133,7 +142,9 @@ class Job:
     def _replace(self, **fields: Any) -> None:
         self.config = TuneConfig(**{**dict(self.config), **fields})
 
-    def set_workflow(self, workflow: Callable[..., Any] | type | str, judge: Callable[..., Any] | str | None = None) -> Job:
+    def set_workflow(
+        self, workflow: Callable[..., Any] | type | str, judge: Callable[..., Any] | str | None = None
+    ) -> Job:
         """Set the workflow (function, Workflow class or import path) and the judge (or None)."""
         workflow_object, workflow_path = self._resolve("workflow", workflow)
         judge_object, judge_path = self._resolve("judge", judge) if judge is not None else (None, None)
@@ -169,14 +180,19 @@ class Job:
         """
         if type is not None or dataset_path is not None:
             if train is not None or eval is not None or type is None or dataset_path is None:
-                raise ConfigError("set_data: give `train` (and `eval`), or AgentJet's `type` and `dataset_path` together, not both")
+                raise ConfigError(
+                    "set_data: give `train` (and `eval`), or AgentJet's `type` and `dataset_path` together, not both"
+                )
             train, eval = _agentjet_data(type, dataset_path, training_split, validation_split)
         self._replace(train_dataset=_dataset_config(train), eval_dataset=_dataset_config(eval))
         return self
 
     def dump_yaml(self, path: str | os.PathLike[str]) -> Job:
         """Write the job as YAML for `load_yaml` or ``sparring train``; the workflow and judge must be importable."""
-        for role, obj, import_path in (("workflow", self._workflow, self.config.workflow), ("judge", self._judge, self.config.judge)):
+        for role, obj, import_path in (
+            ("workflow", self._workflow, self.config.workflow),
+            ("judge", self._judge, self.config.judge),
+        ):
             if obj is not None and import_path is None:
                 name = getattr(obj, "__qualname__", repr(obj))
                 raise ConfigError(
@@ -210,7 +226,11 @@ class Job:
         `overwrite` replaces the run in `run_dir` (a folder holding a run is refused without one of the two), and
         `hooks` are step hooks (`StepHook`) run after the config's `step_hooks`."""
         if self._workflow is None and self.config.workflow is None:
-            raise ConfigError("workflow: not set; call set_workflow(...), or give `workflow: package.module:function` in the YAML file")
+            raise ConfigError(
+                "workflow: not set; call set_workflow(...), or give `workflow: package.module:function` in the YAML file"
+            )
         from .loop import run_training
 
-        return run_training(self.config, workflow=self._workflow, judge=self._judge, resume=resume, overwrite=overwrite, hooks=hooks)
+        return run_training(
+            self.config, workflow=self._workflow, judge=self._judge, resume=resume, overwrite=overwrite, hooks=hooks
+        )

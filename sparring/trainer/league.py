@@ -24,8 +24,8 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..algorithms import OUTCOMES, OpponentRecord, draw_opponents, draw_probabilities, eviction_choice
 from ..clients import RemoteTrainingClient, TrainingClient
@@ -92,7 +92,9 @@ class League:
     _results: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.scripted = {name: import_object(path) for name, path in self.config.scripted.items()}  # paths checked by the config
+        self.scripted = {
+            name: import_object(path) for name, path in self.config.scripted.items()
+        }  # paths checked by the config
 
     def names(self) -> list[str]:
         """Every opponent in the pool: scripted, frozen models, then the snapshots oldest first."""
@@ -105,15 +107,21 @@ class League:
             return
         name = f"{SNAPSHOT_PREFIX}{step}"
         saved = self.client.save_weights_for_sampler(f"league-{name}")
-        sampler = self.client.save_weights_and_get_sampling_client(kind="snapshot")  # the same weights: calls run in order
+        sampler = self.client.save_weights_and_get_sampling_client(
+            kind="snapshot"
+        )  # the same weights: calls run in order
         self._add_snapshot(name, step, sampler, saved.result().path)
         while len(self.snapshots) > self.config.max_snapshots:
-            gone = eviction_choice([s.name for s in self.snapshots], self.records, self.config.eviction, self.config.pfsp_power)
+            gone = eviction_choice(
+                [s.name for s in self.snapshots], self.records, self.config.eviction, self.config.pfsp_power
+            )
             self.snapshots = [s for s in self.snapshots if s.name != gone]
             self.records.pop(gone, None)
 
     def _add_snapshot(self, name: str, step: int, sampler, path: str | None) -> None:
-        self.snapshots.append(LeagueSnapshot(name, step, FrozenChatModel(sampler, defaults=self.sampling_defaults, agent=name), path))
+        self.snapshots.append(
+            LeagueSnapshot(name, step, FrozenChatModel(sampler, defaults=self.sampling_defaults, agent=name), path)
+        )
 
     def probabilities(self) -> dict[str, float]:
         """The probability each opponent in the pool is drawn for an episode, from the records as they stand."""
@@ -135,7 +143,9 @@ class League:
 
     def opponent(self, draw: _Draw) -> ChatModel:
         if draw.name in self.scripted:
-            return ScriptedChatModel.seeded(self.scripted[draw.name], name=draw.name, seed=draw.seed, baseline=False).as_agent(draw.name)
+            return ScriptedChatModel.seeded(
+                self.scripted[draw.name], name=draw.name, seed=draw.seed, baseline=False
+            ).as_agent(draw.name)
         if draw.name in self.frozen:
             return self.frozen[draw.name]
         return next(snapshot.model for snapshot in self.snapshots if snapshot.name == draw.name)
@@ -148,16 +158,28 @@ class League:
                 return await workflow(task, tuner)
             planned = self._planned.get(id(task))
             if not planned:
-                raise RuntimeError(f"the league drew no opponent for task {task.get('task_id')!r}; call begin_step with the step's tasks first")
+                raise RuntimeError(
+                    f"the league drew no opponent for task {task.get('task_id')!r}; call begin_step with the step's tasks first"
+                )
             draw = planned.pop()
-            tuner.auxiliary_models = {**tuner.auxiliary_models, draw.name: self.opponent(draw)}  # a copy: the shared dict stays as it is
-            output = await workflow({**task, "workflow_args": {**task.get("workflow_args", {}), OPPONENT_ARG: draw.name}}, tuner)
+            tuner.auxiliary_models = {
+                **tuner.auxiliary_models,
+                draw.name: self.opponent(draw),
+            }  # a copy: the shared dict stays as it is
+            output = await workflow(
+                {**task, "workflow_args": {**task.get("workflow_args", {}), OPPONENT_ARG: draw.name}}, tuner
+            )
             outcome = output.outcome if isinstance(output, WorkflowOutput) else None
             if outcome not in OUTCOMES:
-                raise EpisodeFault("bad_outcome", f"a league game must report WorkflowOutput.outcome, one of {OUTCOMES} from the learner's side; got {outcome!r} (opponent {draw.name!r})")
+                raise EpisodeFault(
+                    "bad_outcome",
+                    f"a league game must report WorkflowOutput.outcome, one of {OUTCOMES} from the learner's side; got {outcome!r} (opponent {draw.name!r})",
+                )
             self._results.append((draw.name, outcome))
             if self.config.baseline_per_opponent and output.baseline_group is None:
-                return dataclasses.replace(output, baseline_group=SNAPSHOTS_BASELINE if draw.name.startswith(SNAPSHOT_PREFIX) else draw.name)
+                return dataclasses.replace(
+                    output, baseline_group=SNAPSHOTS_BASELINE if draw.name.startswith(SNAPSHOT_PREFIX) else draw.name
+                )
             return output
 
         return play
@@ -191,7 +213,12 @@ class League:
         """Restore the pool and records a checkpoint saved (snapshots loaded from their saved adapters)."""
         self.snapshots = []
         for snapshot in state.get("snapshots", []):
-            self._add_snapshot(snapshot["name"], snapshot["step"], self.client.create_sampling_client(snapshot["path"]), snapshot["path"])
+            self._add_snapshot(
+                snapshot["name"],
+                snapshot["step"],
+                self.client.create_sampling_client(snapshot["path"]),
+                snapshot["path"],
+            )
         self.records = {name: OpponentRecord(*counts) for name, counts in state.get("records", {}).items()}
 
 

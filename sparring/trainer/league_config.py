@@ -69,7 +69,9 @@ class LeagueConfig(ConfigRecord):
             raise ValueError(f"league: opponent names {repeated} appear twice; each opponent needs one name")
         for name in names:
             if name.startswith(SNAPSHOT_PREFIX):
-                raise ValueError(f"league: opponent name {name!r} starts with {SNAPSHOT_PREFIX!r}, which names the snapshots")
+                raise ValueError(
+                    f"league: opponent name {name!r} starts with {SNAPSHOT_PREFIX!r}, which names the snapshots"
+                )
         for name, path in self.scripted.items():
             import_policy(f"league.scripted.{name}", path)
         return self

@@ -14,7 +14,11 @@ import threading
 def lingering_threads() -> list[str]:
     """The names of the live non-daemon threads besides the main one: those the interpreter would wait for at exit."""
     main = threading.main_thread()
-    return sorted(thread.name for thread in threading.enumerate() if thread is not main and thread.is_alive() and not thread.daemon)
+    return sorted(
+        thread.name
+        for thread in threading.enumerate()
+        if thread is not main and thread.is_alive() and not thread.daemon
+    )
 
 
 def lingering_warning(threads: list[str]) -> str:

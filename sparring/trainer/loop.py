@@ -44,12 +44,20 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from ..algorithms import CollapseResponse, EntropySteering
-from ..logging import ConsoleProgress, MetricsLogger, TrainingProgress, read_metrics, write_report, write_reward_plot, write_reward_png
+from ..logging import (
+    ConsoleProgress,
+    MetricsLogger,
+    TrainingProgress,
+    read_metrics,
+    write_report,
+    write_reward_plot,
+    write_reward_png,
+)
 from ..logging.metrics import METRICS_FILE, repair_torn_end
 from ..rollout import Episode, run_episodes
 from .best_adapter import Validation
@@ -65,7 +73,7 @@ from .run_folder import claim_run_folder
 from .step import learn, run_rollout
 from .step_hooks import StepHook
 from .step_sequence import LiveWeights, StepSequence
-from .stop_signals import StopSignals, Stopped
+from .stop_signals import Stopped, StopSignals
 from .training_signal import OPT_OUT, NothingTrainedError
 from .warm_start import warm_start
 
@@ -104,7 +112,14 @@ class RunResult:
     """The reward curve as a PNG (`reward.png`; the same chart as `reward.svg` beside it), written at the end."""
 
 
-def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False, hooks: Sequence[StepHook] = ()) -> RunResult:
+def run_training(
+    config: TuneConfig,
+    workflow=None,
+    judge=None,
+    resume: str | Path | None = None,
+    overwrite: bool = False,
+    hooks: Sequence[StepHook] = (),
+) -> RunResult:
     """Train; blocks until done. From async code, `await run_training_async(...)`. `hooks` run at both ends of every
     step (`step_hooks.py`), after those the config names."""
     try:
@@ -119,7 +134,12 @@ def run_training(config: TuneConfig, workflow=None, judge=None, resume: str | Pa
 
 
 async def run_training_async(
-    config: TuneConfig, workflow=None, judge=None, resume: str | Path | None = None, overwrite: bool = False, hooks: Sequence[StepHook] = ()
+    config: TuneConfig,
+    workflow=None,
+    judge=None,
+    resume: str | Path | None = None,
+    overwrite: bool = False,
+    hooks: Sequence[StepHook] = (),
 ) -> RunResult:
     """Train in `config.run_dir` (new or empty; `overwrite` replaces a run there), or continue the run in `resume`.
 
@@ -147,18 +167,49 @@ async def run_training_async(
             log.info("resumed %s at step %d", run_dir, start_step)
         every_hook = [*run.step_hooks, *hooks]
         teach_first = config.warm_start is not None and checkpoint is None  # a checkpoint holds the warm start's result
-        return await _train(config, run, run_dir, resume, start_step, saved_versions, RunResult(run_dir=run_dir, steps=start_step), stop, every_hook, teach_first)
+        return await _train(
+            config,
+            run,
+            run_dir,
+            resume,
+            start_step,
+            saved_versions,
+            RunResult(run_dir=run_dir, steps=start_step),
+            stop,
+            every_hook,
+            teach_first,
+        )
     finally:
         stop.restore()
 
 
 async def _train(
-    config: TuneConfig, run, run_dir: Path, resume, start_step: int, saved_versions: dict, result: RunResult, stop: StopSignals, hooks: list[StepHook], teach_first: bool
+    config: TuneConfig,
+    run,
+    run_dir: Path,
+    resume,
+    start_step: int,
+    saved_versions: dict,
+    result: RunResult,
+    stop: StopSignals,
+    hooks: list[StepHook],
+    teach_first: bool,
 ) -> RunResult:
     algorithm, models, stream = config.algorithm, run.models, run.stream
-    previous_metrics = [record for record in read_metrics(run_dir) if record["step"] <= start_step] if start_step else []
+    previous_metrics = (
+        [record for record in read_metrics(run_dir) if record["step"] <= start_step] if start_step else []
+    )
     total_steps = stream.num_steps
-    with MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, wandb_project=config.logging.wandb_project, config=config.model_dump(), resume_from_step=start_step if resume else None) as logger, TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress:
+    with (
+        MetricsLogger(
+            run_dir,
+            tensorboard=config.logging.tensorboard,
+            wandb_project=config.logging.wandb_project,
+            config=config.model_dump(),
+            resume_from_step=start_step if resume else None,
+        ) as logger,
+        TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress,
+    ):
         sequence = StepSequence(run, run_dir, start_step, logger, progress, stop, hooks, previous_metrics)
         record, streak, signal, held_out = sequence.record, sequence.streak, sequence.signal, sequence.held_out
         try:
@@ -169,7 +220,21 @@ async def _train(
             else:
                 for step in range(start_step, total_steps):
                     start = await sequence.begin(step, LiveWeights(models, step))
-                    metrics, episodes = await train_step(run.episode_fn, start.tasks, models, run.settings, run.judge, config, sequence.rollouts, step, total_steps, progress, stop, sequence.entropy, sequence.collapse)
+                    metrics, episodes = await train_step(
+                        run.episode_fn,
+                        start.tasks,
+                        models,
+                        run.settings,
+                        run.judge,
+                        config,
+                        sequence.rollouts,
+                        step,
+                        total_steps,
+                        progress,
+                        stop,
+                        sequence.entropy,
+                        sequence.collapse,
+                    )
                     metrics.update(start.snapshot_ages)
                     if await sequence.finish(step, metrics, episodes):
                         break
@@ -191,7 +256,9 @@ async def _train(
             result.comparison.write(run_dir)
     checkpoint = result.checkpoint = sequence.points.checkpoint(record.steps)
     no_healthy_step = not streak.healthy_steps and not start_step  # e.g. interrupted before a step trained
-    if stop.requested and not result.interrupted:  # came while the run finished: it stops here, resumable, still without "final"
+    if (
+        stop.requested and not result.interrupted
+    ):  # came while the run finished: it stops here, resumable, still without "final"
         result.interrupted, result.stop_signal = True, stop.signum
     if not result.interrupted and failure is None and not untrained and not no_healthy_step:
         result.sampler_paths = models.save_for_sampler("final")
@@ -201,15 +268,30 @@ async def _train(
     result.report_path = write_report(run_dir)
     if failure is not None:
         then = f"continue with `sparring train --resume {run_dir}`" if result.steps < total_steps else "run it again"
-        raise EpisodesFailingError(f"{failure}. Checkpoint saved at {checkpoint}, no final adapter written; fix the workflow and {then}")
+        raise EpisodesFailingError(
+            f"{failure}. Checkpoint saved at {checkpoint}, no final adapter written; fix the workflow and {then}"
+        )
     if untrained:
-        raise NothingTrainedError(f"{signal.failure(result.steps)}. Checkpoint saved at {checkpoint}, no final adapter written; for a deliberate dry run set {OPT_OUT}")
+        raise NothingTrainedError(
+            f"{signal.failure(result.steps)}. Checkpoint saved at {checkpoint}, no final adapter written; for a deliberate dry run set {OPT_OUT}"
+        )
     return result
 
 
 async def train_step(
-    episode_fn, tasks, models: TrainingModels, settings, judge, config: TuneConfig, rollouts, step: int, total_steps: int, progress: ConsoleProgress | None = None, stop: StopSignals | None = None,
-    entropy: EntropySteering | None = None, collapse: CollapseResponse | None = None,
+    episode_fn,
+    tasks,
+    models: TrainingModels,
+    settings,
+    judge,
+    config: TuneConfig,
+    rollouts,
+    step: int,
+    total_steps: int,
+    progress: ConsoleProgress | None = None,
+    stop: StopSignals | None = None,
+    entropy: EntropySteering | None = None,
+    collapse: CollapseResponse | None = None,
 ) -> tuple[dict[str, float], list[Episode]]:
     """One on-policy step (`step` of `total_steps`): run the episodes on the live weights, train on them (the entropy
     bonus's coefficient steered by `entropy`, the next rollout's exploration by `collapse`, if given), write their
@@ -221,7 +303,9 @@ async def train_step(
     if league is not None:
         league.begin_step(step, tasks, settings.group_size)
         episode_fn = league.episode_fn(episode_fn)
-    rollout = run_rollout(episode_fn, tasks, models.make_training_tuner, settings, judge, step, config.algorithm.seed, progress)
+    rollout = run_rollout(
+        episode_fn, tasks, models.make_training_tuner, settings, judge, step, config.algorithm.seed, progress
+    )
     episodes = await (stop.cancelling(rollout) if stop is not None else rollout)
     rollout_time = time.perf_counter() - started
     metrics = await learn(episodes, models, settings, config, rollouts, step, total_steps, entropy, collapse)
@@ -232,11 +316,15 @@ async def train_step(
     return metrics, episodes
 
 
-async def run_debug_episodes(config: TuneConfig, workflow=None, judge=None, num_tasks: int = 2, split: str = "train") -> list[Episode]:
+async def run_debug_episodes(
+    config: TuneConfig, workflow=None, judge=None, num_tasks: int = 2, split: str = "train"
+) -> list[Episode]:
     """Run `num_tasks` episodes (one per task) with no training: what `sparring run` shows."""
     run = resolve_run(config, workflow, judge, run_dir=Path(config.run_dir or "runs/debug"))
     tasks = (run.eval_tasks if split == "eval" else run.train_tasks)[:num_tasks]
-    return await run_episodes(run.episode_fn, tasks, run.models.make_tuner, run.settings, run.judge, seed=config.algorithm.seed)
+    return await run_episodes(
+        run.episode_fn, tasks, run.models.make_tuner, run.settings, run.judge, seed=config.algorithm.seed
+    )
 
 
 async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: int | None = None) -> Comparison:
@@ -251,6 +339,19 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
     chosen = run.eval_tasks[:limit] if limit else run.eval_tasks
     label = "trained" if any(m.adapter_path for m in config.trainable_models().values()) else "untrained"
     with ConsoleProgress(enabled=config.logging.console) as progress:
-        model = await evaluate_policy(run.episode_fn, chosen, run.models.make_tuner, run.settings, run.judge, label, "model", None, config.algorithm.seed, progress)
-        baselines = await evaluate_baselines(run.episode_fn, chosen, run.models, run.settings, run.judge, run.baselines, config.algorithm.seed, progress)
+        model = await evaluate_policy(
+            run.episode_fn,
+            chosen,
+            run.models.make_tuner,
+            run.settings,
+            run.judge,
+            label,
+            "model",
+            None,
+            config.algorithm.seed,
+            progress,
+        )
+        baselines = await evaluate_baselines(
+            run.episode_fn, chosen, run.models, run.settings, run.judge, run.baselines, config.algorithm.seed, progress
+        )
     return Comparison([model, *baselines], subject=label)

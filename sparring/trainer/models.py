@@ -25,12 +25,13 @@ Every model runs on a backend chosen by `TunerModelConfig.backend`: 'local'
 hand out clients with the same interface, so nothing here knows which one it
 has; a snapshot always lives where its source model does.
 """
+
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..clients import RemoteTrainingClient, SamplingClient, TrainingClient
 from ..engine import Engine
@@ -41,10 +42,10 @@ from .config import TunerModelConfig
 from .league import League
 
 
-
 def step_seed(seed: int, step: int) -> int:
     """The sampling seed of step `step` in a run seeded `seed` (its rollouts', and its requests' without a seed)."""
     return seed * 1_000_003 + step
+
 
 @dataclass
 class Snapshot:
@@ -121,7 +122,11 @@ class TrainingModels:
 
     def local_engines(self) -> list[Engine]:
         """Every distinct in-process engine the models sample on (models on a service have none)."""
-        samplers = [*self.clients.values(), self.base_sampler, *(getattr(model, "sampler", None) for model in self.auxiliary.values())]
+        samplers = [
+            *self.clients.values(),
+            self.base_sampler,
+            *(getattr(model, "sampler", None) for model in self.auxiliary.values()),
+        ]
         engines = [getattr(sampler, "engine", None) for sampler in samplers]
         return list({id(engine): engine for engine in engines if isinstance(engine, Engine)}.values())
 
@@ -135,11 +140,16 @@ class TrainingModels:
         for client in self.clients.values():
             client.reseed(step_seed(seed, step))
 
-    async def update(self, datums: dict[str, list[Datum]], loss_fn: str, loss_fn_config: dict | None, adam_params: AdamParams) -> dict[str, float]:
+    async def update(
+        self, datums: dict[str, list[Datum]], loss_fn: str, loss_fn_config: dict | None, adam_params: AdamParams
+    ) -> dict[str, float]:
         """One optimizer step for every model that has data."""
         keys = [key for key in self.clients if datums.get(key)]
         # logprobs are read at trained tokens only (`sampler_learner_gap`): no LM head elsewhere
-        passes = [self.clients[key].forward_backward(datums[key], loss_fn, loss_fn_config, untrained_logprobs=False) for key in keys]
+        passes = [
+            self.clients[key].forward_backward(datums[key], loss_fn, loss_fn_config, untrained_logprobs=False)
+            for key in keys
+        ]
         steps = [self.clients[key].optim_step(adam_params) for key in keys]
         metrics: dict[str, float] = {}
         for key, output, step in zip(keys, await asyncio.gather(*passes), await asyncio.gather(*steps)):
@@ -165,11 +175,17 @@ class TrainingModels:
     def due_snapshots(self, step: int, version: int) -> list[str]:
         """The snapshots to retake before the rollout of `step`, whose policy samples the weights of `version` steps:
         those this run has not saved yet, and those due every `interval` steps that do not hold `version` already."""
-        return [name for name, s in self.snapshots.items() if s.path is None or (s.interval and step % s.interval == 0 and s.step != version)]
+        return [
+            name
+            for name, s in self.snapshots.items()
+            if s.path is None or (s.interval and step % s.interval == 0 and s.step != version)
+        ]
 
     def snapshot_ages(self, version: int) -> dict[str, float]:
         """How many optimizer steps each snapshot lags the policy that samples the weights of `version` steps."""
-        return {f"snapshot/{name}/age_steps": float(version - snapshot.step) for name, snapshot in self.snapshots.items()}
+        return {
+            f"snapshot/{name}/age_steps": float(version - snapshot.step) for name, snapshot in self.snapshots.items()
+        }
 
     def refresh_snapshots(self, step: int) -> dict[str, float]:
         """Retake (and save) every snapshot that is due at the start of `step` from the live weights; returns each one's age in steps."""
@@ -183,7 +199,9 @@ class TrainingModels:
     def load_snapshot(self, name: str, path: str, step: int) -> None:
         """Use the snapshot saved at `path` (taken at `step`) as auxiliary model `name`."""
         if name not in self.snapshots:
-            raise ValueError(f"no snapshot auxiliary model {name!r} in this run; snapshots are {sorted(self.snapshots)}")
+            raise ValueError(
+                f"no snapshot auxiliary model {name!r} in this run; snapshots are {sorted(self.snapshots)}"
+            )
         self.install_snapshot(name, self.clients[self.snapshots[name].source].create_sampling_client(path), path, step)
 
     def install_snapshot(self, name: str, sampler: SamplingClient, path: str | None, step: int) -> None:

@@ -13,9 +13,9 @@ but does not load is a `ConfigError` naming its field, on one line.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from ..clients import SamplingClient, ServiceClient, TrainingClient
 from ..engine import EngineConfig, saved_rank
@@ -32,7 +32,10 @@ def check_models(config: TuneConfig) -> None:
 
     Nothing is loaded; a failure is a ConfigError naming the model's field (``models.pro.model_path: ...``).
     """
-    used = {("model" if config.models is None else f"models.{name}"): model for name, model in config.trainable_models().items()}
+    used = {
+        ("model" if config.models is None else f"models.{name}"): model
+        for name, model in config.trainable_models().items()
+    }
     used.update({f"auxiliary_models.{name}": model for name, model in config.auxiliary_models.items()})
     for field, model in used.items():
         if model.backend != "local" or model.is_remote or model.snapshot_of is not None:
@@ -46,7 +49,9 @@ def check_models(config: TuneConfig) -> None:
         except ValueError as error:  # its message starts with "device: "
             raise ConfigError(f"{field}.{error}") from None
         if model.adapter_path is not None and not Path(model.adapter_path).is_dir():
-            raise ConfigError(f"{field}.adapter_path: no folder {model.adapter_path!r}; give a saved adapter (a run's sampler_weights/... or checkpoints/... folder)")
+            raise ConfigError(
+                f"{field}.adapter_path: no folder {model.adapter_path!r}; give a saved adapter (a run's sampler_weights/... or checkpoints/... folder)"
+            )
 
 
 def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> TrainingModels:
@@ -64,7 +69,9 @@ def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> Tr
             return services[key]
         key = ("local", model.device, model.dtype, model.prefix_cache_mib)
         if key not in services:
-            engine_config = EngineConfig(device=model.device, dtype=model.dtype, prefix_cache_mib=model.prefix_cache_mib)
+            engine_config = EngineConfig(
+                device=model.device, dtype=model.dtype, prefix_cache_mib=model.prefix_cache_mib
+            )
             services[key] = ServiceClient(base_dir=run_dir / "checkpoints", engine_config=engine_config)
         return services[key]
 
@@ -76,20 +83,34 @@ def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> Tr
             with _loads(f"{field}.adapter_path", model):
                 rank = saved_rank(model.adapter_path)
         with _loads(f"{field}.model_path", model):
-            client = service_for(model).create_lora_training_client(model.model_path, rank=rank, seed=config.algorithm.seed + index)
+            client = service_for(model).create_lora_training_client(
+                model.model_path, rank=rank, seed=config.algorithm.seed + index
+            )
         _check_context(field, model, client)
         if model.adapter_path:
             with _loads(f"{field}.adapter_path", model):
                 client.load_weights(model.adapter_path).result()
         clients[key] = client
-        policies[key] = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults=model.sampling_params(), model_key=key)
+        policies[key] = PolicyChatModel(
+            client.save_weights_and_get_sampling_client(kind="inflight"),
+            defaults=model.sampling_params(),
+            model_key=key,
+        )
     first = next(iter(trainable.values()))
-    base_sampler = service_for(first).create_sampling_client(base_model=first.model_path) if config.algorithm.kl_coef > 0 else None
+    base_sampler = (
+        service_for(first).create_sampling_client(base_model=first.model_path) if config.algorithm.kl_coef > 0 else None
+    )
     auxiliary: dict[str, ChatModel] = {}
     snapshots: dict[str, Snapshot] = {}
     for name, model in config.auxiliary_models.items():
         if model.is_remote:
-            auxiliary[name] = OpenAIChatModel(model=model.model_path, base_url=model.base_url, api_key=model.api_key or "EMPTY", defaults=model.sampling_params(), agent=name)
+            auxiliary[name] = OpenAIChatModel(
+                model=model.model_path,
+                base_url=model.base_url,
+                api_key=model.api_key or "EMPTY",
+                defaults=model.sampling_params(),
+                agent=name,
+            )
             continue
         if model.snapshot_of is not None:
             snapshots[name] = Snapshot(source=model.snapshot_of, interval=model.snapshot_interval_steps, config=model)
@@ -97,7 +118,9 @@ def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> Tr
             sampler = clients[model.snapshot_of].save_weights_and_get_sampling_client(kind="snapshot")
         elif model.adapter_path:
             with _loads(f"auxiliary_models.{name}.adapter_path", model):
-                sampler = service_for(model).create_sampling_client(model_path=model.adapter_path, base_model=model.model_path)
+                sampler = service_for(model).create_sampling_client(
+                    model_path=model.adapter_path, base_model=model.model_path
+                )
         else:
             with _loads(f"auxiliary_models.{name}.model_path", model):
                 sampler = service_for(model).create_sampling_client(base_model=model.model_path)
@@ -109,7 +132,16 @@ def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> Tr
         frozen = {name: auxiliary[name] for name in config.league.models}
         league = League(config.league, clients[learner], trainable[learner].sampling_params(), frozen)
     algorithm = config.algorithm
-    return TrainingModels(clients, policies, auxiliary, base_sampler, snapshots, league, algorithm.rollout_temperature_floor, algorithm.exploration)
+    return TrainingModels(
+        clients,
+        policies,
+        auxiliary,
+        base_sampler,
+        snapshots,
+        league,
+        algorithm.rollout_temperature_floor,
+        algorithm.exploration,
+    )
 
 
 def _check_context(field: str, model: TunerModelConfig, client: object) -> None:
@@ -118,7 +150,9 @@ def _check_context(field: str, model: TunerModelConfig, client: object) -> None:
         return
     context = client.engine.max_context
     if model.max_model_len > context:
-        raise ConfigError(f"{field}.max_model_len: {model.max_model_len} is beyond the context of {model.model_path!r}, {context} tokens; use {context} or less, or leave it unset")
+        raise ConfigError(
+            f"{field}.max_model_len: {model.max_model_len} is beyond the context of {model.model_path!r}, {context} tokens; use {context} or less, or leave it unset"
+        )
 
 
 @contextmanager

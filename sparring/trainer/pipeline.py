@@ -49,9 +49,9 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..integrations import TunerHandle
 from ..rollout import Episode
@@ -142,15 +142,23 @@ class RolloutPipeline:
         """The older weights that rollouts from `step` on sample, as the checkpoint after `step` steps names them."""
         pending = range(self.version_of(step), step)
         # A version not loaded yet (the run stopped while starting) is still where the resumed checkpoint named it.
-        saved = {version: self.versions[version].paths if version in self.versions else self.saved_versions[version] for version in pending}
+        saved = {
+            version: self.versions[version].paths if version in self.versions else self.saved_versions[version]
+            for version in pending
+        }
         self._checkpointed = set(pending)
-        self._checkpointed_snapshots = {snapshot["path"] for snapshot in self.sequence.points.reached[step].snapshots.values()}
+        self._checkpointed_snapshots = {
+            snapshot["path"] for snapshot in self.sequence.points.reached[step].snapshots.values()
+        }
         return saved
 
     async def run(self) -> None:
         """Train every remaining step with the rollouts running ahead of training."""
         for version, paths in self.saved_versions.items():
-            samplers = {key: await asyncio.to_thread(self.models.clients[key].create_sampling_client, path) for key, path in paths.items()}
+            samplers = {
+                key: await asyncio.to_thread(self.models.clients[key].create_sampling_client, path)
+                for key, path in paths.items()
+            }
             self._offer(version, FrozenVersion(paths, samplers))
         await self._freeze(self.start_step)
         producer = asyncio.create_task(self._produce())
@@ -160,11 +168,30 @@ class RolloutPipeline:
                 waiting = time.perf_counter()
                 rollout = await self.sequence.stop.cancelling(self._rollout(step, producer))
                 waited = time.perf_counter() - waiting
-                metrics = await learn(rollout.episodes, self.models, self.resolved.settings, self.resolved.config, self.sequence.rollouts, step, self.total_steps, self.sequence.entropy, self.sequence.collapse)
+                metrics = await learn(
+                    rollout.episodes,
+                    self.models,
+                    self.resolved.settings,
+                    self.resolved.config,
+                    self.sequence.rollouts,
+                    step,
+                    self.total_steps,
+                    self.sequence.entropy,
+                    self.sequence.collapse,
+                )
                 staleness = float(step - rollout.version)  # one version samples every token of a step
                 metrics.update(rollout.snapshot_ages)
-                metrics.update({"staleness/mean": staleness, "staleness/max": staleness, "time/rollout": rollout.seconds, "time/wait_rollout": waited})
-                metrics["time/step"] = time.perf_counter() - last_step_ended  # the step's share of the pipeline's wall time
+                metrics.update(
+                    {
+                        "staleness/mean": staleness,
+                        "staleness/max": staleness,
+                        "time/rollout": rollout.seconds,
+                        "time/wait_rollout": waited,
+                    }
+                )
+                metrics["time/step"] = (
+                    time.perf_counter() - last_step_ended
+                )  # the step's share of the pipeline's wall time
                 last_step_ended = time.perf_counter()
                 if await self.sequence.finish(step, metrics, rollout.episodes):
                     return
@@ -188,21 +215,37 @@ class RolloutPipeline:
 
     async def _produce(self) -> None:
         for step in range(self.start_step, self.total_steps):
-            self.sequence.points.reach(step)  # before waiting for the weights: the trainer may checkpoint this step meanwhile
+            self.sequence.points.reach(
+                step
+            )  # before waiting for the weights: the trainer may checkpoint this step meanwhile
             version = self.version_of(step)
             weights = FrozenWeights(self.models, version, await self._future(self._ready, version))
             start = await self.sequence.begin(step, weights)
             started = time.perf_counter()
             run = self.resolved
-            episodes = await run_rollout(run.episode_fn, start.tasks, weights.tuner_factory(training=True), run.settings, run.judge, step, self.algorithm.seed, self.sequence.progress)
-            self._future(self._finished, step).set_result(Rollout(episodes, version, time.perf_counter() - started, start.snapshot_ages))
+            episodes = await run_rollout(
+                run.episode_fn,
+                start.tasks,
+                weights.tuner_factory(training=True),
+                run.settings,
+                run.judge,
+                step,
+                self.algorithm.seed,
+                self.sequence.progress,
+            )
+            self._future(self._finished, step).set_result(
+                Rollout(episodes, version, time.perf_counter() - started, start.snapshot_ages)
+            )
         self.sequence.points.reach(self.total_steps)
 
     async def _freeze(self, version: int) -> None:
         """Save and copy the live weights (they are `version` steps old) and hand them to the rollouts waiting on them."""
         clients = self.models.clients
         saved = {key: client.save_weights_for_sampler(f"version-{version:06d}") for key, client in clients.items()}
-        samplers = {key: await client.save_weights_and_get_sampling_client_async(kind="snapshot") for key, client in clients.items()}
+        samplers = {
+            key: await client.save_weights_and_get_sampling_client_async(kind="snapshot")
+            for key, client in clients.items()
+        }
         self._offer(version, FrozenVersion({key: (await future).path for key, future in saved.items()}, samplers))
 
     def _offer(self, version: int, frozen: FrozenVersion) -> None:
@@ -216,7 +259,9 @@ class RolloutPipeline:
         the latest checkpoint); True when it deleted any."""
         deleted = False
         in_play = {snapshot.path for snapshot in self.models.snapshots.values()} | self._checkpointed_snapshots
-        in_play |= {snapshot["path"] for point in self.sequence.points.reached.values() for snapshot in point.snapshots.values()}
+        in_play |= {
+            snapshot["path"] for point in self.sequence.points.reached.values() for snapshot in point.snapshots.values()
+        }
         for old in [v for v in self.versions if v < version and v not in self._checkpointed]:
             frozen = self.versions.pop(old)
             self._ready.pop(old, None)

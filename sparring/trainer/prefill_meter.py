@@ -10,7 +10,8 @@ the engines' own, so with rollouts running ahead of training
 
 from __future__ import annotations
 
-from typing import Awaitable, TypeVar
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from ..engine.prefix_cache import PrefillCounts
 from .models import TrainingModels

@@ -21,9 +21,10 @@ The models' part, checked and then built, is `models_from_config.py`.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..rollout import RunnerSettings, ScriptedPolicy, WorkflowSignatureError, as_episode_fn
 from ..rollout.workflow import EpisodeFn
@@ -71,8 +72,15 @@ class ResolvedRun:
 
 
 def resolve_run(
-    config: TuneConfig, workflow=None, judge=None, *, run_dir: Path, training: bool = False, evaluation: bool = False,
-    write_config: bool = False, checked: Callable[[], None] | None = None,
+    config: TuneConfig,
+    workflow=None,
+    judge=None,
+    *,
+    run_dir: Path,
+    training: bool = False,
+    evaluation: bool = False,
+    write_config: bool = False,
+    checked: Callable[[], None] | None = None,
 ) -> ResolvedRun:
     """Import, load and build everything `config` names; `workflow`/`judge` objects take the place of its import paths.
 
@@ -87,21 +95,33 @@ def resolve_run(
     """
     episode_fn, judge = _workflow_and_judge(config, workflow, judge)
     algorithm = config.algorithm
-    player = make_player(algorithm, episode_fn)  # an unpicklable workflow or an unreachable cluster fails here, before any data loads
+    player = make_player(
+        algorithm, episode_fn
+    )  # an unpicklable workflow or an unreachable cluster fails here, before any data loads
     group_size = algorithm.group_size if training else 1
-    settings = RunnerSettings(group_size, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward, player)
+    settings = RunnerSettings(
+        group_size, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward, player
+    )
     baselines = {name: import_object(path) for name, path in config.baselines.items()}  # paths checked by the config
     if config.train_dataset is None:
-        raise ConfigError("train_dataset: not set; give a dataset (path: a .jsonl/.json/.csv/.parquet file or directory, or tasks: a list of dicts)")
+        raise ConfigError(
+            "train_dataset: not set; give a dataset (path: a .jsonl/.json/.csv/.parquet file or directory, or tasks: a list of dicts)"
+        )
     train_tasks, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     if evaluation and not eval_tasks:
         raise ConfigError("eval_dataset: no eval tasks; set eval_dataset, or train_dataset.eval_fraction above 0")
     stream = TaskStream.from_config(config.train_dataset, algorithm.batch_size, tasks=train_tasks) if training else None
-    validation_tasks = load_section("validation.dataset", config.validation.dataset) if training and config.validation else []
+    validation_tasks = (
+        load_section("validation.dataset", config.validation.dataset) if training and config.validation else []
+    )
     check_models(config)
     if checked is not None:
         checked()
-    created = next((folder for folder in reversed([run_dir, *run_dir.parents]) if not folder.exists()), None) if write_config else None
+    created = (
+        next((folder for folder in reversed([run_dir, *run_dir.parents]) if not folder.exists()), None)
+        if write_config
+        else None
+    )
     try:
         if write_config:
             dump_config(config, run_dir / "config.yaml")
@@ -110,19 +130,35 @@ def resolve_run(
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
         raise
-    return ResolvedRun(config, episode_fn, judge, baselines, settings, train_tasks, eval_tasks, validation_tasks, stream, models, build_step_hooks(config.step_hooks))
+    return ResolvedRun(
+        config,
+        episode_fn,
+        judge,
+        baselines,
+        settings,
+        train_tasks,
+        eval_tasks,
+        validation_tasks,
+        stream,
+        models,
+        build_step_hooks(config.step_hooks),
+    )
 
 
 def _workflow_and_judge(config: TuneConfig, workflow: Any, judge: Any) -> tuple[EpisodeFn, Callable | None]:
     """The workflow as a checked episode function and the judge: the objects given, else imported from the config."""
     if workflow is None:
         if not config.workflow:
-            raise WorkflowError("workflow: not set; give its import path (workflow: package.module:function or path/to/file.py:Class) or pass it to tune()")
+            raise WorkflowError(
+                "workflow: not set; give its import path (workflow: package.module:function or path/to/file.py:Class) or pass it to tune()"
+            )
         workflow = import_field("workflow", config.workflow, WorkflowError)
     if judge is None and config.judge:
         judge = import_field("judge", config.judge, WorkflowError)
     if judge is not None and not callable(judge):
-        raise WorkflowError(f"judge: {config.judge or judge!r} is a {type(judge).__name__}, not a function that scores an episode")
+        raise WorkflowError(
+            f"judge: {config.judge or judge!r} is a {type(judge).__name__}, not a function that scores an episode"
+        )
     try:
         return as_episode_fn(workflow), judge  # a bad signature fails here, before any data or model loads
     except WorkflowSignatureError as error:

@@ -32,7 +32,9 @@ class FrozenVersions(Protocol):
 class ResumePoints:
     """The resume point of every step reached and not yet outdated, and the checkpoints written from them."""
 
-    def __init__(self, run_dir: Path, stream: TaskStream, models: TrainingModels, first_step: int, keep: int | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, stream: TaskStream, models: TrainingModels, first_step: int, keep: int | None = None
+    ) -> None:
         self.run_dir = run_dir
         self.stream = stream
         self.models = models

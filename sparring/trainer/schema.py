@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import difflib
 import types
-from typing import Annotated, Any, Sequence, Union, get_args, get_origin
+from collections.abc import Sequence
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -48,7 +49,9 @@ class _RaisesConfigError(type(BaseModel)):
 class ConfigRecord(BaseModel, metaclass=_RaisesConfigError):
     """Base of all configs: unknown keys are errors and validation errors name the field path."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, protected_namespaces=(), use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, protected_namespaces=(), use_attribute_docstrings=True
+    )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str | None = None):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from ..algorithms import (
     CollapseResponse,
@@ -36,23 +36,49 @@ from ..logging import ConsoleProgress, RolloutWriter, mean_metrics
 from ..rollout import Episode, RunnerSettings, run_episodes
 from ..types import ModelInput
 from .checkpoint_integrity import check_finite_weights
-from .config import TuneConfig
 from .collapse_response_config import EXPLORATION_METRIC
+from .config import TuneConfig
 from .entropy_target_config import COEF_METRIC
 from .models import TrainingModels, step_seed
 
 
 async def run_rollout(
-    episode_fn, tasks: list[dict], make_tuner: Callable[[], TunerHandle], settings: RunnerSettings, judge, step: int, seed: int, progress: ConsoleProgress | None = None
+    episode_fn,
+    tasks: list[dict],
+    make_tuner: Callable[[], TunerHandle],
+    settings: RunnerSettings,
+    judge,
+    step: int,
+    seed: int,
+    progress: ConsoleProgress | None = None,
 ) -> list[Episode]:
     """Step `step`'s episodes of a run seeded `seed`: every task `group_size` times, counted on `progress` as they finish."""
-    counter = progress.episodes(f"step {step + 1} rollouts", len(tasks) * settings.group_size) if progress is not None else None
-    return await run_episodes(episode_fn, tasks, make_tuner, settings, judge, on_episode=None if counter is None else counter.add, seed=step_seed(seed, step))
+    counter = (
+        progress.episodes(f"step {step + 1} rollouts", len(tasks) * settings.group_size)
+        if progress is not None
+        else None
+    )
+    return await run_episodes(
+        episode_fn,
+        tasks,
+        make_tuner,
+        settings,
+        judge,
+        on_episode=None if counter is None else counter.add,
+        seed=step_seed(seed, step),
+    )
 
 
 async def learn(
-    episodes: list[Episode], models: TrainingModels, settings: RunnerSettings, config: TuneConfig, rollouts: RolloutWriter | None, step: int, total_steps: int,
-    entropy: EntropySteering | None = None, collapse: CollapseResponse | None = None,
+    episodes: list[Episode],
+    models: TrainingModels,
+    settings: RunnerSettings,
+    config: TuneConfig,
+    rollouts: RolloutWriter | None,
+    step: int,
+    total_steps: int,
+    entropy: EntropySteering | None = None,
+    collapse: CollapseResponse | None = None,
 ) -> dict[str, float]:
     """Advantages, datums and one optimizer step per trainable model from `episodes` (step `step` of `total_steps`,
     which the learning-rate schedule reads; `entropy` steers the entropy bonus's coefficient from the episodes'
@@ -72,16 +98,31 @@ async def learn(
     weights, weight_metrics = importance_weights(episodes, algorithm.importance_weight_cap)
     weighted = weight_advantages(advantages.advantages, weights) if weight_metrics else advantages.advantages
     datums = build_datums(episodes, weighted)
-    metrics = {**episode_metrics(episodes, settings.error_reward), **advantages.metrics, **assembly_metrics(episodes, datums)}
+    metrics = {
+        **episode_metrics(episodes, settings.error_reward),
+        **advantages.metrics,
+        **assembly_metrics(episodes, datums),
+    }
     metrics |= {**collapse_metrics(episodes), **weight_metrics}
     if collapse is not None:
-        tied = advantages.metrics["advantage/zero_variance_fraction"] if advantages.metrics["advantage/groups"] else None
+        tied = (
+            advantages.metrics["advantage/zero_variance_fraction"] if advantages.metrics["advantage/groups"] else None
+        )
         metrics[EXPLORATION_METRIC] = models.rollout_exploration = collapse.step(tied)
     if algorithm.kl_coef > 0:
         sampled_masks = build_sampled_masks(episodes, weighted)
         for name, data in datums.items():
-            base = await asyncio.gather(*(models.base_sampler.compute_logprobs(ModelInput.from_ints(d.model_input.to_ints() + d.loss_fn_inputs["target_tokens"].tolist()[-1:])) for d in data))
-            datums[name], kl_metrics = apply_kl_penalty(data, [scores[1:] for scores in base], sampled_masks[name], algorithm.kl_coef)
+            base = await asyncio.gather(
+                *(
+                    models.base_sampler.compute_logprobs(
+                        ModelInput.from_ints(d.model_input.to_ints() + d.loss_fn_inputs["target_tokens"].tolist()[-1:])
+                    )
+                    for d in data
+                )
+            )
+            datums[name], kl_metrics = apply_kl_penalty(
+                data, [scores[1:] for scores in base], sampled_masks[name], algorithm.kl_coef
+            )
             metrics.update({f"{k}/{name}" if len(datums) > 1 else k: v for k, v in kl_metrics.items()})
     train_started = time.perf_counter()
     adam_params = algorithm.adam_params(step, total_steps)
@@ -106,14 +147,32 @@ def episode_metrics(episodes: list[Episode], error_reward: float) -> dict[str, f
     `error` of 1 included) and `episode/error_kind/<kind>` the share that failed with that kind; a workflow's own
     `error` is logged as it gave it, `workflow/error`.
     """
-    rewards = [r for e in episodes for r in (e.rewards.values() if e.rewards else [e.reward] if e.reward is not None else [error_reward] if e.error else [])]
+    rewards = [
+        r
+        for e in episodes
+        for r in (
+            e.rewards.values()
+            if e.rewards
+            else [e.reward]
+            if e.reward is not None
+            else [error_reward]
+            if e.error
+            else []
+        )
+    ]
     failures = [e.failure for e in episodes if e.failed]
-    metrics = {"reward/mean": sum(rewards) / len(rewards) if rewards else 0.0, "episodes": float(len(episodes)), "episode/error_rate": len(failures) / len(episodes) if episodes else 0.0}
+    metrics = {
+        "reward/mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "episodes": float(len(episodes)),
+        "episode/error_rate": len(failures) / len(episodes) if episodes else 0.0,
+    }
     if rewards:
         mean = metrics["reward/mean"]
         metrics["reward/std"] = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
     per_agent = [{f"agent/{agent}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
-    per_role = [{f"role/{e.roles.get(agent, agent)}/reward": reward for agent, reward in e.rewards.items()} for e in episodes]
+    per_role = [
+        {f"role/{e.roles.get(agent, agent)}/reward": reward for agent, reward in e.rewards.items()} for e in episodes
+    ]
     merged = mean_metrics([{("" if "/" in k else "workflow/") + k: v for k, v in e.metrics.items()} for e in episodes])
     kinds = Counter(kind for kind, _ in failures)
     error_kinds = {f"episode/error_kind/{kind}": count / len(episodes) for kind, count in sorted(kinds.items())}

@@ -51,7 +51,7 @@ class StepEnd:
     """The step's index, from 0."""
     metrics: dict[str, float]
     """What the step logs (read-only here: return a dict from `after_training` to add metrics)."""
-    episodes: list["Episode"]
+    episodes: list[Episode]
     """The episodes it trained on, grouped by task."""
 
 
@@ -76,12 +76,16 @@ def import_step_hook(field: str, import_path: str) -> Any:
     """The hook class (or hook object) at `import_path`; a ValueError naming `field` when it is neither."""
     hook = import_field(field, import_path)
     if not any(callable(getattr(hook, method, None)) for method in HOOK_METHODS):
-        raise ValueError(f"{field}: {import_path!r} has neither `before_rollout` nor `after_training`; a step hook is a StepHook subclass (sparring.StepHook)")
+        raise ValueError(
+            f"{field}: {import_path!r} has neither `before_rollout` nor `after_training`; a step hook is a StepHook subclass (sparring.StepHook)"
+        )
     if isinstance(hook, type):
         try:
             inspect.signature(hook).bind()
         except TypeError:
-            raise ValueError(f"{field}: the class {import_path!r} needs constructor arguments; a hook named in a config is built with none (pass a built one to tune(step_hooks=...))") from None
+            raise ValueError(
+                f"{field}: the class {import_path!r} needs constructor arguments; a hook named in a config is built with none (pass a built one to tune(step_hooks=...))"
+            ) from None
     return hook
 
 

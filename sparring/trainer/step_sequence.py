@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..integrations import TunerHandle
 from ..logging import MetricsLogger, RolloutWriter, TrainingProgress
@@ -98,7 +99,9 @@ class StepSequence:
         self.run = run
         self.run_dir = run_dir
         self.models = run.models
-        self.warm_started = run.config.warm_start is not None or any(model.adapter_path for model in run.config.trainable_models().values())
+        self.warm_started = run.config.warm_start is not None or any(
+            model.adapter_path for model in run.config.trainable_models().values()
+        )
         """A trainable model starts from a saved adapter or a warm start: its step-0 evaluation is labelled 'step 0',
         not 'untrained'."""
         self.algorithm = run.config.algorithm
@@ -110,8 +113,12 @@ class StepSequence:
         self.rollouts = RolloutWriter(run_dir) if run.config.logging.save_rollouts else None
         """Where each trained step's episodes are written (by `step.learn`); None when the config turns it off."""
         self.streak = FailureStreak(self.algorithm.stop_after_failed_steps)
-        self.signal = TrainingSignal(trained_before=any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics))
-        self.entropy = self.algorithm.entropy_target.steering(previous_metrics) if self.algorithm.entropy_target else None
+        self.signal = TrainingSignal(
+            trained_before=any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics)
+        )
+        self.entropy = (
+            self.algorithm.entropy_target.steering(previous_metrics) if self.algorithm.entropy_target else None
+        )
         """The entropy bonus's steered coefficient (`step.learn` moves it); None without `algorithm.entropy_target`."""
         response = self.algorithm.collapse_response
         self.collapse = response.response(self.algorithm.exploration, previous_metrics) if response else None
@@ -154,7 +161,11 @@ class StepSequence:
         (every episode failing for `stop_after_failed_steps` steps)."""
         failing = self.streak.observe(episodes)
         untrained = self.signal.observe(episodes, metrics)
-        warning = failing or (None if self.algorithm.allow_nothing_trained else untrained) or self.signal.collapse_warning(metrics)
+        warning = (
+            failing
+            or (None if self.algorithm.allow_nothing_trained else untrained)
+            or self.signal.collapse_warning(metrics)
+        )
         if warning:
             log.warning("step %d: %s", step + 1, warning)
         for hook in self.hooks:

@@ -28,7 +28,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Awaitable, TypeVar
+from collections.abc import Awaitable
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,9 @@ class StopSignals:
     def restore(self) -> None:
         """Put the handlers from before `install` back."""
         for signum, previous in self._previous.items():
-            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)  # None: set from C, not restorable
+            signal.signal(
+                signum, previous if previous is not None else signal.SIG_DFL
+            )  # None: set from C, not restorable
         self._previous.clear()
         self._loop = None
 
@@ -101,9 +104,17 @@ class StopSignals:
     def _receive(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
         if self.signum is not None:
-            print(f"{name} again: quitting at once, without a checkpoint of the step in flight", file=sys.stderr, flush=True)
+            print(
+                f"{name} again: quitting at once, without a checkpoint of the step in flight",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(128 + signum)
         self.signum = signum
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._event.set)
-        log.warning("%s: cancelling the episodes in flight and saving a checkpoint of the last completed step (%s again quits at once)", name, name)
+        log.warning(
+            "%s: cancelling the episodes in flight and saving a checkpoint of the last completed step (%s again quits at once)",
+            name,
+            name,
+        )

@@ -9,8 +9,8 @@ reads, and runs the loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig
 from .job import Job

@@ -34,7 +34,9 @@ class WarmStartConfig(ConfigRecord):
         """The trainable model it teaches, among `trainable`."""
         if self.model is not None:
             if self.model not in trainable:
-                raise ValueError(f"warm_start.model: no trainable model {self.model!r}; trainable models are {sorted(trainable)}")
+                raise ValueError(
+                    f"warm_start.model: no trainable model {self.model!r}; trainable models are {sorted(trainable)}"
+                )
             return self.model
         if len(trainable) > 1:
             raise ValueError(f"warm_start.model: several models train ({sorted(trainable)}); name the one it teaches")

@@ -36,7 +36,9 @@ def tinker_sdk():
     try:
         import tinker
     except ImportError as error:
-        raise ImportError(f"backend 'tinker' talks to the service through the tinker SDK, which is not installed: {TINKER_INSTALL_HINT}") from error
+        raise ImportError(
+            f"backend 'tinker' talks to the service through the tinker SDK, which is not installed: {TINKER_INSTALL_HINT}"
+        ) from error
     return tinker
 
 
@@ -70,14 +72,19 @@ def to_tinker_datum(datum: Datum):
     constrained = [key for key in CONSTRAINT_INPUTS if key in datum.loss_fn_inputs]
     if constrained:
         raise ValueError(f"{CANNOT_CONSTRAIN}, nor train on constrained positions: the datum carries {constrained}")
-    inputs = {key: types.TensorData(data=tensor.to_numpy(), dtype=tensor.dtype, shape=tensor.shape) for key, tensor in datum.loss_fn_inputs.items()}
+    inputs = {
+        key: types.TensorData(data=tensor.to_numpy(), dtype=tensor.dtype, shape=tensor.shape)
+        for key, tensor in datum.loss_fn_inputs.items()
+    }
     return types.Datum(model_input=to_tinker_model_input(datum.model_input), loss_fn_inputs=inputs)
 
 
 def to_tinker_sampling_params(params: SamplingParams, seed: int | None = None):
     """The SDK's sampling params; `seed` fills in a missing one. A constrained request is refused: never sampled freely."""
     if params.constraint is not None:
-        raise ValueError(f"{CANNOT_CONSTRAIN} ({params.constraint.describe()}); sample constrained replies with a local backend")
+        raise ValueError(
+            f"{CANNOT_CONSTRAIN} ({params.constraint.describe()}); sample constrained replies with a local backend"
+        )
     values = params.model_dump(exclude={"constraint", "exploration"})  # exploration acts on constrained draws only
     if values["seed"] is None:
         values["seed"] = seed
@@ -105,14 +112,30 @@ def from_tinker_forward_backward(output: Any) -> ForwardBackwardOutput:
 
 def from_tinker_sample(response: Any) -> SampleResponse:
     sequences = [
-        SampledSequence(stop_reason=sequence.stop_reason, tokens=list(sequence.tokens), logprobs=None if sequence.logprobs is None else list(sequence.logprobs))
+        SampledSequence(
+            stop_reason=sequence.stop_reason,
+            tokens=list(sequence.tokens),
+            logprobs=None if sequence.logprobs is None else list(sequence.logprobs),
+        )
         for sequence in response.sequences
     ]
     prompt_logprobs = response.prompt_logprobs
-    return SampleResponse(sequences=sequences, prompt_logprobs=None if prompt_logprobs is None else list(prompt_logprobs))
+    return SampleResponse(
+        sequences=sequences, prompt_logprobs=None if prompt_logprobs is None else list(prompt_logprobs)
+    )
 
 
 def from_tinker_info(info: Any, base_model: str, rank: int) -> GetInfoResponse:
     data = info.model_data
-    model_data = ModelData(arch=getattr(data, "arch", None), model_name=getattr(data, "model_name", None) or base_model, tokenizer_id=getattr(data, "tokenizer_id", None))
-    return GetInfoResponse(model_data=model_data, model_id=str(info.model_id), is_lora=bool(getattr(info, "is_lora", True)), lora_rank=getattr(info, "lora_rank", None) or rank, model_name=base_model)
+    model_data = ModelData(
+        arch=getattr(data, "arch", None),
+        model_name=getattr(data, "model_name", None) or base_model,
+        tokenizer_id=getattr(data, "tokenizer_id", None),
+    )
+    return GetInfoResponse(
+        model_data=model_data,
+        model_id=str(info.model_id),
+        is_lora=bool(getattr(info, "is_lora", True)),
+        lora_rank=getattr(info, "lora_rank", None) or rank,
+        model_name=base_model,
+    )

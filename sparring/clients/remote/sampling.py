@@ -26,12 +26,12 @@ import threading
 from typing import Any
 
 from ...models import load_tokenizer
-from ...types import ModelInput, SamplingParams, SampleResponse
+from ...types import ModelInput, SampleResponse, SamplingParams
 from ..futures import APIFuture, ReadyClient, Submitted
 from .convert import as_future, from_tinker_sample, to_tinker_model_input, to_tinker_sampling_params
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def base_model_text(base_model: str) -> tuple[Any, Any]:
     """(tokenizer, chat renderer) of a base model, loaded once per process without its weights."""
     return load_tokenizer(base_model)
@@ -50,7 +50,9 @@ class SeedStream:
 
     def next(self) -> int | None:
         with self._lock:
-            return None if self._random is None else self._random.getrandbits(32)  # services multiply it per sample: keep it small
+            return (
+                None if self._random is None else self._random.getrandbits(32)
+            )  # services multiply it per sample: keep it small
 
 
 class RemoteSamplingClient(ReadyClient):
@@ -80,11 +82,21 @@ class RemoteSamplingClient(ReadyClient):
         sampling_params: SamplingParams | None = None,
         include_prompt_logprobs: bool = False,
     ) -> APIFuture[SampleResponse]:
-        params = to_tinker_sampling_params(sampling_params or SamplingParams(), self.seeds.next() if self.seeds is not None else None)
-        submitted = self.tinker_client.sample(to_tinker_model_input(prompt), num_samples, params, include_prompt_logprobs=include_prompt_logprobs)
+        params = to_tinker_sampling_params(
+            sampling_params or SamplingParams(), self.seeds.next() if self.seeds is not None else None
+        )
+        submitted = self.tinker_client.sample(
+            to_tinker_model_input(prompt), num_samples, params, include_prompt_logprobs=include_prompt_logprobs
+        )
         return APIFuture(as_future(submitted)).then(from_tinker_sample)
 
-    def sample_async(self, prompt: ModelInput, num_samples: int = 1, sampling_params: SamplingParams | None = None, include_prompt_logprobs: bool = False) -> Submitted[SampleResponse]:
+    def sample_async(
+        self,
+        prompt: ModelInput,
+        num_samples: int = 1,
+        sampling_params: SamplingParams | None = None,
+        include_prompt_logprobs: bool = False,
+    ) -> Submitted[SampleResponse]:
         return Submitted(self.sample(prompt, num_samples, sampling_params, include_prompt_logprobs))
 
     def compute_logprobs(self, prompt: ModelInput) -> APIFuture[list[float | None]]:

@@ -36,9 +36,9 @@ from ...types import (
     SaveWeightsResponse,
 )
 from ..futures import APIFuture, AsyncTrainingSpellings, ReadyClient
-from .sampling import RemoteSamplingClient, base_model_text
-from .convert import as_future, from_tinker_forward_backward, from_tinker_info, to_tinker_adam, to_tinker_datum
 from ..training_client import check_name
+from .convert import as_future, from_tinker_forward_backward, from_tinker_info, to_tinker_adam, to_tinker_datum
+from .sampling import RemoteSamplingClient, base_model_text
 
 
 class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
@@ -56,11 +56,20 @@ class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
 
     # Training ---------------------------------------------------------------
 
-    def forward(self, data: list[Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None) -> APIFuture[ForwardBackwardOutput]:
+    def forward(
+        self, data: list[Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None
+    ) -> APIFuture[ForwardBackwardOutput]:
         submitted = self.tinker_client.forward([to_tinker_datum(d) for d in data], loss_fn, loss_fn_config)
         return APIFuture(as_future(submitted)).then(from_tinker_forward_backward)
 
-    def forward_backward(self, data: list[Datum], loss_fn: str = "cross_entropy", loss_fn_config: dict | None = None, *, untrained_logprobs: bool = True) -> APIFuture[ForwardBackwardOutput]:
+    def forward_backward(
+        self,
+        data: list[Datum],
+        loss_fn: str = "cross_entropy",
+        loss_fn_config: dict | None = None,
+        *,
+        untrained_logprobs: bool = True,
+    ) -> APIFuture[ForwardBackwardOutput]:
         """Tinker's forward_backward on the service. `untrained_logprobs=False` lets a client skip positions without
         gradient (`TrainingClient`); the service reports them all the same."""
         submitted = self.tinker_client.forward_backward([to_tinker_datum(d) for d in data], loss_fn, loss_fn_config)
@@ -68,7 +77,9 @@ class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
 
     def optim_step(self, adam_params: AdamParams | None = None) -> APIFuture[OptimStepResponse]:
         submitted = self.tinker_client.optim_step(to_tinker_adam(adam_params or AdamParams()))
-        stepped = APIFuture(as_future(submitted)).then(lambda response: OptimStepResponse(metrics=dict(response.metrics or {})))
+        stepped = APIFuture(as_future(submitted)).then(
+            lambda response: OptimStepResponse(metrics=dict(response.metrics or {}))
+        )
         if self._inflight is None:
             return stepped
         return stepped.join(self._publish(), lambda response, _: response)
@@ -110,11 +121,15 @@ class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
 
     # Sampling ---------------------------------------------------------------
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None, kind: Literal["snapshot", "inflight"] = "snapshot") -> RemoteSamplingClient:
+    def save_weights_and_get_sampling_client(
+        self, name: str | None = None, kind: Literal["snapshot", "inflight"] = "snapshot"
+    ) -> RemoteSamplingClient:
         """A sampler on the current weights: a frozen copy ('snapshot') or this model's live weights ('inflight')."""
         return self._sampling_client(name, kind).result()
 
-    async def save_weights_and_get_sampling_client_async(self, name: str | None = None, kind: Literal["snapshot", "inflight"] = "snapshot") -> RemoteSamplingClient:
+    async def save_weights_and_get_sampling_client_async(
+        self, name: str | None = None, kind: Literal["snapshot", "inflight"] = "snapshot"
+    ) -> RemoteSamplingClient:
         return await self._sampling_client(name, kind)
 
     def _sampling_client(self, name: str | None, kind: str) -> APIFuture[RemoteSamplingClient]:
@@ -125,7 +140,9 @@ class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
         if name is not None:
             self.save_weights_for_sampler(name)
         submitted = self.tinker_client.save_weights_and_get_sampling_client(kind=kind)
-        sampler = APIFuture(as_future(submitted)).then(lambda client: RemoteSamplingClient(client, self.base_model, self.service.seeds, live=kind == "inflight"))
+        sampler = APIFuture(as_future(submitted)).then(
+            lambda client: RemoteSamplingClient(client, self.base_model, self.service.seeds, live=kind == "inflight")
+        )
         if kind == "snapshot":
             return sampler
 
@@ -155,4 +172,3 @@ class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
 
     def get_info(self) -> GetInfoResponse:
         return from_tinker_info(self.tinker_client.get_info(), self.base_model, self.rank)
-

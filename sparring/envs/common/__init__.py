@@ -4,4 +4,14 @@ from .tasks import SPLITS, TaskMaker, check_split
 from .templates import read_template
 from .turns import Bot, GameRecord, Turn, TwoPlayerGame, play_game
 
-__all__ = ["SPLITS", "Bot", "GameRecord", "TaskMaker", "Turn", "TwoPlayerGame", "check_split", "play_game", "read_template"]
+__all__ = [
+    "SPLITS",
+    "Bot",
+    "GameRecord",
+    "TaskMaker",
+    "Turn",
+    "TwoPlayerGame",
+    "check_split",
+    "play_game",
+    "read_template",
+]

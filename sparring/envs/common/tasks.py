@@ -12,7 +12,7 @@ train, 2 for eval). The same arguments always give the same tasks.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 SPLITS = ("train", "eval")
 TaskMaker = Callable[[str, int, int], list[dict]]

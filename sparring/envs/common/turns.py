@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import abc
 import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Union
+from typing import Any, Literal
 
 from sparring import ChatModel
 
-Bot = Callable[["TwoPlayerGame"], Union[Any, Awaitable[Any]]]
+Bot = Callable[["TwoPlayerGame"], Any | Awaitable[Any]]
 """A scripted player: `bot(game) -> move` (or an awaitable of one); its moves must be legal."""
 
 
@@ -122,7 +123,9 @@ async def play_game(
             history = conversations[seat] if memory == "full" else list(openings[seat])
             history.append({"role": "user", "content": game.prompt(seat)})
             options = game.choices(seat)
-            reply = await player(list(history), **({"choices": options} if options else {}))  # a copy: transcripts keep the messages as sent
+            reply = await player(
+                list(history), **({"choices": options} if options else {})
+            )  # a copy: transcripts keep the messages as sent
             history.append(reply.message)
             move, text = game.parse(reply.content), reply.content
         else:

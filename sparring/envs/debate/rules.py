@@ -27,7 +27,16 @@ JUDGE_SYSTEM = "You are the judge of a debate. Reply with one number only: 1 or 
 JUDGE_PROMPT = 'Motion: "{topic}"\n\nSpeaker 1 ({stance1} the motion):\n{speech1}\n\nSpeaker 2 ({stance2} the motion):\n{speech2}\n\nWhich speaker argued better? Answer 1 or 2.'
 # Without a worked example SmolLM2-135M names a speaker in about half its replies; with it, in all.
 JUDGE_EXAMPLE = [
-    {"role": "user", "content": JUDGE_PROMPT.format(topic="Cats are better pets than dogs.", stance1="for", speech1="Cats are quiet, clean and happy alone all day.", stance2="against", speech2="Dogs are nice.")},
+    {
+        "role": "user",
+        "content": JUDGE_PROMPT.format(
+            topic="Cats are better pets than dogs.",
+            stance1="for",
+            speech1="Cats are quiet, clean and happy alone all day.",
+            stance2="against",
+            speech2="Dogs are nice.",
+        ),
+    },
     {"role": "assistant", "content": "1"},
 ]
 DEFAULT_REWARDS = {"win_reward": 1.0, "loss_reward": -0.5, "tie_reward": 0.0}
@@ -37,7 +46,9 @@ _LINE_END = re.compile(r"[\n.!?]+")
 STEM_LETTERS = 4
 """Subject words have at least four letters, and two are the same when their first four agree ("schools" and
 "school", "closed" and "closing")."""
-_NOT_SUBJECT = frozenset("should than more less that this with their they have been from into does will would could about over every what when which there".split())
+_NOT_SUBJECT = frozenset(
+    "should than more less that this with their they have been from into does will would could about over every what when which there".split()
+)
 """Words long enough to be subject words that say nothing of a motion's subject."""
 MIN_DISTINCT_WORD_SHARE = 0.5
 """Below this share of distinct words a speech says one thing over and over ("I'm ready. I'm ready. I'm here.")."""
@@ -45,7 +56,9 @@ MIN_DISTINCT_WORD_SHARE = 0.5
 
 async def argue(topic: str, speakers: dict[str, ChatModel], rounds: int) -> dict[str, list[str]]:
     """`rounds` rounds of speeches (pro, then con) on `topic`, each side answering the last speech: the speeches by side."""
-    conversations = {side: [{"role": "system", "content": DEBATER_SYSTEM.format(stance=STANCE[side], topic=topic)}] for side in SIDES}
+    conversations = {
+        side: [{"role": "system", "content": DEBATER_SYSTEM.format(stance=STANCE[side], topic=topic)}] for side in SIDES
+    }
     arguments: dict[str, list[str]] = {side: [] for side in SIDES}
     last = None
     for _ in range(rounds):
@@ -88,7 +101,9 @@ def speaking_order(arguments: dict[str, list[str]]) -> tuple[str, str]:
     return SIDES if digest[0] % 2 == 0 else SIDES[::-1]
 
 
-async def judge_debate(judge: ChatModel, topic: str, arguments: dict[str, list[str]], orders: int) -> tuple[str | None, float]:
+async def judge_debate(
+    judge: ChatModel, topic: str, arguments: dict[str, list[str]], orders: int
+) -> tuple[str | None, float]:
     """The winning side (None for a tie) and the fraction of the judge's replies that named no speaker."""
     first = speaking_order(arguments)
     votes: list[tuple[str, float | None]] = []  # (side, logprob of the reply) per parsable reply
@@ -100,7 +115,9 @@ async def judge_debate(judge: ChatModel, topic: str, arguments: dict[str, list[s
             stance2=STANCE[order[1]],
             speech2="\n".join(arguments[order[1]]),
         )
-        reply = await judge([{"role": "system", "content": JUDGE_SYSTEM}, *JUDGE_EXAMPLE, {"role": "user", "content": prompt}])
+        reply = await judge(
+            [{"role": "system", "content": JUDGE_SYSTEM}, *JUDGE_EXAMPLE, {"role": "user", "content": prompt}]
+        )
         verdict = parse_verdict(reply.content)
         if verdict is not None:
             votes.append((order[verdict - 1], sum(reply.logprobs) if reply.logprobs else None))

@@ -38,7 +38,9 @@ from .rules import DEFAULT_REWARDS, SIDES, argue, judge_debate
 
 def debaters(tuner: TunerHandle) -> dict[str, ChatModel]:
     """Each side on the trainable model of its name, or both on the one policy."""
-    return {side: tuner.chat_model(side, target_tag=side, model=side if side in tuner.policies else None) for side in SIDES}
+    return {
+        side: tuner.chat_model(side, target_tag=side, model=side if side in tuner.policies else None) for side in SIDES
+    }
 
 
 class Debate(Workflow):
@@ -51,15 +53,28 @@ class Debate(Workflow):
         topic = task["topic"]
         rounds, orders = int(args.get("rounds", 2)), int(args.get("judge_orders", 2))
         if rounds < 1 or orders not in (1, 2):
-            raise ValueError(f"rounds must be >= 1 and judge_orders 1 or 2 (got rounds={rounds}, judge_orders={orders})")
+            raise ValueError(
+                f"rounds must be >= 1 and judge_orders 1 or 2 (got rounds={rounds}, judge_orders={orders})"
+            )
         judge_name = str(args.get("judge", "judge"))
         if judge_name not in tuner.auxiliary_models:
-            raise ValueError(f"the debate needs a frozen judge: add auxiliary_models: {{{judge_name}: {{model_path: ...}}}} (have {sorted(tuner.auxiliary_models)})")
+            raise ValueError(
+                f"the debate needs a frozen judge: add auxiliary_models: {{{judge_name}: {{model_path: ...}}}} (have {sorted(tuner.auxiliary_models)})"
+            )
         rewards = {key: float(args.get(key, default)) for key, default in DEFAULT_REWARDS.items()}
         arguments = await argue(topic, debaters(tuner), rounds)
-        winner, unparsable = await judge_debate(tuner.auxiliary_models[judge_name].as_agent("judge", role="judge"), topic, arguments, orders)
-        reward = {side: rewards["tie_reward"] if winner is None else rewards["win_reward" if side == winner else "loss_reward"] for side in SIDES}
+        winner, unparsable = await judge_debate(
+            tuner.auxiliary_models[judge_name].as_agent("judge", role="judge"), topic, arguments, orders
+        )
+        reward = {
+            side: rewards["tie_reward"]
+            if winner is None
+            else rewards["win_reward" if side == winner else "loss_reward"]
+            for side in SIDES
+        }
         words = [len(text.split()) for side in SIDES for text in arguments[side]]
         metrics = {f"agent/{side}/win_rate": float(winner == side) for side in SIDES}
-        metrics.update(tie_rate=float(winner is None), judge_unparsable_rate=unparsable, argument_words=sum(words) / len(words))
+        metrics.update(
+            tie_rate=float(winner is None), judge_unparsable_rate=unparsable, argument_words=sum(words) / len(words)
+        )
         return WorkflowOutput(reward=reward, metrics=metrics, response={"winner": winner, "arguments": arguments})

@@ -37,7 +37,9 @@ OTHER = {"pro": "con", "con": "pro"}
 
 def _auxiliary(auxiliary_models: dict[str, ChatModel], name: str, what: str) -> ChatModel:
     if name not in auxiliary_models:
-        raise ValueError(f"the debate duel needs {what}: add auxiliary_models: {{{name}: {{model_path: ...}}}} (have {sorted(auxiliary_models)})")
+        raise ValueError(
+            f"the debate duel needs {what}: add auxiliary_models: {{{name}: {{model_path: ...}}}} (have {sorted(auxiliary_models)})"
+        )
     return auxiliary_models[name]
 
 
@@ -48,13 +50,18 @@ async def debate_duel(task: dict, model: ChatModel, auxiliary_models: dict[str, 
     if rounds < 1 or orders not in (1, 2):
         raise ValueError(f"rounds must be >= 1 and judge_orders 1 or 2 (got rounds={rounds}, judge_orders={orders})")
     opponent = _auxiliary(auxiliary_models, str(args.get("opponent", "opponent")), "a frozen opponent")
-    judge = _auxiliary(auxiliary_models, str(args.get("judge", "judge")), "a frozen judge").as_agent("judge", role="judge")
+    judge = _auxiliary(auxiliary_models, str(args.get("judge", "judge")), "a frozen judge").as_agent(
+        "judge", role="judge"
+    )
     rewards = {key: float(args.get(key, default)) for key, default in DEFAULT_REWARDS.items()}
     checked = bool(args.get("speech_check", False))
     faults: dict[str, dict[str, str | None]] = {}  # the policy's side -> each speaker's fault
 
     async def debate(side: str) -> tuple[dict[str, list[str]], str | None, float]:
-        speakers = {side: model.as_agent(side, role=side), OTHER[side]: opponent.as_agent(f"opponent_{OTHER[side]}", role="opponent")}
+        speakers = {
+            side: model.as_agent(side, role=side),
+            OTHER[side]: opponent.as_agent(f"opponent_{OTHER[side]}", role="opponent"),
+        }
         arguments = await argue(topic, speakers, rounds)
         if checked:
             faults[side] = {speaker: speech_fault(topic, arguments[speaker]) for speaker in SIDES}
@@ -64,7 +71,10 @@ async def debate_duel(task: dict, model: ChatModel, auxiliary_models: dict[str, 
         return arguments, *await judge_debate(judge, topic, arguments, orders)
 
     played = dict(zip(SIDES, await asyncio.gather(*(debate(side) for side in SIDES))))
-    reward = {side: rewards["tie_reward"] if winner is None else rewards["win_reward" if winner == side else "loss_reward"] for side, (_, winner, _) in played.items()}
+    reward = {
+        side: rewards["tie_reward"] if winner is None else rewards["win_reward" if winner == side else "loss_reward"]
+        for side, (_, winner, _) in played.items()
+    }
     won = {side: float(winner == side) for side, (_, winner, _) in played.items()}
     metrics = {f"agent/{side}/win_rate": value for side, value in won.items()}
     metrics["win_rate"] = sum(won.values()) / len(SIDES)
@@ -77,11 +87,17 @@ async def debate_duel(task: dict, model: ChatModel, auxiliary_models: dict[str, 
         if judged:  # the win rate before the judge alone: what is left of it once forfeits are set aside
             metrics["judged_win_rate"] = sum(won[side] for side in judged) / len(judged)
     metrics["policy_words"] = _words([text for side, (arguments, *_) in played.items() for text in arguments[side]])
-    metrics["opponent_words"] = _words([text for side, (arguments, *_) in played.items() for text in arguments[OTHER[side]]])
+    metrics["opponent_words"] = _words(
+        [text for side, (arguments, *_) in played.items() for text in arguments[OTHER[side]]]
+    )
     longer_won = _longer_speech_wins([(arguments, winner) for arguments, winner, _ in played.values()])
     if longer_won:  # absent where no decided debate had speeches of different lengths
         metrics["longer_speech_win_rate"] = sum(longer_won) / len(longer_won)
-    return WorkflowOutput(reward=reward, metrics=metrics, response={side: {"winner": winner, "arguments": arguments} for side, (arguments, winner, _) in played.items()})
+    return WorkflowOutput(
+        reward=reward,
+        metrics=metrics,
+        response={side: {"winner": winner, "arguments": arguments} for side, (arguments, winner, _) in played.items()},
+    )
 
 
 def _word_count(speeches: list[str]) -> int:

@@ -53,7 +53,9 @@ def guess_progress(secret: int, guesses: list[int | None], low: int, high: int) 
     return progress
 
 
-def score(secret: int, guesses: list[int | None], low: int, high: int, max_turns: int, invalid_penalty: float) -> dict[str, float]:
+def score(
+    secret: int, guesses: list[int | None], low: int, high: int, max_turns: int, invalid_penalty: float
+) -> dict[str, float]:
     valid = [g for g in guesses if g is not None]
     solved = bool(valid) and valid[-1] == secret
     if solved:

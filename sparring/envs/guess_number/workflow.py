@@ -38,7 +38,10 @@ async def guess_number(task: dict, model: ChatModel, auxiliary_models: dict[str,
     low, high = int(args.get("low", 1)), int(args.get("high", 16))
     max_turns = int(args.get("max_turns", 5))
     secret = int(task["secret"]) if "secret" in task else random.Random(task.get("seed", 0)).randint(low, high)
-    history = [{"role": "system", "content": rules.SYSTEM}, {"role": "user", "content": rules.RULES.format(low=low, high=high)}]
+    history = [
+        {"role": "system", "content": rules.SYSTEM},
+        {"role": "user", "content": rules.RULES.format(low=low, high=high)},
+    ]
     guesses: list[int | None] = []
     while len(guesses) < max_turns:
         reply = await model(history)
@@ -52,4 +55,9 @@ async def guess_number(task: dict, model: ChatModel, auxiliary_models: dict[str,
     metrics["consistent_rate"] = sum(share > 0 for share in progress) / len(progress)
     metrics["progress"] = sum(progress) / len(progress)
     bonus = float(args.get("progress_bonus", 0.5))
-    return WorkflowOutput(reward=metrics.pop("reward"), metrics=metrics, response=guesses, turn_rewards=[bonus * share for share in progress])
+    return WorkflowOutput(
+        reward=metrics.pop("reward"),
+        metrics=metrics,
+        response=guesses,
+        turn_rewards=[bonus * share for share in progress],
+    )

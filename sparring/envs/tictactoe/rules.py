@@ -203,14 +203,14 @@ def score_given_away_to_chance(board: Board, cell: int) -> float:
     return max(scores.values()) - scores[cell]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _score_against_chance(cells: tuple[str, ...]) -> float:
     """Expected score of the player to move (the game not over) when it maximises it and the other side moves at random."""
     board = Board(cells)
     return max(_score_after_move(board.play(cell).cells) for cell in board.free())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _score_after_move(cells: tuple[str, ...]) -> float:
     """Expected score of the player who just moved, the random side to move next."""
     board = Board(cells)
@@ -219,10 +219,13 @@ def _score_after_move(cells: tuple[str, ...]) -> float:
     if not board.free():
         return 0.0
     replies = [board.play(cell) for cell in board.free()]
-    return sum(-1.0 if reply.winner() is not None else 0.0 if not reply.free() else _score_against_chance(reply.cells) for reply in replies) / len(replies)
+    return sum(
+        -1.0 if reply.winner() is not None else 0.0 if not reply.free() else _score_against_chance(reply.cells)
+        for reply in replies
+    ) / len(replies)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _value(cells: tuple[str, ...]) -> int:
     """+1 if the player to move wins with perfect play, 0 for a draw, -1 for a loss."""
     board = Board(cells)

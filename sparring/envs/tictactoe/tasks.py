@@ -72,5 +72,8 @@ def make_move_examples(split: str, count: int, seed: int) -> list[dict]:
     for puzzle in make_puzzles(split, count, seed):
         board = Board.from_compact(puzzle[PUZZLE_KEY])
         game, seat, taught = TicTacToe(board), board.to_move.lower(), teaching_moves(board)
-        examples += [{"messages": [*game.chat(seat), {"role": "assistant", "content": str(cell)}], "weight": 1 / len(taught)} for cell in taught]
+        examples += [
+            {"messages": [*game.chat(seat), {"role": "assistant", "content": str(cell)}], "weight": 1 / len(taught)}
+            for cell in taught
+        ]
     return examples

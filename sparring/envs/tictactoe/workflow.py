@@ -69,7 +69,17 @@ import random
 from sparring import ChatModel, WorkflowOutput
 
 from ..common import Bot, GameRecord, TwoPlayerGame, play_game
-from .rules import Board, best_moves, completing_cells, minimax_move, parse_move, random_move, score_given_away_to_chance, tactic_cells, value_given_away
+from .rules import (
+    Board,
+    best_moves,
+    completing_cells,
+    minimax_move,
+    parse_move,
+    random_move,
+    score_given_away_to_chance,
+    tactic_cells,
+    value_given_away,
+)
 
 SEATS = ("x", "o")
 ROLE = "player"
@@ -108,7 +118,11 @@ class TicTacToe(TwoPlayerGame):
     def opening(self, seat: str) -> list[dict]:
         # One worked exchange before the game: SmolLM2-135M then starts ~9 replies in 10 with a number (~1 in 10
         # without), which a free-text reply needs and a constrained one does not.
-        example = [{"role": "user", "content": self.show(Board())}, {"role": "assistant", "content": "5"}] if self.example else []
+        example = (
+            [{"role": "user", "content": self.show(Board())}, {"role": "assistant", "content": "5"}]
+            if self.example
+            else []
+        )
         return [{"role": "system", "content": SYSTEM.format(mark=seat.upper())}, *example]
 
     def prompt(self, seat: str) -> str:
@@ -144,7 +158,9 @@ class OneMove(TicTacToe):
         return self.board != self.start or super().is_over()
 
 
-def opponent_player(name: str, seat: str, auxiliary_models: dict[str, ChatModel], rng: random.Random) -> ChatModel | Bot:
+def opponent_player(
+    name: str, seat: str, auxiliary_models: dict[str, ChatModel], rng: random.Random
+) -> ChatModel | Bot:
     """The auxiliary model of that name (a league's drawn opponent among them), else a scripted bot ('random',
     'minimax'), playing `seat`."""
     if name in auxiliary_models:
@@ -152,7 +168,9 @@ def opponent_player(name: str, seat: str, auxiliary_models: dict[str, ChatModel]
     if name in SCRIPTED:
         choose = SCRIPTED[name]
         return lambda game: choose(game.board, rng)
-    raise ValueError(f"unknown opponent {name!r}: use 'self', {', '.join(repr(n) for n in SCRIPTED)} or an auxiliary model ({sorted(auxiliary_models)})")
+    raise ValueError(
+        f"unknown opponent {name!r}: use 'self', {', '.join(repr(n) for n in SCRIPTED)} or an auxiliary model ({sorted(auxiliary_models)})"
+    )
 
 
 def seat_reward(record: GameRecord, seat: str, rewards: dict[str, float]) -> float:
@@ -163,14 +181,20 @@ def seat_reward(record: GameRecord, seat: str, rewards: dict[str, float]) -> flo
     return rewards["win_reward"] if record.winner == seat else rewards["loss_reward"]
 
 
-def game_metrics(record: GameRecord, replayed: list[tuple[Board, int | None]], trained: list[str], opponent: str) -> dict[str, float]:
+def game_metrics(
+    record: GameRecord, replayed: list[tuple[Board, int | None]], trained: list[str], opponent: str
+) -> dict[str, float]:
     """Outcome rates of the trained seats (averaged over them), per seat and per opponent; `replayed` is the game's
     `positions`."""
     wins = [float(record.winner == seat) for seat in trained]
     losses = [float(record.winner not in (None, seat)) for seat in trained]
     win_rate = sum(wins) / len(trained)
     moves = sum(record.moves_by(seat) for seat in trained)
-    played = [(board, move) for turn, (board, move) in zip(record.turns, replayed) if turn.seat in trained and move is not None]
+    played = [
+        (board, move)
+        for turn, (board, move) in zip(record.turns, replayed)
+        if turn.seat in trained and move is not None
+    ]
     metrics = {
         "win_rate": win_rate,
         "draw_rate": float(record.winner is None),
@@ -227,7 +251,12 @@ def positions(record: GameRecord, start: Board) -> list[tuple[Board, int | None]
 
 
 def move_credit(
-    record: GameRecord, replayed: list[tuple[Board, int | None]], trained: list[str], credit: float, value_credit: float, chance_credit: float = 0.0
+    record: GameRecord,
+    replayed: list[tuple[Board, int | None]],
+    trained: list[str],
+    credit: float,
+    value_credit: float,
+    chance_credit: float = 0.0,
 ) -> dict[str, list[float]]:
     """Per trained seat, one turn reward per move: `credit` for a move that completes its line (takes a win) or the
     opponent's (blocks one), minus `value_credit` for every unit of game value the move gives away under perfect
@@ -278,9 +307,13 @@ async def solve_puzzle(task: dict, model: ChatModel) -> WorkflowOutput:
     if board.is_over():
         raise ValueError(f"puzzle {task[PUZZLE_KEY]!r} is a finished game: there is no move to make")
     seat = board.to_move.lower()
-    game = OneMove(board, not args.get("free_text", False), str(args.get("board_view", "grid")), bool(args.get("example", True)))
+    game = OneMove(
+        board, not args.get("free_text", False), str(args.get("board_view", "grid")), bool(args.get("example", True))
+    )
     # The game ends before the other seat's turn: its bot never plays.
-    record = await play_game(game, {seat: model.as_agent(seat, role=ROLE), other_seat(seat): lambda game: None}, memory="turn")
+    record = await play_game(
+        game, {seat: model.as_agent(seat, role=ROLE), other_seat(seat): lambda game: None}, memory="turn"
+    )
     move = record.turns[0].move
     solved = move is not None and move in best_moves(board)
     reward = float(args.get("illegal_reward", DEFAULT_REWARDS["illegal_reward"])) if move is None else float(solved)
@@ -305,16 +338,25 @@ async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, Ch
         side = policy_side(task, args, seed)
         other = other_seat(side)
         trained = [side]
-        players = {side: model.as_agent(side, role=ROLE), other: opponent_player(opponent, other, auxiliary_models, random.Random(seed))}
+        players = {
+            side: model.as_agent(side, role=ROLE),
+            other: opponent_player(opponent, other, auxiliary_models, random.Random(seed)),
+        }
     start = opening_position(args, seed)
-    game = TicTacToe(start, not args.get("free_text", False), str(args.get("board_view", "grid")), bool(args.get("example", True)))
+    game = TicTacToe(
+        start, not args.get("free_text", False), str(args.get("board_view", "grid")), bool(args.get("example", True))
+    )
     record = await play_game(game, players, memory=args.get("memory", "full"))
-    credit, value_credit, chance_credit = (float(args.get(key, 0.0)) for key in ("move_credit", "value_credit", "chance_credit"))
+    credit, value_credit, chance_credit = (
+        float(args.get(key, 0.0)) for key in ("move_credit", "value_credit", "chance_credit")
+    )
     replayed = positions(record, start)
     return WorkflowOutput(
         reward={seat: seat_reward(record, seat, rewards) for seat in trained},
         metrics=game_metrics(record, replayed, trained, opponent),
         response=[(turn.seat, turn.move) for turn in record.turns],
-        turn_rewards=move_credit(record, replayed, trained, credit, value_credit, chance_credit) if credit or value_credit or chance_credit else None,
+        turn_rewards=move_credit(record, replayed, trained, credit, value_credit, chance_credit)
+        if credit or value_credit or chance_credit
+        else None,
         outcome=outcome_of(record, trained[0]) if len(trained) == 1 else None,
     )

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Literal, Sequence
+from typing import Literal
 
 from ..common import check_split
 
@@ -35,9 +36,28 @@ ANSWER_CHOICES = ["yes", "no"]
 """The answerer's choices: lower case, because SmolLM2-135M constrained to "Yes" / "No" says No to 96 % of the
 hand-labelled sample (accuracy 0.54) and to "yes" / "no" answers 0.74 of it correctly (benchmarks/answerer_accuracy.py)."""
 
-_GUESS = re.compile(r"\b(?:guess(?:\s+is)?|is\s+it|it\s+is|it's|answer(?:\s+is)?)\s*[:\-]?\s*(?:(?:a|an|the)\s+)?([a-z]+)", re.IGNORECASE)
+_GUESS = re.compile(
+    r"\b(?:guess(?:\s+is)?|is\s+it|it\s+is|it's|answer(?:\s+is)?)\s*[:\-]?\s*(?:(?:a|an|the)\s+)?([a-z]+)",
+    re.IGNORECASE,
+)
 _WORD = re.compile(r"[a-z]+", re.IGNORECASE)
-_QUESTION_START = {"is", "are", "does", "do", "did", "can", "could", "will", "would", "was", "were", "has", "have", "should", "may"}
+_QUESTION_START = {
+    "is",
+    "are",
+    "does",
+    "do",
+    "did",
+    "can",
+    "could",
+    "will",
+    "would",
+    "was",
+    "were",
+    "has",
+    "have",
+    "should",
+    "may",
+}
 _IT = re.compile(r"\b(?:it|the secret word)\b", re.IGNORECASE)
 _YES = {"yes", "yeah", "yep", "yup", "correct", "true"}
 _NO = {"no", "nope", "false", "incorrect"}
@@ -128,7 +148,14 @@ def normalise_answer(text: str) -> Literal["Yes", "No", "Unknown"]:
     return "Unknown"
 
 
-def score(turns: list[Turn], secret: str, max_questions: int, question_bonus: float, candidates: Sequence[str] = (), guess_bonus: float = 0.0) -> dict[str, float]:
+def score(
+    turns: list[Turn],
+    secret: str,
+    max_questions: int,
+    question_bonus: float,
+    candidates: Sequence[str] = (),
+    guess_bonus: float = 0.0,
+) -> dict[str, float]:
     """Reward and metrics of a finished game: `question_bonus` is spread over valid questions, `guess_bonus` over the
     shown `candidates` ruled out by a wrong guess (each once)."""
     solved = bool(turns) and turns[-1].kind == "guess" and turns[-1].guess == secret
@@ -137,7 +164,9 @@ def score(turns: list[Turn], secret: str, max_questions: int, question_bonus: fl
     ruled_out = {t.guess for t in asked if t.kind == "guess" and t.guess != secret and t.guess in candidates}
     reward = (1.0 + 0.5 * (max_questions - len(asked)) / max_questions) if solved else 0.0
     metrics = {
-        "reward": reward + question_bonus * len(questions) / max_questions + guess_bonus * len(ruled_out) / max_questions,
+        "reward": reward
+        + question_bonus * len(questions) / max_questions
+        + guess_bonus * len(ruled_out) / max_questions,
         "candidates_ruled_out": float(len(ruled_out)),
         "success": float(solved),
         "solved_before_final_guess": float(solved and not turns[-1].final),

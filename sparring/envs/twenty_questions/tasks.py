@@ -16,4 +16,6 @@ def make_tasks(split: str, count: int, seed: int) -> list[dict]:
     words: list[str] = []
     while len(words) < count:
         words += rng.sample(load_words(split), len(load_words(split)))
-    return [{"task_id": f"tq-{split}-{i}", "seed": seed * 100_000 + i, "word": word} for i, word in enumerate(words[:count])]
+    return [
+        {"task_id": f"tq-{split}-{i}", "seed": seed * 100_000 + i, "word": word} for i, word in enumerate(words[:count])
+    ]

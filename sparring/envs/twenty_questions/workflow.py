@@ -41,8 +41,22 @@ import random
 
 from sparring import ChatModel, WorkflowOutput
 
-from .rules import ANSWER_CHOICES, CANDIDATES, FINAL, FINAL_CHOICES, FIRST, RULES, SYSTEM, Turn, answerer_prompt, classify, load_words, normalise_answer, score, vocabulary
-
+from .rules import (
+    ANSWER_CHOICES,
+    CANDIDATES,
+    FINAL,
+    FINAL_CHOICES,
+    FIRST,
+    RULES,
+    SYSTEM,
+    Turn,
+    answerer_prompt,
+    classify,
+    load_words,
+    normalise_answer,
+    score,
+    vocabulary,
+)
 
 FINAL_GUESS_TOKENS = 16
 """Room for the longest word's tokens and the end of the turn."""
@@ -107,7 +121,9 @@ async def twenty_questions(task: dict, model: ChatModel, auxiliary_models: dict[
         if turn.answer == "Yes" and kind == "guess":
             break
         left = max_questions - len(turns)
-        feedback = {"Yes": "Yes.", "No": "No.", "Unknown": "I don't know.", None: "That is not a yes/no question."}[turn.answer]
+        feedback = {"Yes": "Yes.", "No": "No.", "Unknown": "I don't know.", None: "That is not a yes/no question."}[
+            turn.answer
+        ]
         if left:
             feedback += f" {left} question{'' if left == 1 else 's'} left."
         else:
@@ -115,5 +131,7 @@ async def twenty_questions(task: dict, model: ChatModel, auxiliary_models: dict[
         history += [reply.message, {"role": "user", "content": feedback}]
     if not (turns[-1].kind == "guess" and turns[-1].answer == "Yes"):
         turns.append(await _final_guess(model, history, shown or sorted(words), secret))
-    metrics = score(turns, secret, max_questions, float(args.get("question_bonus", 0.1)), shown, float(args.get("guess_bonus", 0.0)))
+    metrics = score(
+        turns, secret, max_questions, float(args.get("question_bonus", 0.1)), shown, float(args.get("guess_bonus", 0.0))
+    )
     return WorkflowOutput(reward=metrics.pop("reward"), metrics=metrics, response=[(t.text, t.answer) for t in turns])

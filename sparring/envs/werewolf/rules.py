@@ -87,7 +87,9 @@ class GameState:
         raise GameBroken(f"no player named {name!r}; players are {[p.name for p in self.players]}")
 
     def living(self, role: str | None = None, side: Side | None = None) -> list[Player]:
-        return [p for p in self.players if p.alive and (role is None or p.role == role) and (side is None or p.side == side)]
+        return [
+            p for p in self.players if p.alive and (role is None or p.role == role) and (side is None or p.side == side)
+        ]
 
     def winner(self) -> Side | None:
         wolves, good = len(self.living(side=WEREWOLF)), len(self.living(side=GOOD_GUY))
@@ -107,7 +109,9 @@ def parse_target(text: str, allowed: list[str]) -> str | None:
     return None
 
 
-def parse_witch(text: str, victim: str | None, poison_targets: list[str], state: GameState) -> tuple[Literal["heal", "poison", "pass"], str | None, bool]:
+def parse_witch(
+    text: str, victim: str | None, poison_targets: list[str], state: GameState
+) -> tuple[Literal["heal", "poison", "pass"], str | None, bool]:
     """(action, poison target, whether the reply was readable); an unusable request reads as pass."""
     lowered = text.lower()
     if "poison" in lowered and state.poison_available:
@@ -138,7 +142,9 @@ def seer_fallback(state: GameState, seer: str) -> str:
     return state.rng.choice(unchecked or others)
 
 
-def resolve_night(state: GameState, kill: str, action: Literal["heal", "poison", "pass"], poisoned: str | None) -> list[str]:
+def resolve_night(
+    state: GameState, kill: str, action: Literal["heal", "poison", "pass"], poisoned: str | None
+) -> list[str]:
     """Apply the night: the kill (unless healed) and the poison; returns who died, in seat order."""
     dying = set()
     if action == "heal":

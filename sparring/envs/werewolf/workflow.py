@@ -58,7 +58,18 @@ from dataclasses import dataclass, field
 
 from sparring import ChatModel, WorkflowOutput
 
-from .rules import GOOD_GUY, ROLES, WEREWOLF, GameState, parse_target, parse_witch, resolve_kill, resolve_night, resolve_vote, seer_fallback
+from .rules import (
+    GOOD_GUY,
+    ROLES,
+    WEREWOLF,
+    GameState,
+    parse_target,
+    parse_witch,
+    resolve_kill,
+    resolve_night,
+    resolve_vote,
+    seer_fallback,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +118,9 @@ class Seat:
     turn_rewards: list[float] = field(default_factory=list)
     """One per call `model` made, 0 unless a decision earned per-turn credit (`vote_credit`, `elimination_credit`)."""
 
-    async def ask(self, request: str, max_tokens: int, speaker: ChatModel | None = None, **constraint: list[str]) -> str:
+    async def ask(
+        self, request: str, max_tokens: int, speaker: ChatModel | None = None, **constraint: list[str]
+    ) -> str:
         """Send what it witnessed and `request` to `speaker` (else its model); the reply (constrained by `choices=`
         when given) joins its conversation."""
         self.history.append({"role": "user", "content": "\n".join([*self.pending, request])})
@@ -225,7 +238,9 @@ class Game:
     async def day(self) -> None:
         state, number = self.state, self.state.round
         for seat in self.living_seats():
-            speech = await seat.ask(f"Day {number}. Speak briefly: who do you suspect?", self.speech_tokens, seat.speaker)
+            speech = await seat.ask(
+                f"Day {number}. Speak briefly: who do you suspect?", self.speech_tokens, seat.speaker
+            )
             said = " ".join(speech.split())[:SPEECH_CHARS] or "(silence)"
             self.tell(f"{seat.name}: {said}", to=[s for s in self.living_seats() if s is not seat])
         voters = self.living_seats()
@@ -267,7 +282,9 @@ class Game:
 
     async def _vote(self, seat: Seat) -> str | None:
         others = [p.name for p in self.state.living() if p.name != seat.name]
-        reply = await seat.decide(f"Vote out a player. Reply with one name: {', '.join(others)}; or {SKIP} to abstain.", [*others, SKIP])
+        reply = await seat.decide(
+            f"Vote out a player. Reply with one name: {', '.join(others)}; or {SKIP} to abstain.", [*others, SKIP]
+        )
         if reply == SKIP:
             return None
         ballot = parse_target(reply, others)
@@ -287,7 +304,14 @@ class Game:
         return GOOD_GUY
 
 
-def seat_players(state: GameState, trainable_target: str, model: ChatModel, participant: ChatModel, max_rounds: int, train_speech: bool = True) -> dict[str, Seat]:
+def seat_players(
+    state: GameState,
+    trainable_target: str,
+    model: ChatModel,
+    participant: ChatModel,
+    max_rounds: int,
+    train_speech: bool = True,
+) -> dict[str, Seat]:
     """A Seat per player: the trained side on the policy (its speeches on the participant model unless
     `train_speech`), the rest on the participant model."""
     seats = {}
@@ -296,8 +320,12 @@ def seat_players(state: GameState, trainable_target: str, model: ChatModel, part
         chat = (model if trained else participant).as_agent(player.name, player.role)
         speaker = participant.as_agent(player.name, player.role) if trained and not train_speech else None
         mate = next((p.name for p in state.players if p.role == WEREWOLF and p is not player), "")
-        system = SYSTEM.format(name=player.name, role=player.role, duty=DUTIES[player.role].format(mate=mate), max_rounds=max_rounds)
-        seats[player.name] = Seat(player.name, player.role, chat, trained, speaker=speaker, history=[{"role": "system", "content": system}])
+        system = SYSTEM.format(
+            name=player.name, role=player.role, duty=DUTIES[player.role].format(mate=mate), max_rounds=max_rounds
+        )
+        seats[player.name] = Seat(
+            player.name, player.role, chat, trained, speaker=speaker, history=[{"role": "system", "content": system}]
+        )
     return seats
 
 
@@ -307,7 +335,9 @@ def game_metrics(winner: str | None, game: Game, trainable_target: str, max_roun
     metrics = {
         "werewolf_win": float(winner == WEREWOLF),
         "good_guy_win": float(winner == GOOD_GUY),
-        "survived_round_limit": float(winner == GOOD_GUY and game.state.winner() is None and game.state.round == max_rounds),
+        "survived_round_limit": float(
+            winner == GOOD_GUY and game.state.winner() is None and game.state.round == max_rounds
+        ),
         "trained_win": float(winner == trainable_target),
         "rounds": float(game.state.round),
         "invalid_action_rate": sum(s.invalid for s in seats) / max(sum(s.actions for s in seats), 1),
@@ -328,18 +358,38 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
         raise ValueError(f"workflow_args.trainable_target must be 'werewolf' or 'good_guy', got {target!r}")
     name = str(args.get("participant", "participant"))
     if name not in auxiliary_models:
-        raise KeyError(f"werewolf needs a frozen model auxiliary_models[{name!r}] for the untrained players (have {sorted(auxiliary_models)})")
+        raise KeyError(
+            f"werewolf needs a frozen model auxiliary_models[{name!r}] for the untrained players (have {sorted(auxiliary_models)})"
+        )
     state = GameState.deal(int(task["seed"]))
     max_rounds = int(args.get("max_rounds", 5))
     seats = seat_players(state, target, model, auxiliary_models[name], max_rounds, bool(args.get("train_speech", True)))
-    game = Game(state, seats, int(args.get("speech_tokens", 24)), bool(args.get("full_history", False)), float(args.get("vote_credit", 0.0)), float(args.get("elimination_credit", 0.0)))
+    game = Game(
+        state,
+        seats,
+        int(args.get("speech_tokens", 24)),
+        bool(args.get("full_history", False)),
+        float(args.get("vote_credit", 0.0)),
+        float(args.get("elimination_credit", 0.0)),
+    )
     trained = [seat.name for seat in game.seats.values() if seat.trained]
     try:
         winner = await game.play(max_rounds)
     except Exception:  # noqa: BLE001 - a game that cannot continue is scored, as in the AgentScope example
         log.warning("werewolf game of task %s could not continue", task.get("task_id"), exc_info=True)
         broken = float(args.get("broken_reward", -0.1))
-        return WorkflowOutput(reward={n: broken for n in trained}, metrics={**game_metrics(None, game, target, max_rounds), "broken": 1.0})
+        return WorkflowOutput(
+            reward={n: broken for n in trained}, metrics={**game_metrics(None, game, target, max_rounds), "broken": 1.0}
+        )
     reward = float(winner == target)
-    turn_rewards = {seat.name: seat.turn_rewards for seat in game.seats.values() if seat.trained and seat.turn_rewards} if game.vote_credit or game.elimination_credit else None
-    return WorkflowOutput(reward={n: reward for n in trained}, metrics={**game_metrics(winner, game, target, max_rounds), "broken": 0.0}, response=winner, turn_rewards=turn_rewards)
+    turn_rewards = (
+        {seat.name: seat.turn_rewards for seat in game.seats.values() if seat.trained and seat.turn_rewards}
+        if game.vote_credit or game.elimination_credit
+        else None
+    )
+    return WorkflowOutput(
+        reward={n: reward for n in trained},
+        metrics={**game_metrics(winner, game, target, max_rounds), "broken": 0.0},
+        response=winner,
+        turn_rewards=turn_rewards,
+    )

@@ -15,4 +15,12 @@ from .episode_server import EpisodeServer, episode_server
 from .routes import openai_router
 from .served_models import ServedModels, UnservedModelError
 
-__all__ = ["EpisodeEndpoint", "EpisodeKeys", "EpisodeServer", "ServedModels", "UnservedModelError", "episode_server", "openai_router"]
+__all__ = [
+    "EpisodeEndpoint",
+    "EpisodeKeys",
+    "EpisodeServer",
+    "ServedModels",
+    "UnservedModelError",
+    "episode_server",
+    "openai_router",
+]

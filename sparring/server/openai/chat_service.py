@@ -27,7 +27,14 @@ from .served_models import ServedModels, UnservedModelError
 class OpenAIError(Exception):
     """A request that gets an OpenAI-shaped error response."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error", code: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.body = error_body(message, param, kind, code)
@@ -66,7 +73,9 @@ class ChatService:
                 raise unauthorised("this episode key is not valid here: unknown, or its episode has ended")
             return binding
         if self.served is None:
-            raise unauthorised("this endpoint serves episode keys only: use the api_key from tuner.as_base_url_api_key(...)")
+            raise unauthorised(
+                "this endpoint serves episode keys only: use the api_key from tuner.as_base_url_api_key(...)"
+            )
         if self.api_key is not None and not hmac.compare_digest(key.encode(), self.api_key.encode()):
             raise unauthorised("missing or wrong API key (send it as 'Authorization: Bearer <key>')")
         return None
@@ -95,7 +104,9 @@ class ChatService:
             if context_length is not None and chat_model.renderer is not None:
                 check_sampling_room(field_name, 0, max_tokens, context_length)
                 tokenizer = chat_model.renderer.tokenizer
-                bound = self.prompt_bounds.get(id(tokenizer)) or self.prompt_bounds.setdefault(id(tokenizer), PromptBound(tokenizer))
+                bound = self.prompt_bounds.get(id(tokenizer)) or self.prompt_bounds.setdefault(
+                    id(tokenizer), PromptBound(tokenizer)
+                )
                 texts = [message["content"] for message in chat.chat_messages() if isinstance(message["content"], str)]
                 bound.check(texts, context_length - (max_tokens or 1), context_length)
                 try:

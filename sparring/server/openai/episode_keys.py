@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from ...rollout import ChatModel, EpisodeRecorder
 

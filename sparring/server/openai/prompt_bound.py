@@ -19,7 +19,8 @@ bounded by the room.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..limits import LimitExceeded
 
@@ -41,13 +42,19 @@ class PromptBound:
         """Raise LimitExceeded('messages') when `texts` surely take more than `room` tokens of the `context`."""
         characters = sum(len(text) for text in texts)
         if characters > room * self.max_token_chars:
-            raise LimitExceeded("messages", f"the messages hold {characters} characters, more than {room} tokens (the room max_tokens leaves in the model's context length of {context} tokens) can cover")
+            raise LimitExceeded(
+                "messages",
+                f"the messages hold {characters} characters, more than {room} tokens (the room max_tokens leaves in the model's context length of {context} tokens) can cover",
+            )
         counted = cuts = 0
         for text in texts:
             for piece in _pieces(text):
                 counted += len(self.tokenizer.encode(piece, add_special_tokens=False))
                 if counted > room + PIECE_SLACK_TOKENS * cuts:
-                    raise LimitExceeded("messages", f"the messages take more than {room} tokens, the room max_tokens leaves in the model's context length of {context} tokens")
+                    raise LimitExceeded(
+                        "messages",
+                        f"the messages take more than {room} tokens, the room max_tokens leaves in the model's context length of {context} tokens",
+                    )
                 cuts += 1
 
 

@@ -79,16 +79,20 @@ def response_events(body: dict, reply: ChatResponse, renderer) -> list[dict]:
         where = {"item_id": item["id"], "output_index": index}
         if item["type"] == "message":
             part = item["content"][0]
-            emit("response.output_item.added", output_index=index,
-                 item={**item, "status": "in_progress", "content": []})
+            emit(
+                "response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []}
+            )
             emit("response.content_part.added", **where, content_index=0, part={**part, "text": ""})
             for piece in _text_pieces(part["text"], reply, renderer):
                 emit("response.output_text.delta", **where, content_index=0, delta=piece, logprobs=[])
             emit("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[])
             emit("response.content_part.done", **where, content_index=0, part=part)
         else:
-            emit("response.output_item.added", output_index=index,
-                 item={**item, "status": "in_progress", "arguments": ""})
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
             emit("response.function_call_arguments.delta", **where, delta=item["arguments"])
             emit("response.function_call_arguments.done", **where, name=item["name"], arguments=item["arguments"])
         emit("response.output_item.done", output_index=index, item=item)

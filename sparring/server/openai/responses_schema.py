@@ -18,7 +18,7 @@ server stores nothing: send the whole input), `background`, `top_logprobs`.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -53,7 +53,7 @@ class InputItem(BaseModel):
     """What the item is; a message may leave it out."""
     role: Literal["user", "system", "developer", "assistant"] | None = None
     """Who speaks (messages only)."""
-    content: Union[str, list[InputPart], None] = None
+    content: str | list[InputPart] | None = None
     """A message's text, or its text parts."""
     call_id: str | None = None
     """The call a function_call makes or a function_call_output answers."""
@@ -61,7 +61,7 @@ class InputItem(BaseModel):
     """The function a function_call calls."""
     arguments: str | None = None
     """A function_call's arguments (JSON text)."""
-    output: Union[str, list[InputPart], None] = None
+    output: str | list[InputPart] | None = None
     """A function_call_output's result."""
 
     def check(self) -> None:
@@ -76,7 +76,7 @@ class InputItem(BaseModel):
             raise ValueError(f"a {self.type} item needs {', '.join(missing)}")
 
 
-def _text(content: Union[str, list[InputPart], None]) -> str:
+def _text(content: str | list[InputPart] | None) -> str:
     return content if isinstance(content, str) else "".join(part.text for part in content or [])
 
 
@@ -115,13 +115,13 @@ class ResponsesRequest(BaseModel):
 
     model: str = Field(min_length=1)
     """Which model answers (ignored with an episode key: the key picks the agent's model)."""
-    input: Union[str, list[InputItem]]
+    input: str | list[InputItem]
     """The user's text, or the conversation so far as items."""
     instructions: str | None = None
     """A system message put before the input."""
     tools: list[FunctionTool] | None = None
     """Functions the model may call."""
-    tool_choice: Union[Literal["none", "auto", "required"], dict, None] = None
+    tool_choice: Literal["none", "auto", "required"] | dict | None = None
     """'auto' (default), 'none', 'required' or {'type': 'function', 'name': NAME}."""
     text: dict | None = None
     """{'format': {'type': 'text' | 'json_object' | 'json_schema', 'name', 'schema'}}: the reply's format."""

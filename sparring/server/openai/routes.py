@@ -39,8 +39,9 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Awaitable, Mapping, TypeVar
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -113,7 +114,10 @@ async def list_models(request: Request, service: Chat):
     except OpenAIError as error:
         return error.response()
     names = [binding.chat_model.agent] if binding is not None else service.served.names()
-    return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "sparring"} for name in names]}
+    return {
+        "object": "list",
+        "data": [{"id": name, "object": "model", "created": 0, "owned_by": "sparring"} for name in names],
+    }
 
 
 @chat_routes.post("/v1/chat/completions", openapi_extra=declared_body(ChatCompletionRequest))
@@ -178,11 +182,19 @@ async def _generate(target: _Target, chat: ChatCompletionRequest):
     started = time.perf_counter()
     try:
         replies = await target.chat_model.generate(
-            chat.chat_messages(), chat.tool_dicts(), tool_choice=chat.tool_choice, n=chat.n, recorder=target.recorder, **chat.sampling()
+            chat.chat_messages(),
+            chat.tool_dicts(),
+            tool_choice=chat.tool_choice,
+            n=chat.n,
+            recorder=target.recorder,
+            **chat.sampling(),
         )
     except EpisodeClosedError as error:
         raise unauthorised(f"{error} (the episode key expired while the reply was sampled)") from None
-    except (ValueError, TypeError) as error:  # bad messages, a prompt longer than the context, a sampling value the model rejects
+    except (
+        ValueError,
+        TypeError,
+    ) as error:  # bad messages, a prompt longer than the context, a sampling value the model rejects
         raise OpenAIError(400, f"{type(error).__name__}: {error}") from None
     except Exception as error:  # noqa: BLE001 - a failure of the model becomes an OpenAI-shaped 500, never a trace
         log.exception("chat completion failed")

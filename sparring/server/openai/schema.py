@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -52,7 +52,7 @@ class FunctionCall(BaseModel):
 
     name: str
     """Function name."""
-    arguments: Union[str, dict] = "{}"
+    arguments: str | dict = "{}"
     """Arguments as a JSON string (OpenAI) or an object."""
 
 
@@ -74,7 +74,7 @@ class Message(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     """Who speaks; 'developer' is rendered as 'system'."""
-    content: Union[str, list[TextPart], None] = None
+    content: str | list[TextPart] | None = None
     """Text, or a list of text parts; may be null only on an assistant message with tool_calls."""
     name: str | None = None
     """Participant name (accepted; chat templates do not render it)."""
@@ -140,7 +140,7 @@ class ChatCompletionRequest(BaseModel):
     """The conversation so far."""
     tools: list[Tool] | None = None
     """Functions the model may call (rendered hermes-style for ChatML models)."""
-    tool_choice: Union[Literal["none", "auto", "required"], dict, str, None] = None
+    tool_choice: Literal["none", "auto", "required"] | dict | str | None = None
     """'auto' (default), 'none' (answer in text), 'required' (call a tool) or {'type': 'function', 'function': {'name': ...}}."""
     stream: bool = False
     """Send the reply as server-sent `chat.completion.chunk`s ending in `data: [DONE]`."""
@@ -160,7 +160,7 @@ class ChatCompletionRequest(BaseModel):
     """Keep the k most likely tokens (a vLLM extension; -1 for no limit)."""
     seed: int | None = None
     """Same seed and prompt, same reply."""
-    stop: Union[str, list[str], None] = None
+    stop: str | list[str] | None = None
     """Up to 4 strings that end a reply (cut from the returned text)."""
     logprobs: bool = False
     """Return the sampler's logprob of every sampled token."""
@@ -179,7 +179,7 @@ class ChatCompletionRequest(BaseModel):
     """The reply is exactly one of these strings (vLLM's extra-body spelling)."""
     guided_regex: str | None = None
     """The reply matches this regular expression (vLLM's extra-body spelling)."""
-    guided_json: Union[dict, str, None] = None
+    guided_json: dict | str | None = None
     """The reply is JSON valid under this schema (vLLM's extra-body spelling; an object or its JSON text)."""
     parallel_tool_calls: bool | None = None
     """Accepted; the model may emit several tool calls in one reply either way."""
@@ -227,7 +227,9 @@ class ChatCompletionRequest(BaseModel):
         if schema_of_response_format(self.response_format) is not None:
             given.append("response_format")
         if len(given) > 1:
-            raise ValueError(f"give at most one of response_format (json), guided_choice, guided_regex, guided_json; got {given}")
+            raise ValueError(
+                f"give at most one of response_format (json), guided_choice, guided_regex, guided_json; got {given}"
+            )
         return self
 
     @field_validator("tool_choice")
@@ -257,12 +259,16 @@ class ChatCompletionRequest(BaseModel):
             "stop": self.stop,
             "choices": self.guided_choice,
             "regex": self.guided_regex,
-            "response_format": self.response_format if self.guided_json is None else {"type": "json_schema", "json_schema": {"name": "guided_json", "schema": self.guided_json}},
+            "response_format": self.response_format
+            if self.guided_json is None
+            else {"type": "json_schema", "json_schema": {"name": "guided_json", "schema": self.guided_json}},
         }
         return {name: value for name, value in given.items() if value is not None}
 
 
-def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error", code: str | None = None) -> dict:
+def error_body(
+    message: str, param: str | None = None, kind: str = "invalid_request_error", code: str | None = None
+) -> dict:
     """OpenAI's error shape."""
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
@@ -322,7 +328,14 @@ def completion_body(model: str, replies: list[ChatResponse], logprobs: bool, ren
         }
         for index, reply in enumerate(replies)
     ]
-    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": model, "choices": choices, "usage": _usage(replies)}
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": _usage(replies),
+    }
 
 
 def _content_pieces(content: str, token_texts: list[str]) -> list[str] | None:
@@ -359,19 +372,36 @@ def _choice_deltas(reply: ChatResponse, logprobs: bool, renderer) -> list[tuple[
             grouped = grouped[:-1] + [(grouped[-1][0], grouped[-1][1] + pending)] if grouped else [("", pending)]
     deltas: list[tuple[dict, list[dict] | None]] = [({"role": "assistant", "content": ""}, None)]
     deltas += [({"content": piece}, group if logprobs else None) for piece, group in grouped]
-    deltas += [({"tool_calls": [{"index": index, **call}]}, None) for index, call in enumerate(message.get("tool_calls", []))]
+    deltas += [
+        ({"tool_calls": [{"index": index, **call}]}, None) for index, call in enumerate(message.get("tool_calls", []))
+    ]
     return deltas
 
 
 def stream_chunks(model: str, replies: list[ChatResponse], logprobs: bool, renderer, include_usage: bool) -> list[dict]:
     """The `chat.completion.chunk`s of a streamed reply, in order (the caller adds `data: [DONE]`)."""
-    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+    head = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
     chunks = []
     for index, reply in enumerate(replies):
         for delta, entries in _choice_deltas(reply, logprobs, renderer):
-            choice = {"index": index, "delta": delta, "logprobs": {"content": entries} if entries is not None else None, "finish_reason": None}
+            choice = {
+                "index": index,
+                "delta": delta,
+                "logprobs": {"content": entries} if entries is not None else None,
+                "finish_reason": None,
+            }
             chunks.append({**head, "choices": [choice]})
-        chunks.append({**head, "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": _finish_reason(reply)}]})
+        chunks.append(
+            {
+                **head,
+                "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": _finish_reason(reply)}],
+            }
+        )
     if include_usage:
         chunks.append({**head, "choices": [], "usage": _usage(replies)})
     return chunks

@@ -18,11 +18,11 @@ recorder, so they are served like any frozen model.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
-from ...rollout import ChatModel, FrozenChatModel
 from ...clients import SamplingClient, ServiceClient
+from ...rollout import ChatModel, FrozenChatModel
 
 SAVED_PREFIX = "tinker://"
 
@@ -80,9 +80,13 @@ class ServedModels:
         if sampler is not None:
             return FrozenChatModel(sampler, agent=name)
         if name in self._base_models:
-            loaded = FrozenChatModel(self._service.create_sampling_client(base_model=self._base_models[name]), agent=name)
+            loaded = FrozenChatModel(
+                self._service.create_sampling_client(base_model=self._base_models[name]), agent=name
+            )
         elif name in self._adapters:
-            loaded = FrozenChatModel(self._service.create_sampling_client(model_path=str(self._adapters[name])), agent=name)
+            loaded = FrozenChatModel(
+                self._service.create_sampling_client(model_path=str(self._adapters[name])), agent=name
+            )
         elif self._saved_adapter is not None and name.startswith(SAVED_PREFIX):
             try:
                 directory = self._saved_adapter(name)

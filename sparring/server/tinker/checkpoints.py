@@ -35,7 +35,9 @@ def model_key(model_id: str) -> str:
 def check_name(field: str, name: str) -> str:
     """`name` if it is a valid checkpoint name; ValueError naming `field` otherwise."""
     if not _NAME.match(name):
-        raise ValueError(f"{field}: checkpoint name {name[:MAX_NAME]!r} must be 1-{MAX_NAME} letters, digits, '.', '_' or '-', starting with a letter or digit (no slashes)")
+        raise ValueError(
+            f"{field}: checkpoint name {name[:MAX_NAME]!r} must be 1-{MAX_NAME} letters, digits, '.', '_' or '-', starting with a letter or digit (no slashes)"
+        )
     return name
 
 
@@ -52,10 +54,19 @@ class CheckpointStore:
     def local(self, tinker_path: str, kind: str | None = None) -> Path:
         """The directory of a tinker:// checkpoint; ValueError naming the problem if the path is not one."""
         if not isinstance(tinker_path, str) or not tinker_path.startswith("tinker://"):
-            raise ValueError(f"checkpoint path must be a tinker:// path returned by this server, got {tinker_path[:200]!r}")
+            raise ValueError(
+                f"checkpoint path must be a tinker:// path returned by this server, got {tinker_path[:200]!r}"
+            )
         parts = tinker_path.removeprefix("tinker://").split("/")
-        if len(parts) != 3 or parts[1] not in KINDS or not _NAME.match(model_key(parts[0])) or not _NAME.match(parts[2]):
-            raise ValueError(f"checkpoint path must look like tinker://<weights key>/weights/<name> or .../sampler_weights/<name>, got {tinker_path[:200]!r}")
+        if (
+            len(parts) != 3
+            or parts[1] not in KINDS
+            or not _NAME.match(model_key(parts[0]))
+            or not _NAME.match(parts[2])
+        ):
+            raise ValueError(
+                f"checkpoint path must look like tinker://<weights key>/weights/<name> or .../sampler_weights/<name>, got {tinker_path[:200]!r}"
+            )
         if kind is not None and parts[1] != kind:
             raise ValueError(f"{tinker_path} is a {parts[1]} checkpoint; this call needs a {kind} one")
         path = (self.root / model_key(parts[0]) / parts[1] / parts[2]).resolve()

@@ -21,8 +21,9 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable
+from typing import Any
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from ...clients import TrainingClient
 
@@ -80,7 +81,9 @@ class ModelLane:
         if seq_id is None:
             self._unsequenced.append(op)
         elif seq_id < self._next_seq or seq_id in self._skipped:
-            logger.warning("model %s: request %d arrived after the lane moved past it; running it now", self.model_id, seq_id)
+            logger.warning(
+                "model %s: request %d arrived after the lane moved past it; running it now", self.model_id, seq_id
+            )
             self._unsequenced.append(op)
         else:
             self._waiting[seq_id] = op
@@ -140,4 +143,10 @@ class ModelLane:
                 await asyncio.wait_for(self._wakeup.wait(), max(remaining, 0.0))
             except asyncio.TimeoutError:
                 missing, self._next_seq = self._next_seq, min(self._waiting)
-                logger.warning("model %s: request %d never arrived within %.0f s; continuing with %d", self.model_id, missing, self.gap_s, self._next_seq)
+                logger.warning(
+                    "model %s: request %d never arrived within %.0f s; continuing with %d",
+                    self.model_id,
+                    missing,
+                    self.gap_s,
+                    self._next_seq,
+                )

@@ -15,7 +15,7 @@ follow `tinker_public.proto` (package `tinker_public`) of the SDK.
 from __future__ import annotations
 
 import struct
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -147,7 +147,9 @@ def _tensor(buf: bytes, what: str) -> dict:
         crow = _array(parts.get(2, b""), _DTYPE_INT64, what)
         col = _array(parts.get(3, b""), _DTYPE_INT64, what)
         if not shape or len(shape) != 2 or len(crow) != shape[0] + 1 or len(col) != len(values):
-            raise ProtoError(f"{what}: sparse CSR tensor needs a 2-D shape, shape[0] + 1 row pointers and one column per value")
+            raise ProtoError(
+                f"{what}: sparse CSR tensor needs a 2-D shape, shape[0] + 1 row pointers and one column per value"
+            )
         array = np.zeros(shape, dtype=values.dtype)
         rows = np.repeat(np.arange(shape[0]), np.diff(crow))
         array[rows, col] = values
@@ -210,8 +212,14 @@ def decode_forward_backward_request(buf: bytes) -> dict:
         elif number == 7:
             key, item = _map_entry(_message(value, "loss_fn_config_v2"), "loss_fn_config_v2")
             for kind, part in _fields(_message(item or b"", "loss_fn_config_v2")):
-                config_v2[key] = _double(part) if kind == 1 and isinstance(part, int) else _text(part, f"loss_fn_config_v2[{key!r}]")
-    request["forward_backward_input"] = {"data": data, "loss_fn": loss_fn, "loss_fn_config": {**config, **config_v2} or None}
+                config_v2[key] = (
+                    _double(part) if kind == 1 and isinstance(part, int) else _text(part, f"loss_fn_config_v2[{key!r}]")
+                )
+    request["forward_backward_input"] = {
+        "data": data,
+        "loss_fn": loss_fn,
+        "loss_fn_config": {**config, **config_v2} or None,
+    }
     return request
 
 
@@ -255,7 +263,9 @@ def encode_forward_backward_output(output: ForwardBackwardOutput) -> bytes:
     for name in names:
         arrays = [datum[name].to_numpy() for datum in output.loss_fn_outputs]
         wire = "float32" if arrays[0].dtype.kind == "f" else "int64"
-        flat = [np.ascontiguousarray(a, dtype=np.float32 if wire == "float32" else np.int64).reshape(-1) for a in arrays]
+        flat = [
+            np.ascontiguousarray(a, dtype=np.float32 if wire == "float32" else np.int64).reshape(-1) for a in arrays
+        ]
         offsets = np.cumsum([0, *(a.nbytes for a in flat)], dtype=np.int64)
         tensor = bytearray()
         _put(tensor, 1, b"".join(a.tobytes() for a in flat))

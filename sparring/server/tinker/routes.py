@@ -35,7 +35,13 @@ from ..openapi_body import declared_body, declared_errors
 from ..provided import Provide, provided
 from . import wire
 from .lanes import LaneClosed
-from .proto import PROTOBUF_MEDIA_TYPE, ProtoError, decode_forward_backward_request, encode_forward_backward_output, encode_sample_response
+from .proto import (
+    PROTOBUF_MEDIA_TYPE,
+    ProtoError,
+    decode_forward_backward_request,
+    encode_forward_backward_output,
+    encode_sample_response,
+)
 from .service import TinkerService
 from .wire import WireError, parse
 
@@ -104,7 +110,9 @@ def _inflated(raw: bytes, max_bytes: int, route_limit: int) -> bytes:
     try:
         import zstandard
     except ImportError:
-        raise WireError(415, "zstd-compressed bodies need the zstandard package on the server; send them uncompressed") from None
+        raise WireError(
+            415, "zstd-compressed bodies need the zstandard package on the server; send them uncompressed"
+        ) from None
     pieces, size = [], 0
     try:
         with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as reader:
@@ -132,11 +140,15 @@ def result_response(result: Any, protobuf: bool) -> Response:
         if protobuf:
             return Response(encode_forward_backward_output(result), media_type=PROTOBUF_MEDIA_TYPE)
         outputs = [{name: _tensor_json(tensor) for name, tensor in datum.items()} for datum in result.loss_fn_outputs]
-        return json_response({"loss_fn_output_type": result.loss_fn_output_type, "loss_fn_outputs": outputs, "metrics": result.metrics})
+        return json_response(
+            {"loss_fn_output_type": result.loss_fn_output_type, "loss_fn_outputs": outputs, "metrics": result.metrics}
+        )
     if isinstance(result, SampleResponse):
         if protobuf:
             return Response(encode_sample_response(result), media_type=PROTOBUF_MEDIA_TYPE)
-        sequences = [{"stop_reason": s.stop_reason, "tokens": s.tokens, "logprobs": s.logprobs} for s in result.sequences]
+        sequences = [
+            {"stop_reason": s.stop_reason, "tokens": s.tokens, "logprobs": s.logprobs} for s in result.sequences
+        ]
         return json_response({"type": "sample", "sequences": sequences, "prompt_logprobs": result.prompt_logprobs})
     return json_response(result)
 
@@ -250,7 +262,9 @@ async def unload_model(request: Request, service: Service):
     return service.unload_model(parse(wire.ModelRequest, await json_body(request)).model_id)
 
 
-@protocol_routes.post("/forward_backward", openapi_extra=declared_body(wire.ForwardBackwardRequest), responses=declared_errors(415))
+@protocol_routes.post(
+    "/forward_backward", openapi_extra=declared_body(wire.ForwardBackwardRequest), responses=declared_errors(415)
+)
 async def forward_backward(request: Request, service: Service):
     body = await forward_backward_body(request, service.limits.body_limit(request.url.path))
     parsed = await sequenced(request, service, wire.ForwardBackwardRequest, body)
@@ -260,7 +274,9 @@ async def forward_backward(request: Request, service: Service):
 @protocol_routes.post("/forward", openapi_extra=declared_body(wire.ForwardRequest))
 async def forward(request: Request, service: Service):
     parsed = await sequenced(request, service, wire.ForwardRequest)
-    as_fwdbwd = wire.ForwardBackwardRequest(model_id=parsed.model_id, seq_id=parsed.seq_id, forward_backward_input=parsed.forward_input)
+    as_fwdbwd = wire.ForwardBackwardRequest(
+        model_id=parsed.model_id, seq_id=parsed.seq_id, forward_backward_input=parsed.forward_input
+    )
     return service.forward_backward(as_fwdbwd, forward_only=True)
 
 
@@ -287,7 +303,9 @@ async def load_weights(request: Request, service: Service):
         if parsed.session_id is not None:
             return service.create_model_from_checkpoint(parsed)
         if parsed.model_id is None:
-            raise WireError(400, "invalid LoadWeightsRequest: give model_id (load into a model) or session_id (create one)")
+            raise WireError(
+                400, "invalid LoadWeightsRequest: give model_id (load into a model) or session_id (create one)"
+            )
         return service.load_state(parsed)
     except WireError:
         service.reject(body)
@@ -351,4 +369,7 @@ async def cancel_future(request: Request, service: Service):
 
 @protocol_routes.post("/mint/{endpoint:path}", include_in_schema=False)
 async def mint_extension(endpoint: str):
-    raise WireError(404, f"/api/v1/mint/{endpoint[:100]} is a MinT-only extension (mint.mint.forward_backward_reverse_kl, interpolate_checkpoints); sparring serves the Tinker protocol only")
+    raise WireError(
+        404,
+        f"/api/v1/mint/{endpoint[:100]} is a MinT-only extension (mint.mint.forward_backward_reverse_kl, interpolate_checkpoints); sparring serves the Tinker protocol only",
+    )

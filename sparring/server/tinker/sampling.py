@@ -44,7 +44,9 @@ def check_sample(request: wire.SampleRequest, engine: Engine, limits: ServerLimi
     limits.check_num_samples("num_samples", request.num_samples)
     completion = min(max_tokens or engine.config.default_max_tokens, engine.max_context - prompt)
     scoring = prompt if request.prompt_logprobs else 0
-    what = f"prompt ({prompt}) + num_samples ({request.num_samples}) x max_tokens ({completion})" + (" + prompt scoring" if scoring else "")
+    what = f"prompt ({prompt}) + num_samples ({request.num_samples}) x max_tokens ({completion})" + (
+        " + prompt scoring" if scoring else ""
+    )
     limits.check_tokens("num_samples", prompt + scoring + request.num_samples * completion, what)
 
 

@@ -44,12 +44,13 @@ import logging
 import secrets
 import time
 from collections import deque
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-from ...models import resolve_model
 from ...clients import SamplingClient, ServiceClient, TrainingClient
+from ...models import resolve_model
 from ..limits import LimitExceeded, ServerLimits
 from . import wire
 from .checkpoints import CheckpointStore, adapter_dir, check_name, lora_shape
@@ -144,13 +145,17 @@ class TinkerService:
                 return name
         except (ValueError, RuntimeError):
             pass
-        raise WireError(400, f"base_model {name!r} is not served here; this server serves {', '.join(map(repr, self.served_names))}")
+        raise WireError(
+            400, f"base_model {name!r} is not served here; this server serves {', '.join(map(repr, self.served_names))}"
+        )
 
     def session(self, session_id: str) -> _Session:
         self.sweep()
         session = self.sessions.get(session_id)
         if session is None:
-            raise WireError(404, f"unknown session_id {session_id!r} (the server may have restarted; create a new ServiceClient)")
+            raise WireError(
+                404, f"unknown session_id {session_id!r} (the server may have restarted; create a new ServiceClient)"
+            )
         session.last_seen = time.monotonic()
         return session
 
@@ -185,7 +190,12 @@ class TinkerService:
         for sampler_id in session.samplers:
             self.samplers.pop(sampler_id, None)
         cancelled = self.store.cancel_owned(session_id)
-        logger.info("session %s finished; %d models released, %d unfinished requests cancelled", session_id, len(session.models), cancelled)
+        logger.info(
+            "session %s finished; %d models released, %d unfinished requests cancelled",
+            session_id,
+            len(session.models),
+            cancelled,
+        )
 
     def heartbeat(self, session_id: str) -> None:
         self.session(session_id).heartbeat_at = time.monotonic()
@@ -204,7 +214,12 @@ class TinkerService:
             elif session.heartbeat_at is not None and now - session.heartbeat_at > self.abandon_s:
                 silent, session.heartbeat_at = now - session.heartbeat_at, None
                 cancelled = self.store.cancel_owned(session_id)
-                logger.warning("session %s sent no heartbeat for %.0f s; %d unfinished requests cancelled", session_id, silent, cancelled)
+                logger.warning(
+                    "session %s sent no heartbeat for %.0f s; %d unfinished requests cancelled",
+                    session_id,
+                    silent,
+                    cancelled,
+                )
 
     # Training models -------------------------------------------------------------------
 
@@ -216,9 +231,19 @@ class TinkerService:
             raise WireError(400, f"optimizer_config.type {family!r} is not served; sparring trains with AdamW")
         lora = request.lora_config or wire.LoraConfig(rank=32)
         if lora.rank > self.limits.max_lora_rank:
-            raise WireError(400, f"lora_config.rank: {lora.rank} is above this server's limit of {self.limits.max_lora_rank}")
-        options = {"rank": lora.rank, "seed": lora.seed, "train_mlp": lora.train_mlp, "train_attn": lora.train_attn, "train_unembed": lora.train_unembed}
-        return self._new_model(session, request.session_id, request.model_seq_id, options, None, "CreateModel", served_name)
+            raise WireError(
+                400, f"lora_config.rank: {lora.rank} is above this server's limit of {self.limits.max_lora_rank}"
+            )
+        options = {
+            "rank": lora.rank,
+            "seed": lora.seed,
+            "train_mlp": lora.train_mlp,
+            "train_attn": lora.train_attn,
+            "train_unembed": lora.train_unembed,
+        }
+        return self._new_model(
+            session, request.session_id, request.model_seq_id, options, None, "CreateModel", served_name
+        )
 
     def create_model_from_checkpoint(self, request: wire.LoadWeightsRequest) -> dict:
         session = self.session(request.session_id)
@@ -227,9 +252,20 @@ class TinkerService:
         checkpoint = self._local(request.path)
         options = self._lora_shape(checkpoint)
         load = (checkpoint, request.optimizer)
-        return self._new_model(session, request.session_id, request.model_seq_id, options, load, "LoadWeights", self.served_names[0])
+        return self._new_model(
+            session, request.session_id, request.model_seq_id, options, load, "LoadWeights", self.served_names[0]
+        )
 
-    def _new_model(self, session: _Session, session_id: str, seq: int, options: dict, load: tuple | None, kind: str, served_name: str) -> dict:
+    def _new_model(
+        self,
+        session: _Session,
+        session_id: str,
+        seq: int,
+        options: dict,
+        load: tuple | None,
+        kind: str,
+        served_name: str,
+    ) -> dict:
         model_id = f"{session_id}:train:{seq}"  # the SDK builds this id itself (creating a model from a checkpoint)
         if model_id in self.models:  # a retried create
             return {"request_id": self.models[model_id].creation_request, "model_id": model_id}
@@ -244,7 +280,13 @@ class TinkerService:
             return client
 
         creation = asyncio.ensure_future(asyncio.to_thread(create))
-        model = _Model(lane=ModelLane(model_id, creation, self.gap_s), session_id=session_id, served_name=served_name, rank=options["rank"], weights_key=weights_key)
+        model = _Model(
+            lane=ModelLane(model_id, creation, self.gap_s),
+            session_id=session_id,
+            served_name=served_name,
+            rank=options["rank"],
+            weights_key=weights_key,
+        )
 
         async def created() -> dict:
             await creation
@@ -262,8 +304,19 @@ class TinkerService:
         except Exception as error:  # noqa: BLE001 - reported to the caller
             raise WireError(404, f"model {model_id!r} could not be created: {error}") from None
         config = self.engine.loaded.model.config
-        model_data = {"arch": getattr(config, "model_type", None), "model_name": model.served_name, "tokenizer_id": str(self.engine.loaded.model.name_or_path)}
-        return {"type": "get_info", "model_id": model_id, "model_data": model_data, "is_lora": True, "lora_rank": model.rank, "model_name": model.served_name}
+        model_data = {
+            "arch": getattr(config, "model_type", None),
+            "model_name": model.served_name,
+            "tokenizer_id": str(self.engine.loaded.model.name_or_path),
+        }
+        return {
+            "type": "get_info",
+            "model_id": model_id,
+            "model_data": model_data,
+            "is_lora": True,
+            "lora_rank": model.rank,
+            "model_name": model.served_name,
+        }
 
     def sequenced(
         self,
@@ -303,7 +356,12 @@ class TinkerService:
 
     def reject(self, body: Any) -> None:
         """A per-model request failed validation: give its seq_id up so later ones do not wait for it."""
-        if isinstance(body, dict) and isinstance(body.get("seq_id"), int) and isinstance(body.get("model_id"), str) and body["model_id"] in self.models:
+        if (
+            isinstance(body, dict)
+            and isinstance(body.get("seq_id"), int)
+            and isinstance(body.get("model_id"), str)
+            and body["model_id"] in self.models
+        ):
             self.models[body["model_id"]].lane.skip(body["seq_id"])
 
     def forward_backward(self, request: wire.ForwardBackwardRequest, forward_only: bool) -> dict:
@@ -318,11 +376,16 @@ class TinkerService:
             for index, datum in enumerate(batch.data):
                 length = datum.model_input.token_count()
                 if length > context:
-                    raise LimitExceeded(f"forward_backward_input.data[{index}].model_input", f"{length} tokens exceed the model's context length of {context}")
+                    raise LimitExceeded(
+                        f"forward_backward_input.data[{index}].model_input",
+                        f"{length} tokens exceed the model's context length of {context}",
+                    )
                 total += length
             self.limits.check_tokens("forward_backward_input.data", total, f"the {len(batch.data)} datums")
 
-        return self.sequenced(request, "Forward" if forward_only else "ForwardBackward", start, lambda output: output, check)
+        return self.sequenced(
+            request, "Forward" if forward_only else "ForwardBackward", start, lambda output: output, check
+        )
 
     def optim_step(self, request: wire.OptimStepRequest) -> dict:
         finish = lambda response: {"type": "optim_step", "metrics": response.metrics}  # noqa: E731
@@ -332,7 +395,9 @@ class TinkerService:
         name = request.path or f"state-{request.seq_id or int(time.time())}"
         path = self.checkpoints.tinker_path(self.model(request.model_id).weights_key, "weights", name)
         finish = lambda _: {"type": "save_weights", "path": path}  # noqa: E731
-        return self.sequenced(request, "SaveWeights", lambda client: client.save_state(name), finish, lambda: check_name("path", name))
+        return self.sequenced(
+            request, "SaveWeights", lambda client: client.save_state(name), finish, lambda: check_name("path", name)
+        )
 
     def save_for_sampler(self, request: wire.SaveWeightsForSamplerRequest) -> dict:
         model = self.model(request.model_id)
@@ -340,14 +405,18 @@ class TinkerService:
             path = self.checkpoints.tinker_path(model.weights_key, "sampler_weights", request.path)
             finish = lambda _: {"type": "save_weights_for_sampler", "path": path, "sampling_session_id": None}  # noqa: E731
             save = lambda client: client.save_weights_for_sampler(request.path)  # noqa: E731
-            return self.sequenced(request, "SaveWeightsForSampler", save, finish, lambda: check_name("path", request.path))
+            return self.sequenced(
+                request, "SaveWeightsForSampler", save, finish, lambda: check_name("path", request.path)
+            )
         sampler_id = f"sample-{secrets.token_hex(16)}"
 
         async def start(client: TrainingClient) -> SamplingClient:
             return await client.save_weights_and_get_sampling_client_async(kind=request.kind)
 
         def finish(client: SamplingClient) -> dict:
-            self._add_sampler(sampler_id, Sampler(client=client, session_id=model.session_id, served_name=model.served_name))
+            self._add_sampler(
+                sampler_id, Sampler(client=client, session_id=model.session_id, served_name=model.served_name)
+            )
             if request.kind == "snapshot":
                 model.snapshots.append(sampler_id)
                 while len(model.snapshots) > self.max_snapshots_per_model:
@@ -359,7 +428,11 @@ class TinkerService:
     def load_state(self, request: wire.LoadWeightsRequest) -> dict:
         checkpoint = self._local(request.path)
         envelope = wire.SequencedRequest(model_id=request.model_id, seq_id=request.seq_id)
-        load = (lambda client: client.load_state(str(checkpoint))) if request.optimizer else (lambda client: client.load_weights(str(checkpoint)))
+        load = (
+            (lambda client: client.load_state(str(checkpoint)))
+            if request.optimizer
+            else (lambda client: client.load_weights(str(checkpoint)))
+        )
         finish = lambda _: {"type": "load_weights", "path": request.path, "model_id": request.model_id}  # noqa: E731
         return self.sequenced(envelope, "LoadWeights", load, finish)
 
@@ -427,7 +500,12 @@ class TinkerService:
                     raise WireError(400, f"cannot sample from {request.model_path}: {error}") from None
             else:
                 client = self.base_sampler
-            self._add_sampler(sampler_id, Sampler(client=client, session_id=request.session_id, served_name=served_name, model_path=request.model_path))
+            self._add_sampler(
+                sampler_id,
+                Sampler(
+                    client=client, session_id=request.session_id, served_name=served_name, model_path=request.model_path
+                ),
+            )
             session.sampler_ids[request.sampling_session_seq_id] = sampler_id
         return {"type": "create_sampling_session", "sampling_session_id": sampler_id}
 
@@ -447,7 +525,9 @@ class TinkerService:
     def sample(self, request: wire.SampleRequest) -> dict:
         request.check_served()
         if request.sampling_session_id is None:
-            raise WireError(400, "invalid SampleRequest: sampling_session_id is required (create one with create_sampling_session)")
+            raise WireError(
+                400, "invalid SampleRequest: sampling_session_id is required (create one with create_sampling_session)"
+            )
         sampler = self.sampler(request.sampling_session_id)
         if request.seq_id is not None and request.seq_id in sampler.request_ids:
             request_id = sampler.request_ids[request.seq_id]
@@ -459,4 +539,7 @@ class TinkerService:
             request_id = self.store.start(sample_request(sampler.client, request), "Sample", owner=sampler.session_id)
             if request.seq_id is not None:
                 remember_recent(sampler.request_ids, request.seq_id, request_id)
-        return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}:{index}" for index in range(request.num_samples)]}
+        return {
+            "request_id": request_id,
+            "sample_sequence_ids": [f"{request_id}:{index}" for index in range(request.num_samples)],
+        }

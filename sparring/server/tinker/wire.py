@@ -22,7 +22,7 @@ nowhere else. Sampling parameters need no wire form of their own:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -148,7 +148,7 @@ class SequencedRequest(_Wire):
 class WireTensorData(_Wire):
     """A tensor as the SDK sends it: flat data + dtype + shape, optionally sparse CSR; dense `types.TensorData` once converted."""
 
-    data: Union[list[int], list[float]]
+    data: list[int] | list[float]
     """Values, row-major (only the listed values when sparse)."""
     dtype: types.TensorDtype
     """Element type."""
@@ -191,7 +191,9 @@ class WireModelInput(_Wire):
     def to_sparring(self) -> types.ModelInput:
         for index, chunk in enumerate(self.chunks):
             if chunk.type != "encoded_text" or chunk.tokens is None:
-                raise ValueError(f"chunks[{index}]: only encoded_text chunks (token ids) are served, got a {chunk.type!r} chunk")
+                raise ValueError(
+                    f"chunks[{index}]: only encoded_text chunks (token ids) are served, got a {chunk.type!r} chunk"
+                )
         return types.ModelInput(chunks=[types.EncodedTextChunk(tokens=chunk.tokens) for chunk in self.chunks])
 
 
@@ -216,7 +218,7 @@ class ForwardBackwardInput(_Wire):
     loss_fn: str
     """A loss the server's process registered (cross_entropy, importance_sampling, ppo, cispo, dro); never an import
     path, since a server imports no module a client names."""
-    loss_fn_config: dict[str, Union[float, str]] | None = None
+    loss_fn_config: dict[str, float | str] | None = None
     """Loss hyperparameters (clip thresholds, beta)."""
 
     def to_sparring(self) -> list[types.Datum]:
@@ -336,7 +338,9 @@ class SamplingParams(types.SamplingParams):
     def _few_short_stops(cls, stop):
         stops = [stop] if isinstance(stop, str) else stop or []
         if len(stops) > MAX_STOPS or any(isinstance(s, str) and len(s) > MAX_STOP_LENGTH for s in stops):
-            raise ValueError(f"at most {MAX_STOPS} stops of at most {MAX_STOP_LENGTH} characters each (every one is checked at every decode step)")
+            raise ValueError(
+                f"at most {MAX_STOPS} stops of at most {MAX_STOP_LENGTH} characters each (every one is checked at every decode step)"
+            )
         return stop
 
 
@@ -371,7 +375,11 @@ class SampleRequest(_Wire):
     """Not served (must be absent)."""
 
     def check_served(self) -> None:
-        unserved = [name for name in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k") if getattr(self, name)]
+        unserved = [
+            name
+            for name in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k")
+            if getattr(self, name)
+        ]
         if self.target_prompt_logprobs is not None:
             unserved.append("target_prompt_logprobs")
         if unserved:
