@@ -107,7 +107,8 @@ def main() -> None:
             timing = timed_run(job(args, model_name, staleness, directory / f"run-{round_index}-{staleness}"))
             runs[staleness].append(timing)
             print(
-                f"round {round_index} max_staleness {staleness}: {timing['step_s']:.2f} s/step (rollout {timing['rollout_s']:.2f}, train {timing['train_s']:.2f}, waited {timing['wait_s']:.2f})",
+                f"round {round_index} max_staleness {staleness}: {timing['step_s']:.2f} s/step (rollout "
+                f"{timing['rollout_s']:.2f}, train {timing['train_s']:.2f}, waited {timing['wait_s']:.2f})",
                 flush=True,
             )
     print(f"load average after: {os.getloadavg()}")
@@ -116,7 +117,9 @@ def main() -> None:
         for staleness, timings in runs.items()
     }
     print(
-        f"\nguess the number on {args.model if not args.quick else 'the tiny model'}: group {args.group} x batch {args.batch}, {args.turns} turns, max_tokens {args.max_tokens}; {args.steps} steps a run, median of {args.rounds} runs"
+        f"\nguess the number on {args.model if not args.quick else 'the tiny model'}: group {args.group} x "
+        f"batch {args.batch}, {args.turns} turns, max_tokens {args.max_tokens}; {args.steps} steps a run, "
+        f"median of {args.rounds} runs"
     )
     print_table(
         ["max_staleness", "s/step", "rollout s", "train s", "waited for rollout s"],

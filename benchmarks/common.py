@@ -79,7 +79,8 @@ def packed_matmul_ceiling_gflops(size: int = 2048, repeats: int = 5) -> float | 
 
 
 def matmul_parameter_count(model: torch.nn.Module) -> int:
-    """Base-model parameters, each used in one matmul per token (the LM head counted once even when tied to the embeddings); LoRA weights left out."""
+    """Base-model parameters, each used in one matmul per token (the LM head counted once even when tied to the
+    embeddings); LoRA weights left out."""
     return sum(p.numel() for name, p in model.named_parameters() if "lora_" not in name)
 
 

@@ -302,15 +302,17 @@ def measure(framework: str, completions: int, args) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         result_file = handle.name
     command = [
-        sys.executable, __file__, "--worker", framework, "--completions", str(completions), "--group-size", str(args.group_size),
-        "--steps", str(args.steps), "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--work", args.work, "--result-file", result_file,
+        sys.executable, __file__, "--worker", framework, "--completions", str(completions),
+        "--group-size", str(args.group_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
+        "--max-tokens", str(args.max_tokens), "--work", args.work, "--result-file", result_file,
     ]  # fmt: skip
     output = None if args.verbose else subprocess.DEVNULL
     process = subprocess.Popen(command, stdout=output, stderr=output)
     _, status, usage = os.wait4(process.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(
-            f"{framework} worker at {completions} completions failed (exit {os.waitstatus_to_exitcode(status)}); rerun with --verbose"
+            f"{framework} worker at {completions} completions failed (exit "
+            f"{os.waitstatus_to_exitcode(status)}); rerun with --verbose"
         )
     records = json.loads(Path(result_file).read_text())
     os.unlink(result_file)
@@ -335,7 +337,8 @@ def report(size: int, summaries: dict[str, dict]) -> None:
     group_size = summaries["sparring"]["group_size"]
     print(f"\n{size} completions per step: {size // group_size} prompt(s) x {group_size}")
     header = (
-        f"{'':>9} {'s/step':>7} {'sampling':>9} {'scoring':>8} {'train':>7} {'tokens':>7} {'compl.':>7} {'compl. tok/s sampled':>21} "
+        f"{'':>9} {'s/step':>7} {'sampling':>9} {'scoring':>8} {'train':>7} {'tokens':>7} {'compl.':>7} "
+        f"{'compl. tok/s sampled':>21} "
         f"{'compl. tok/s trained':>21} {'peak RSS GB':>12} {'reward':>7} {'zero-var':>9} {'steps':>6}"
     )
     print(header)
@@ -343,13 +346,16 @@ def report(size: int, summaries: dict[str, dict]) -> None:
     for framework in FRAMEWORKS:
         s = summaries[framework]
         print(
-            f"{framework:>9} {s['step']:7.1f} {s['sampling']:9.1f} {s['scoring']:8.3f} {s['train']:7.1f} {s['tokens']:7.0f} "
-            f"{s['completion_tokens']:7.0f} {s['sampled_tokens_per_s']:21.0f} {s['trained_tokens_per_s']:21.0f} {s['peak_rss_gb']:12.1f} "
+            f"{framework:>9} {s['step']:7.1f} {s['sampling']:9.1f} {s['scoring']:8.3f} {s['train']:7.1f} "
+            f"{s['tokens']:7.0f} "
+            f"{s['completion_tokens']:7.0f} {s['sampled_tokens_per_s']:21.0f} "
+            f"{s['trained_tokens_per_s']:21.0f} {s['peak_rss_gb']:12.1f} "
             f"{s['reward']:7.2f} {s['zero_variance']:9.2f} {s['steps']:6d}"
         )
     trl, ours = summaries["trl"], summaries["sparring"]
     print(
-        f"TRL / sparring: step {trl['step'] / ours['step']:.2f}x, sampling {trl['sampling'] / ours['sampling']:.2f}x, train {trl['train'] / ours['train']:.2f}x"
+        f"TRL / sparring: step {trl['step'] / ours['step']:.2f}x, sampling "
+        f"{trl['sampling'] / ours['sampling']:.2f}x, train {trl['train'] / ours['train']:.2f}x"
     )
 
 
@@ -378,7 +384,8 @@ def floors(summaries_by_size: dict[int, dict[str, dict]], args) -> None:
     ceiling, read_s = matmul_ceiling_gflops(), weight_read_seconds(model)
     decode_steps = args.max_tokens - 1  # the first token of a completion comes from the prefill
     print(
-        f"\nfloors on this host: every weight read once {read_s * 1e3:.1f} ms; fp32 matmul ceiling {ceiling:.0f} GFLOP/s"
+        f"\nfloors on this host: every weight read once {read_s * 1e3:.1f} ms; fp32 matmul ceiling "
+        f"{ceiling:.0f} GFLOP/s"
     )
     for size, summaries in summaries_by_size.items():
         ours, trl = summaries["sparring"], summaries["trl"]
@@ -396,23 +403,27 @@ def floors(summaries_by_size: dict[int, dict[str, dict]], args) -> None:
         lines = (
             (
                 "weights read or multiplied at the ceiling",
-                f"{decode_steps} x {bound_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the ceiling {train_s:.2f} s",
+                f"{decode_steps} x {bound_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the "
+                f"ceiling {train_s:.2f} s",
                 decode_steps * bound_s + train_s,
             ),
             (
                 "weight matmuls as sparring runs them",
-                f"{decode_steps} x {matmul_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the ceiling {train_s:.2f} s",
+                f"{decode_steps} x {matmul_s * 1e3:.1f} ms + training {train_gflop:.4g} GFLOP at the "
+                f"ceiling {train_s:.2f} s",
                 decode_steps * matmul_s + train_s,
             ),
             (
                 "all matmuls as sparring runs them",
-                f"{decode_steps} x {matmul_s * 1e3:.1f} ms + the learner's matmuls alone {learner_s:.2f} s ({learner_gflop:.4g} GFLOP)",
+                f"{decode_steps} x {matmul_s * 1e3:.1f} ms + the learner's matmuls alone {learner_s:.2f} s "
+                f"({learner_gflop:.4g} GFLOP)",
                 decode_steps * matmul_s + learner_s,
             ),
         )
         for name, parts, floor in lines:
             print(
-                f"{size} completions, {name}: {parts} = {floor:.2f} s a step; 3x TRL ({trl['step']:.1f} s) needs <= {target:.2f} s: {'within reach' if floor <= target else 'out of reach'}"
+                f"{size} completions, {name}: {parts} = {floor:.2f} s a step; 3x TRL ({trl['step']:.1f} s) "
+                f"needs <= {target:.2f} s: {'within reach' if floor <= target else 'out of reach'}"
             )
 
 
@@ -451,8 +462,9 @@ def main() -> None:
     local_model_dir()  # convert once, before anything is timed
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    print(f"GRPO step ({args.work} work), {MODEL} + LoRA r{LORA_RANK}, fp32 CPU, {args.max_tokens} max new tokens, group size {args.group_size}, "
-          f"{args.warmup} warm-up + {args.steps} timed steps per process, {args.rounds} process(es) per framework and size")  # fmt: skip
+    print(f"GRPO step ({args.work} work), {MODEL} + LoRA r{LORA_RANK}, fp32 CPU, {args.max_tokens} max new tokens, "
+          f"group size {args.group_size}, {args.warmup} warm-up + {args.steps} timed steps per process, "
+          f"{args.rounds} process(es) per framework and size")  # fmt: skip
     summaries_by_size: dict[int, dict[str, dict]] = {}
     for size in args.sizes:
         runs: dict[str, list[dict]] = {framework: [] for framework in FRAMEWORKS}
@@ -469,7 +481,8 @@ def main() -> None:
     if args.floors:
         floors(summaries_by_size, args)
     print(
-        f"\n1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; {time.perf_counter() - started:.0f} s in all"
+        f"\n1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; "
+        f"{time.perf_counter() - started:.0f} s in all"
     )
 
 

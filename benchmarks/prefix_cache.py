@@ -14,9 +14,11 @@ twenty_questions (a policy asks, a frozen answerer reads the growing conversatio
 conversations that share werewolf's rules, 5 turns each (a new message, then a seeded 16-token reply, which
 the cache leaves unchanged), the 7 calls of a turn batched.
 
-    .venv/bin/python benchmarks/prefix_cache.py [--games werewolf,twenty_questions,guess_number] [--tasks 4] [--repeats 1] [--quick]
+    .venv/bin/python benchmarks/prefix_cache.py [--games werewolf,twenty_questions,guess_number] [--tasks 4]
+    [--repeats 1] [--quick]
     .venv/bin/python benchmarks/prefix_cache.py --games werewolf --set eval_dataset.workflow_args.full_history=true
-    .venv/bin/python benchmarks/prefix_cache.py --games werewolf --tasks 20 --cache-mib 1024   # another budget than the config's
+    .venv/bin/python benchmarks/prefix_cache.py --games werewolf --tasks 20 --cache-mib 1024   # another budget than
+    the config's
     .venv/bin/python benchmarks/prefix_cache.py --games werewolf --train-steps 4 --repeats 2    # training steps instead
     python benchmarks/prefix_cache.py --device cuda --games werewolf --tasks 20    # on a GPU (bfloat16 weights)
 
@@ -44,7 +46,8 @@ from sparring.trainer.loop import run_evaluation, run_training
 
 GAMES = ("werewolf", "twenty_questions", "guess_number", "conversations")
 RULES = (
-    "A game of werewolf with Player1 to Player7: 2 werewolves, 3 villagers, a seer and a witch. The good players win by "
+    "A game of werewolf with Player1 to Player7: 2 werewolves, 3 villagers, a seer and a witch. The good "
+    "players win by "
     "voting out both werewolves; the werewolves win if they are as many as the good players within 2 rounds. "
     "Answer in one short sentence."
 )
@@ -53,7 +56,8 @@ CACHE_MIB = 1024
 
 
 def shipped_cache_mib(game: str, overrides: list[str]) -> float:
-    """The prefix cache budget `game`'s config gives its (first) trainable model: what `sparring eval GAME` runs with."""
+    """The prefix cache budget `game`'s config gives its (first) trainable model: what `sparring eval GAME` runs
+    with."""
     return next(iter(load_config(game, overrides).trainable_models().values())).prefix_cache_mib
 
 
@@ -125,7 +129,10 @@ def converse_once(model: str, device: str, turns: int, mib: float) -> tuple[Pref
     for turn in range(turns):
         futures = []
         for player, history in enumerate(histories):
-            said = f"Day {turn}. Player{(player + turn) % 7 + 1} saw nothing last night; Player{(player + 2 * turn) % 7 + 1} accuses Player{(player + 3) % 7 + 1}. What do you say?"
+            said = (
+                f"Day {turn}. Player{(player + turn) % 7 + 1} saw nothing last night; "
+                f"Player{(player + 2 * turn) % 7 + 1} accuses Player{(player + 3) % 7 + 1}. What do you say?"
+            )
             history.append({"role": "user", "content": said})
             params = types.SamplingParams(max_tokens=16, seed=player * 100 + turn, temperature=1.0)
             futures.append(engine.sample(None, renderer.render(history), 1, params))
@@ -188,7 +195,9 @@ def main() -> None:
                 runs[setting].append((counts, seconds, cpu))
                 hit_rate = counts.metrics()["engine/prefix_hit_rate"]
                 print(
-                    f"{game} cache {setting}: {counts.prompt_tokens} prompt tokens, {counts.prefilled_tokens} prefilled, hit rate {hit_rate:.2f}, {seconds:.1f} s, {third} {cpu:.1f} s",
+                    f"{game} cache {setting}: {counts.prompt_tokens} prompt tokens, "
+                    f"{counts.prefilled_tokens} prefilled, hit rate {hit_rate:.2f}, {seconds:.1f} s, "
+                    f"{third} {cpu:.1f} s",
                     flush=True,
                 )
         prefilled = {s: statistics.median(c.prefilled_tokens for c, _, _ in runs[s]) for s in runs}

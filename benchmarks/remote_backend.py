@@ -122,7 +122,8 @@ async def measure(args, model_name: str, url: str, directory: Path) -> dict[str,
                 "tokens": metrics.get("tokens/trained", 0.0),
             }
             print(
-                f"step {step} {name:6s} {row['step_s']:.2f} s (rollout {row['rollout_s']:.2f}, train {row['train_s']:.2f})",
+                f"step {step} {name:6s} {row['step_s']:.2f} s (rollout {row['rollout_s']:.2f}, train "
+                f"{row['train_s']:.2f})",
                 flush=True,
             )
             if step > 0:  # the first step of each warms up
@@ -157,12 +158,15 @@ def main() -> None:
     }
     rows = [[name, m["step_s"], m["rollout_s"], m["train_s"]] for name, m in median.items()]
     print(
-        f"\nguess the number on {args.model if not args.quick else 'the tiny model'}: group {args.group} x batch {args.batch}, {args.turns} turns, max_tokens {args.max_tokens}; median of {args.steps} steps"
+        f"\nguess the number on {args.model if not args.quick else 'the tiny model'}: group {args.group} x "
+        f"batch {args.batch}, {args.turns} turns, max_tokens {args.max_tokens}; median of {args.steps} "
+        "steps"
     )
     print_table(["backend", "s/step", "rollout s", "train s"], rows)
     print(
         f"remote / local: {median['remote']['step_s'] / median['local']['step_s']:.2f}x per step "
-        f"(rollout {median['remote']['rollout_s'] / median['local']['rollout_s']:.2f}x, train {median['remote']['train_s'] / median['local']['train_s']:.2f}x)"
+        f"(rollout {median['remote']['rollout_s'] / median['local']['rollout_s']:.2f}x, train "
+        f"{median['remote']['train_s'] / median['local']['train_s']:.2f}x)"
     )
 
 

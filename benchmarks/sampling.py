@@ -168,12 +168,15 @@ def main() -> None:
     tokens_per_s = {key: key[1] * new_tokens / seconds for key, seconds in best_s.items()}
 
     print(
-        f"\nsampling {model_name}: {new_tokens} new tokens per row, temperature 1, LoRA r={LORA_RANK}, torch threads {torch.get_num_threads()}"
+        f"\nsampling {model_name}: {new_tokens} new tokens per row, temperature 1, LoRA r={LORA_RANK}, "
+        f"torch threads {torch.get_num_threads()}"
     )
-    print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s (torch.matmul), {packed_ceiling:.0f} GFLOP/s (oneDNN-packed weight); "
+    print(f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s (torch.matmul), {packed_ceiling:.0f} GFLOP/s "
+          "(oneDNN-packed weight); "
           f"model: {parameters / 1e6:.1f} M parameters, {2 * parameters / 1e9:.3f} GFLOP per token")  # fmt: skip
     print(
-        f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other processes share the cores)\n"
+        f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other processes "
+        "share the cores)\n"
     )
     rows = []
     for batch in batches:
@@ -192,7 +195,8 @@ def main() -> None:
     # What a decode step cannot go below: reading every weight once, and the weight matmuls as the sampler runs them.
     weight_bytes = sum(w.numel() * w.element_size() for w in matmul_weights(plain.model))
     read_s = weight_read_seconds(plain.model)
-    print(f"\nfloors of a decode step: every weight read once ({weight_bytes / 1e6:.0f} MB) {read_s * 1e3:.1f} ms ({weight_bytes / read_s / 1e9:.1f} GB/s); "
+    print(f"\nfloors of a decode step: every weight read once ({weight_bytes / 1e6:.0f} MB) {read_s * 1e3:.1f} "
+          f"ms ({weight_bytes / read_s / 1e9:.1f} GB/s); "
           "the step's weight matmuls alone, as the sampler runs them:")  # fmt: skip
     # A kernel that overlaps streaming the weights with multiplying them takes the longer of the two; one that does
     # them in turn takes their sum. Where the measured matmuls sit between the two says which this host's kernels do.
@@ -203,11 +207,13 @@ def main() -> None:
         gflops = 2 * parameters * batch / matmul_s / 1e9
         at_ceiling_s = 2 * parameters * batch / (ceiling * 1e9)
         rows.append([
-            batch, matmul_s * 1e3, onednn_s * 1e3, batch / matmul_s, gflops / ceiling, tokens_per_s["sparring + lora", batch] * matmul_s / batch,
+            batch, matmul_s * 1e3, onednn_s * 1e3, batch / matmul_s, gflops / ceiling,
+            tokens_per_s["sparring + lora", batch] * matmul_s / batch,
             max(read_s, at_ceiling_s) * 1e3, (read_s + at_ceiling_s) * 1e3,
         ])  # fmt: skip
     print_table(
-        ["batch", "matmuls ms/step", "through oneDNN ms/step", "tokens/s if only they ran", "of ceiling", "sparring's step spent in them",
+        ["batch", "matmuls ms/step", "through oneDNN ms/step", "tokens/s if only they ran", "of ceiling",
+         "sparring's step spent in them",
          "overlapped: max(read, at ceiling) ms", "in turn: read + at ceiling ms"],
         rows,
     )  # fmt: skip

@@ -22,7 +22,8 @@ that picks uniformly among the free cells: whether the model learns the rule or 
 'untrained'); with `--positions threats --held-out 200` the positions are the tic-tac-toe puzzles' eval split
 (`make_puzzles("eval", ...)`), which no puzzle file for training contains.
 
-    python benchmarks/tictactoe_supervised.py --positions threats --held-out 200 --score untrained runs/tictactoe/checkpoints/lora-0/sampler_weights/best
+    python benchmarks/tictactoe_supervised.py --positions threats --held-out 200 --score untrained
+    runs/tictactoe/checkpoints/lora-0/sampler_weights/best
 
 Measured (docs/results.md): 45 minutes on one core leave the model at 0.16-0.20 non-loss against minimax, below
 the 80-step RL league (0.32): fitting the answers by cross-entropy is slow here (loss 0.60-0.73 per datum against
@@ -134,7 +135,9 @@ async def score(args: argparse.Namespace) -> None:
             await client.load_weights(adapter).result_async()
         scores = await held_out_scores(client, client.get_renderer(), held_out, args.board_view, not args.no_example)
         print(
-            f"{adapter}: held-out loss/position {scores.loss:.3f}, perfect move {scores.perfect_sampled:.3f} sampled, {scores.perfect_greedy:.3f} greedy ({len(held_out)} positions)",
+            f"{adapter}: held-out loss/position {scores.loss:.3f}, perfect move "
+            f"{scores.perfect_sampled:.3f} sampled, {scores.perfect_greedy:.3f} greedy ({len(held_out)} "
+            "positions)",
             flush=True,
         )
 
@@ -146,7 +149,8 @@ async def train(args: argparse.Namespace) -> None:
     boards, held_out = hold_out(boards, args.held_out, args.seed)
     data = perfect_move_data(renderer, boards, args.board_view, not args.no_example)
     print(
-        f"{len(boards)} positions, {len(data)} datums ({sum(len(d.model_input.to_ints()) for d in data)} tokens), batch {args.batch}, learning rate {args.learning_rate}"
+        f"{len(boards)} positions, {len(data)} datums ({sum(len(d.model_input.to_ints()) for d in data)} "
+        f"tokens), batch {args.batch}, learning rate {args.learning_rate}"
     )
     rng, start, step, epoch = random.Random(args.seed), time.perf_counter(), 0, 0
 
@@ -155,7 +159,8 @@ async def train(args: argparse.Namespace) -> None:
         began = time.perf_counter()
         scores = await held_out_scores(client, renderer, held_out, args.board_view, not args.no_example)
         print(
-            f"step {step} {(began - start) / 60:.1f} min held-out loss/position {scores.loss:.3f}, perfect move {scores.perfect_sampled:.3f} sampled, "
+            f"step {step} {(began - start) / 60:.1f} min held-out loss/position {scores.loss:.3f}, perfect "
+            f"move {scores.perfect_sampled:.3f} sampled, "
             f"{scores.perfect_greedy:.3f} greedy",
             flush=True,
         )
@@ -165,7 +170,8 @@ async def train(args: argparse.Namespace) -> None:
         uniform, floor = reference_losses(held_out)
         chance = sum(len(best_moves(board)) / len(board.free()) for board in held_out) / len(held_out)
         print(
-            f"{len(held_out)} held-out positions: uniform over the free cells: loss {uniform:.3f}, perfect move {chance:.3f}; floor {floor:.3f}"
+            f"{len(held_out)} held-out positions: uniform over the free cells: loss {uniform:.3f}, perfect "
+            f"move {chance:.3f}; floor {floor:.3f}"
         )
         await report_held_out()
     recent_losses = []  # loss per datum of the last 10 steps: one batch's is too noisy to read a trend from
@@ -185,7 +191,8 @@ async def train(args: argparse.Namespace) -> None:
             recent_losses = [*recent_losses[-9:], result.loss / min(args.batch, len(order) - first)]
             if step % 10 == 0:
                 print(
-                    f"epoch {epoch} step {step} {minutes:.1f} min loss/datum {sum(recent_losses) / len(recent_losses):.3f} (mean of the last 10 steps)",
+                    f"epoch {epoch} step {step} {minutes:.1f} min loss/datum "
+                    f"{sum(recent_losses) / len(recent_losses):.3f} (mean of the last 10 steps)",
                     flush=True,
                 )
             if held_out and step % args.held_out_every == 0:

@@ -117,7 +117,9 @@ def main() -> None:
         low, high = wilson_interval(counts.perfect, counts.tactical)
         share = counts.perfect / counts.tactical
         print(
-            f"| {counts.first_step}-{counts.first_step + args.window - 1} | {counts.moves} | {counts.tactical} | {share:.2f} [{low:.2f}, {high:.2f}] | {counts.uniform / counts.tactical:.2f} |"
+            f"| {counts.first_step}-{counts.first_step + args.window - 1} | {counts.moves} | "
+            f"{counts.tactical} | {share:.2f} [{low:.2f}, {high:.2f}] | "
+            f"{counts.uniform / counts.tactical:.2f} |"
         )
 
 

@@ -90,12 +90,14 @@ def _evaluate(node: ast.AST) -> float:
 
 
 async def tool_agent(task: dict, model, auxiliary_models: dict) -> WorkflowOutput:
-    """A forced calculator call per number (7 by default), each answered by a tool message, then the total: one conversation."""
+    """A forced calculator call per number (7 by default), each answered by a tool message, then the total: one
+    conversation."""
     numbers = task["numbers"]
     history = [
         {
             "role": "user",
-            "content": f"Add these numbers with the calculator, one addition per call, then tell me the total: {', '.join(map(str, numbers))}.",
+            "content": "Add these numbers with the calculator, one addition per call, then tell me the total: "
+            f"{', '.join(map(str, numbers))}.",
         }
     ]
     errors = 0
@@ -266,7 +268,8 @@ async def main() -> None:
         f"\ntimeline merging on {model_name}: forward_backward (ppo), LoRA r=16, unit advantages on every sampled token"
     )
     print(
-        f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other processes share the cores)\n"
+        f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other processes "
+        "share the cores)\n"
     )
     headers = [
         "workload",

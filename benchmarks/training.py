@@ -31,7 +31,8 @@ copies (`EngineConfig.pack_cpu_weights = False`), with peft's LoRA layers and
 False`), and with every datum run whole (`learner_prefix_tree = False`),
 alternating.
 
-    .venv/bin/python benchmarks/training.py [--batch 8] [--prompt-tokens 192] [--completion-tokens 64] [--groups 4] [--group-size 8] [--quick]
+    .venv/bin/python benchmarks/training.py [--batch 8] [--prompt-tokens 192] [--completion-tokens 64] [--groups 4]
+    [--group-size 8] [--quick]
 """
 
 from __future__ import annotations
@@ -143,13 +144,17 @@ def main() -> None:
     tokens_per_step = args.batch * (length - 1)
 
     print(
-        f"\nLoRA forward+backward on {model_name}: batch {args.batch} x {length - 1} tokens ({args.prompt_tokens} prompt + {args.completion_tokens} completion), LoRA r={LORA_RANK}, torch threads {torch.get_num_threads()}"
+        f"\nLoRA forward+backward on {model_name}: batch {args.batch} x {length - 1} tokens "
+        f"({args.prompt_tokens} prompt + {args.completion_tokens} completion), LoRA r={LORA_RANK}, torch "
+        f"threads {torch.get_num_threads()}"
     )
     print(
-        f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s; N = {parameters / 1e6:.1f} M matmul parameters (LM head {head_parameters / 1e6:.1f} M)"
+        f"fp32 matmul ceiling: {ceiling:.0f} GFLOP/s; N = {parameters / 1e6:.1f} M matmul parameters (LM "
+        f"head {head_parameters / 1e6:.1f} M)"
     )
     print(
-        f"optim_step (Adam over the LoRA weights): {optim_step_s * 1e3:.0f} ms; 1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n"
+        f"optim_step (Adam over the LoRA weights): {optim_step_s * 1e3:.0f} ms; 1-minute load average "
+        f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n"
     )
     rows = []
     for loss_fn in losses:
@@ -182,7 +187,8 @@ def main() -> None:
                 grpo_best[label] = min(grpo_best[label], seconds)
     engine.config = defaults
     print(
-        f"\nGRPO-shaped batch, ppo: {args.groups} prompts x {args.group_size} completions of {args.completion_tokens} tokens, {grpo_tokens} datum tokens\n"
+        f"\nGRPO-shaped batch, ppo: {args.groups} prompts x {args.group_size} completions of "
+        f"{args.completion_tokens} tokens, {grpo_tokens} datum tokens\n"
     )
     print_table(
         ["learner", "seconds", "datum tokens/s", "the first row's speed-up"],

@@ -102,7 +102,8 @@ async def debate(service, epochs: int, arguments: int, max_tokens: int, learning
                 [ppo_datum(prompts[side], seq, reward) for seq, reward in zip(replies[side].sequences, rewards[side])]
                 for side in range(2)
             ]
-            # Awaiting a *_async call submits it and gives its future: both debaters' work is queued before either result is awaited.
+            # Awaiting a *_async call submits it and gives its future: both debaters' work is queued before either
+            # result is awaited.
             passes = [
                 await debater.forward_backward_async(batch, loss_fn="ppo") for debater, batch in zip(debaters, batches)
             ]
@@ -113,7 +114,8 @@ async def debate(service, epochs: int, arguments: int, max_tokens: int, learning
                 losses[side].append((await submitted.result_async()).metrics["loss:sum"])
                 await step.result_async()
             print(
-                f"epoch {epoch} {topic!r}: debater 1 won {verdicts.count(True)}/{len(verdicts)}, loss {losses[0][-1]:+.3f} / {losses[1][-1]:+.3f}"
+                f"epoch {epoch} {topic!r}: debater 1 won {verdicts.count(True)}/{len(verdicts)}, loss "
+                f"{losses[0][-1]:+.3f} / {losses[1][-1]:+.3f}"
             )
     saved = [
         await (await debater.save_weights_for_sampler_async(name=f"debater-{n + 1}")).result_async()

@@ -110,7 +110,8 @@ async def train(
     judge = service.create_sampling_client(base_model=base_model)
     adam = types.AdamParams(learning_rate=learning_rate)
     print(
-        f"=== Two debaters on {base_model}: {epochs} epochs x {len(SCENARIOS)} topics x {num_samples} arguments per side ==="
+        f"=== Two debaters on {base_model}: {epochs} epochs x {len(SCENARIOS)} topics x {num_samples} "
+        "arguments per side ==="
     )
     history = []
     for epoch in range(epochs):
@@ -132,7 +133,8 @@ async def train(
         history.append(row)
         print(
             f"Epoch {epoch}: agent 1 loss={row['loss'][0]:+.4f} win rate={row['win_rate'][0]:.2f} | "
-            f"agent 2 loss={row['loss'][1]:+.4f} win rate={row['win_rate'][1]:.2f} | {time.perf_counter() - started:.1f}s"
+            f"agent 2 loss={row['loss'][1]:+.4f} win rate={row['win_rate'][1]:.2f} | "
+            f"{time.perf_counter() - started:.1f}s"
         )
     saved = [agent.save_weights_for_sampler_async(name=f"agent-{i + 1}-v1") for i, agent in enumerate(agents)]
     paths = [(await handle.result_async()).path for handle in saved]

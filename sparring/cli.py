@@ -9,7 +9,8 @@
     sparring eval config.yaml --adapter A --adapter B ...   # several adapters (a run's snapshots) side by side
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
     sparring view RUN_DIR [-o report.html] [--serve]          # one HTML file: curves, evaluation, token-level rollouts
-    sparring export RUN_DIR OUT [--merged]                     # the trained adapter (or a merged model) for peft / transformers / vLLM
+    sparring export RUN_DIR OUT [--merged]                     # the trained adapter (or a merged model) for peft /
+    transformers / vLLM
     sparring new NAME [--dir PARENT]                           # a game of your own in NAME/, ready to train
 
 Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand instead.
@@ -205,7 +206,8 @@ def train(
     if result.interrupted:
         cause = signal.Signals(result.stop_signal).name if result.stop_signal else "interrupted"
         typer.echo(
-            f"{cause}: stopped after step {result.steps}, checkpoint saved at {result.checkpoint}, no final adapter; continue with: sparring train --resume {result.run_dir}",
+            f"{cause}: stopped after step {result.steps}, checkpoint saved at {result.checkpoint}, no "
+            f"final adapter; continue with: sparring train --resume {result.run_dir}",
             err=True,
         )
         raise typer.Exit(128 + (result.stop_signal or signal.SIGINT))
@@ -215,7 +217,8 @@ def train(
     if result.best is not None:
         chosen = result.best
         typer.echo(
-            f"best on the validation tasks: step {chosen.steps}, {loaded.validation.metric} {chosen.mean:.3f} [{chosen.low:.2f}, {chosen.high:.2f}] (validation.json)"
+            f"best on the validation tasks: step {chosen.steps}, {loaded.validation.metric} "
+            f"{chosen.mean:.3f} [{chosen.low:.2f}, {chosen.high:.2f}] (validation.json)"
         )
         for name, path in result.best_paths.items():
             typer.echo(f"  {name}: {path}")
@@ -297,8 +300,10 @@ def evaluate(
     adapter: list[Path] | None = typer.Option(
         None,
         metavar="<path>",
-        help="A saved PEFT adapter to evaluate instead of the base model, at its own LoRA rank (configs with one trainable model). Repeat it to "
-        "compare several, e.g. a run's snapshots, in one table: a column each, named by its folder; ▲ / ▼ compare the last.",
+        help="A saved PEFT adapter to evaluate instead of the base model, at its own LoRA rank (configs with "
+        "one trainable model). Repeat it to "
+        "compare several, e.g. a run's snapshots, in one table: a column each, named by its folder; ▲ / ▼ "
+        "compare the last.",
     ),
     tasks: int | None = typer.Option(None, help="Evaluate on the first N eval tasks (at least 1)."),
     output: Path | None = typer.Option(
@@ -313,7 +318,8 @@ def evaluate(
     if adapters and len(loaded.trainable_models()) != 1:
         keys = sorted(loaded.trainable_models())
         typer.echo(
-            f"error: --adapter needs a config with one trainable model; this one trains {keys}: use --set models.<name>.adapter_path=PATH",
+            f"error: --adapter needs a config with one trainable model; this one trains {keys}: use --set "
+            "models.<name>.adapter_path=PATH",
             err=True,
         )
         raise typer.Exit(2)
@@ -387,8 +393,10 @@ def _print_comparison(title: str, comparison) -> None:
     rows.append({"metric": "episodes", **{column.label: str(column.episodes) for column in comparison.columns}})
     baselines = [column.label for column in comparison.columns if column.kind == "baseline"]
     caption = (
-        f"mean [95 % interval] over the held-out episodes. ▲ / ▼: {comparison.subject}'s interval lies entirely above / below "
-        "that column's (whether higher is better depends on the metric); only such a separation is called an improvement "
+        f"mean [95 % interval] over the held-out episodes. ▲ / ▼: {comparison.subject}'s interval lies "
+        "entirely above / below "
+        "that column's (whether higher is better depends on the metric); only such a separation is called "
+        "an improvement "
         "or a shortfall, overlapping intervals are no resolved difference. " + METHODS_NOTE
     )
     if baselines:
@@ -438,10 +446,12 @@ def view(
     port: int = typer.Option(8050, help="TCP port to serve on (with --serve)."),
     rollout_steps: int | None = typer.Option(
         None,
-        help="Put in the rollouts of at most this many steps (evenly spread, the last included; default: the report's, 24); 0: all.",
+        help="Put in the rollouts of at most this many steps (evenly spread, the last included; default: the "
+        "report's, 24); 0: all.",
     ),
 ):
-    """Write a run's report: one self-contained HTML file with its curves, evaluation tables and token-level rollouts."""
+    """Write a run's report: one self-contained HTML file with its curves, evaluation tables and token-level
+    rollouts."""
     if not run_dir.is_dir():
         typer.echo(f"error: {run_dir} is not a run directory", err=True)
         raise typer.Exit(2)
@@ -474,7 +484,8 @@ def export(
     ),
     model: str | None = typer.Option(None, help="Which trainable model, for runs that train several."),
 ):
-    """Export a trained adapter for peft (`AutoPeftModelForCausalLM`), or merged into a model for transformers / vLLM / llama.cpp."""
+    """Export a trained adapter for peft (`AutoPeftModelForCausalLM`), or merged into a model for transformers /
+    vLLM / llama.cpp."""
     from .engine import export_adapter
     from .trainer.checkpoints import final_adapters
 
@@ -503,7 +514,8 @@ def serve(
         ["smollm2-135m-instruct"],
         metavar="<model>",
         help="Base model: catalogue name, Hugging Face directory or .gguf file; NAME=SOURCE serves it under NAME "
-        "(repeatable: every NAME answers with the one model loaded, e.g. --model Qwen/Qwen3.5-9B=smollm2-135m-instruct).",
+        "(repeatable: every NAME answers with the one model loaded, e.g. --model "
+        "Qwen/Qwen3.5-9B=smollm2-135m-instruct).",
     ),
     port: int = typer.Option(8000, help="TCP port."),
     host: str = typer.Option(
@@ -512,13 +524,15 @@ def serve(
     api_key: str | None = typer.Option(
         None,
         envvar="SPARRING_API_KEY",
-        help="Key every request must carry (X-API-Key or Authorization: Bearer). Without one, ANY key (or none) is accepted, "
+        help="Key every request must carry (X-API-Key or Authorization: Bearer). Without one, ANY key (or none) "
+        "is accepted, "
         "so the server refuses to bind beyond loopback: everyone who can reach a loopback port can use it.",
     ),
     device: str = typer.Option("cpu", help="torch device for the model ('cpu', 'cuda')."),
     base_dir: Path | None = typer.Option(
         None,
-        help="Where checkpoints saved through the API go (default $SPARRING_HOME/server); no client can read or write outside it.",
+        help="Where checkpoints saved through the API go (default $SPARRING_HOME/server); no client can read or "
+        "write outside it.",
     ),
     adapter: list[str] = typer.Option(
         [],
@@ -528,12 +542,14 @@ def serve(
     max_request_tokens: int | None = typer.Option(
         None,
         min=1,
-        help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a forward_backward batch (default 1048576).",
+        help="Most tokens one request may make the engine process: prompt + samples x max_tokens, or a "
+        "forward_backward batch (default 1048576).",
     ),
     drain_s: float | None = typer.Option(
         None,
         min=0.0,
-        help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server exits (default 10).",
+        help="On SIGTERM, seconds in-flight requests may still finish before they are cancelled and the server "
+        "exits (default 10).",
     ),
     header_timeout_s: float | None = typer.Option(
         None, min=0.001, help="Seconds a client may take to send a request's headers; then it is closed (default 10)."
@@ -543,8 +559,10 @@ def serve(
     ),
     tokenizer_cache: Path | None = typer.Option(
         None,
-        help="Hugging Face hub cache to write each served name's tokenizer into (default $SPARRING_HOME/hub), so a client "
-        "that loads tokenizers by model name finds them offline with HF_HUB_CACHE=DIR HF_HUB_OFFLINE=1; real entries are never touched.",
+        help="Hugging Face hub cache to write each served name's tokenizer into (default $SPARRING_HOME/hub), "
+        "so a client "
+        "that loads tokenizers by model name finds them offline with HF_HUB_CACHE=DIR HF_HUB_OFFLINE=1; "
+        "real entries are never touched.",
     ),
 ):
     """Serve the Tinker training API (and the OpenAI-compatible chat API) on one base model, under one or more names.

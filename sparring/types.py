@@ -129,7 +129,8 @@ def _to_tensor_data(key: str, value: Any) -> TensorData:
             raise ValueError(f"loss_fn_inputs[{key!r}] must be a flat list of numbers: {err}") from err
         return TensorData.from_numpy(array)
     raise TypeError(
-        f"loss_fn_inputs[{key!r}] has unsupported type {type(value).__name__}; use a list, numpy array, torch tensor or TensorData"
+        f"loss_fn_inputs[{key!r}] has unsupported type {type(value).__name__}; use a list, numpy array, "
+        "torch tensor or TensorData"
     )
 
 
@@ -230,10 +231,12 @@ class SampledSequence:
     tokens: list[int]
     """Generated token ids, including a stop token when one ended the sequence."""
     logprobs: list[float] | None = None
-    """Sampler log-probability of each generated token (under the constraint's renormalised distribution where one was active)."""
+    """Sampler log-probability of each generated token (under the constraint's renormalised distribution where one
+    was active)."""
     allowed_tokens: list[list[int]] | None = None
     """Per generated token, the tokens the constraint allowed there, encoded by `engine.allowed_tokens` (sorted ids, or
-    the disallowed ids written as ~id when that is shorter; [] where nothing was constrained); None without a constraint."""
+    the disallowed ids written as ~id when that is shorter; [] where nothing was constrained); None without a
+    constraint."""
     behaviour_logprobs: list[float] | None = None
     """Log-probability of each generated token under the distribution it was drawn from (temperature, top-k/p,
     exploration), where that differs from `logprobs`; None when every token was drawn from the model's own."""

@@ -1,7 +1,9 @@
 """What the AgentScope test modules share: loading an example, and running a module again against AgentScope 1.x.
 
-`load_example(name)` imports examples/NAME.py as a module. The venv holds AgentScope 2.x (the `dev` extra); `agentscope1_overlay()` installs AgentScope 1.x (the
-`agentscope1` extra, pinned in requirements/agentscope1.txt) and what it needs beyond the venv into a cached overlay directory (`pip_overlay`), and
+`load_example(name)` imports examples/NAME.py as a module. The venv holds AgentScope 2.x (the `dev` extra);
+`agentscope1_overlay()` installs AgentScope 1.x (the
+`agentscope1` extra, pinned in requirements/agentscope1.txt) and what it needs beyond the venv into a cached overlay
+directory (`pip_overlay`), and
 `run_on_agentscope1(test_file)` runs that module's tests with the overlay first on `PYTHONPATH`.
 """
 
@@ -33,7 +35,8 @@ def in_agentscope1_subprocess() -> bool:
 
 
 def agentscope1_overlay() -> Path:
-    """A directory holding AgentScope 1.x and what it needs beyond this venv (requirements/agentscope1.txt), installed once."""
+    """A directory holding AgentScope 1.x and what it needs beyond this venv (requirements/agentscope1.txt),
+    installed once."""
     return pip_overlay(pinned("agentscope1"), Path(sys.prefix) / "agentscope1-overlay")
 
 

@@ -37,7 +37,8 @@ def smollm_loaded():
 
 @pytest.fixture(scope="module")
 def policy_and_helper(tiny_model_dir, tmp_path_factory):
-    """A trainable tiny policy and the frozen tiny base model as agent "helper", 6 tokens a reply: episodes without a run."""
+    """A trainable tiny policy and the frozen tiny base model as agent "helper", 6 tokens a reply: episodes without
+    a run."""
     service = ServiceClient(base_dir=tmp_path_factory.mktemp("ckpt"))
     client = service.create_lora_training_client(str(tiny_model_dir), rank=4, seed=0)
     policy = PolicyChatModel(client.save_weights_and_get_sampling_client(kind="inflight"), defaults={"max_tokens": 6})

@@ -54,7 +54,8 @@ async def ask(client: openai.AsyncOpenAI, name: str, prompt: str) -> str:
 
 
 async def werewolves_game(players: dict[str, openai.AsyncOpenAI], roles: list[str]) -> bool:
-    """One night (the werewolves pick a victim) and one day (everyone votes); True if the good side voted out a werewolf."""
+    """One night (the werewolves pick a victim) and one day (everyone votes); True if the good side voted out a
+    werewolf."""
     names = list(players)
     wolves = [name for name, role in zip(names, roles) if role == "werewolf"]
     good = [name for name in names if name not in wolves]

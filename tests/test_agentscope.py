@@ -426,7 +426,10 @@ def test_the_injected_time_stays_out_of_the_prompt(renderer):
 
     from agentscope.message import AssistantMsg, HintBlock
 
-    hint = "<system-reminder>\n<current-time>2026-01-01T00:00:00</current-time>\n<timezone>UTC</timezone>\n<tool-error>stop</tool-error>\n</system-reminder>"
+    hint = (
+        "<system-reminder>\n<current-time>2026-01-01T00:00:00</current-time>\n<timezone>UTC</timezone>\n"
+        "<tool-error>stop</tool-error>\n</system-reminder>"
+    )
     (formatted,) = asyncio.run(
         TimelineFormatter("solver").format([AssistantMsg(name="solver", content=[HintBlock(hint=hint)])])
     )

@@ -122,7 +122,8 @@ def test_per_role_groups_get_separate_baselines():
 
 
 def test_a_baseline_group_splits_its_task_group():
-    # One task, two opponents: the games against "strong" are compared with each other, not with the wins against "weak".
+    # One task, two opponents: the games against "strong" are compared with each other, not with the wins against
+    # "weak".
     games = [
         ("strong", -1.0),
         ("strong", 0.0),

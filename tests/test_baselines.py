@@ -294,7 +294,8 @@ def test_werewolf_random_valid_plays_whole_games_without_an_invalid_action(targe
         e.error is None and e.metrics["broken"] == 0.0 and e.metrics["invalid_action_rate"] == 0.0 for e in episodes
     )
     side = {"werewolf"} if target == "werewolf" else {"villager", "seer", "witch"}
-    # Rewarded: the players of the side that made a call (as with a trained model; a villager killed on night 1 made none).
+    # Rewarded: the players of the side that made a call (as with a trained model; a villager killed on night 1 made
+    # none).
     assert all(
         1 <= len(e.rewards) <= (2 if target == "werewolf" else 5) and {e.roles[a] for a in e.rewards} <= side
         for e in episodes
@@ -305,11 +306,13 @@ def test_werewolf_random_valid_plays_whole_games_without_an_invalid_action(targe
 def test_coordinated_werewolves_name_the_same_good_player_and_win_more_than_random_ones():
     system = {
         "role": "system",
-        "content": "You are Player3, a werewolf. Your fellow werewolf is Player1. Each night you choose a good player to kill.",
+        "content": "You are Player3, a werewolf. Your fellow werewolf is Player1. Each night you choose a good player "
+        "to kill.",
     }
     vote = {
         "role": "user",
-        "content": "Player2: hi\nVote out a player. Reply with one name: Player1, Player2, Player4; or skip to abstain.",
+        "content": "Player2: hi\nVote out a player. Reply with one name: Player1, Player2, Player4; or skip to "
+        "abstain.",
     }
     assert ww.coordinated_werewolves([system, vote], random.Random(0)) == "Player2"  # never the mate
     kill = {"role": "user", "content": "Night 1. Who do you kill? Reply with one name: Player5, Player2, Player7."}

@@ -1,7 +1,8 @@
 """`validation:`: a run plays validation tasks when due and keeps its best weights as the sampler weights `best`.
 
 The toy game names a colour with `choices=`; the reward is 1 for red, which the tiny model names in ~7 % of its
-replies (yellow in ~91 %), so the policy's validation score moves from step to step as it learns. The run must record every due validation, choose the best (the earliest
+replies (yellow in ~91 %), so the policy's validation score moves from step to step as it learns. The run must
+record every due validation, choose the best (the earliest
 on a tie), and keep exactly those weights: `sparring eval`'s path (`run_evaluation`) of the `best` adapter on the
 validation tasks replays the choice's games and gets its score to the last digit.
 """
@@ -127,7 +128,8 @@ def test_a_resumed_run_keeps_its_earlier_validations_and_best(tiny_model_dir, tm
 def test_a_metric_the_games_do_not_report_is_named_with_the_ones_they_do(tiny_model_dir, tmp_path):
     with pytest.raises(
         ConfigError,
-        match=r"validation.metric: 'workflow/nope' is not a metric of the validation games; they have \[.*'reward/mean'.*'workflow/named_yellow'",
+        match=r"validation.metric: 'workflow/nope' is not a metric of the validation games; they have "
+        r"\[.*'reward/mean'.*'workflow/named_yellow'",
     ):
         tune(
             workflow_func=name_a_colour,
@@ -164,7 +166,8 @@ def test_validation_settings_are_checked(tmp_path):
 def test_a_validation_dataset_path_in_a_game_config_is_relative_to_its_folder(tmp_path):
     (tmp_path / "game").mkdir()
     (tmp_path / "game" / "config.yaml").write_text(
-        "workflow: sparring.envs.guess_number:guess_number\ntrain_dataset: {path: data/train.jsonl}\nvalidation: {dataset: {path: data/train.jsonl}}\n"
+        "workflow: sparring.envs.guess_number:guess_number\ntrain_dataset: {path: "
+        "data/train.jsonl}\nvalidation: {dataset: {path: data/train.jsonl}}\n"
     )
     config = load_config_file(tmp_path / "game" / "config.yaml", dataset_root=tmp_path / "game")
     assert config.validation.dataset.path == str(tmp_path / "game" / "data" / "train.jsonl")

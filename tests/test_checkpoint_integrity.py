@@ -1,4 +1,5 @@
-"""Checkpoints verify themselves: every damaged variant of a tiny-model run's checkpoint is refused on resume in one line
+"""Checkpoints verify themselves: every damaged variant of a tiny-model run's checkpoint is refused on resume in one
+line
 naming the bad file (with its manifest, and the content checks alone without one), a NaN produced by an optimizer step
 never reaches a saved adapter, temporary folders of killed saves are cleaned when a run starts, retention never
 keeps a checkpoint whose weights are gone, and `keep_checkpoints` keeps only the newest (which still resume)."""

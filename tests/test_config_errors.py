@@ -2,7 +2,8 @@
 
 Each case starts from a valid job on the tiny model, breaks one thing (a field's type or bound, an
 unknown field, the file, the import path of the workflow, loss or advantage function, a dataset file, a
-model's path or name, a device) and runs `sparring train` (or `run` / `eval`) in a fresh folder. It must exit with code 2
+model's path or name, a device) and runs `sparring train` (or `run` / `eval`) in a fresh folder. It must exit with
+code 2
 and print exactly one non-empty line on stderr that names the field or the file, with no
 traceback, and leave the folder exactly as it was: no run directory behind. The errors are found
 before any model loads (but in the one case that is a folder which does not load as a model).
@@ -93,7 +94,8 @@ def empty_folder(job: dict, folder: Path) -> None:
 
 
 SEARCH_LIMIT = 200
-"""The in-process cases search dataset folders up to this many entries (the real bound, 10,000, costs seconds to fill)."""
+"""The in-process cases search dataset folders up to this many entries (the real bound, 10,000, costs seconds to
+fill)."""
 
 
 def crowded_folder(job: dict, folder: Path) -> None:

@@ -3,7 +3,8 @@
 The toy game: an agent names a colour with `choices=`, then (same conversation, so one merged timeline) says a
 word freely. The reward is 1 when it named the target colour — the least likely of the four under the base model.
 The run must (a) sample only valid colours, (b) start with the learner's logprobs equal to the sampler's on every
-trained token at every step (`train/sampler_logprob_gap`, constrained tokens included; the loop is on-policy) and (c) learn the target. A learner that
+trained token at every step (`train/sampler_logprob_gap`, constrained tokens included; the loop is on-policy) and
+(c) learn the target. A learner that
 ignores the recorded allowed sets fails (b) at once (its logprobs miss the renormalisation) and, under PPO, (c):
 its importance ratio is the base model's mass on the allowed tokens, far below the clip range, so the updates
 vanish.

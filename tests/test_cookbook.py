@@ -45,7 +45,8 @@ def opted_in(request):
 
 @pytest.fixture(scope="module")
 def chat_model_dir(tmp_path_factory) -> Path:
-    """The tiny random chat model with a 4,096-token context (twenty questions' 20 turns) and two spare special tokens."""
+    """The tiny random chat model with a 4,096-token context (twenty questions' 20 turns) and two spare special
+    tokens."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     root = tmp_path_factory.mktemp("tiny-chat")
@@ -111,7 +112,8 @@ def run_recipe(python: Path, server, recipe: str, log_path: Path, *args: str) ->
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=800, cwd=log_path.parent)
     assert done.returncode == 0, (
-        f"{recipe} failed:\n{done.stdout[-3000:]}\n{done.stderr[-8000:]}\n--- server ---\n{served.log.read_text()[-3000:]}"
+        f"{recipe} failed:\n{done.stdout[-3000:]}\n{done.stderr[-8000:]}\n--- server "
+        f"---\n{served.log.read_text()[-3000:]}"
     )
     checkpoints = [json.loads(line) for line in (log_path / "checkpoints.jsonl").read_text().splitlines()]
     assert checkpoints[-1]["name"] == "final" and checkpoints[-1]["state_path"].startswith("tinker://"), checkpoints

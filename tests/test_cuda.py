@@ -66,7 +66,8 @@ def test_constrained_choices_on_cuda(tiny_model_dir, tmp_path):
 
 
 def test_prefix_cache_on_cuda_samples_as_without_it(tiny_model_dir, tmp_path):
-    """Cached keys and values live on the GPU; in float32 a cached prefix samples the tokens and logprobs a full prefill does."""
+    """Cached keys and values live on the GPU; in float32 a cached prefix samples the tokens and logprobs a full
+    prefill does."""
     import shutil
 
     samplers = []

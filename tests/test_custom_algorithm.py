@@ -1,5 +1,6 @@
 """A loss and an advantage function named by import path: the tiny model trains with them (they run, and what they
-return is what trains), a broken one is a one-line config error naming the field (tests/test_config_errors.py meets two through the command
+return is what trains), a broken one is a one-line config error naming the field (tests/test_config_errors.py meets
+two through the command
 line, before any model loads), and the Tinker-protocol server never imports a module a client names as its loss.
 `custom_algorithms` (tests/custom_algorithms.py) is the user's module; tests/ is on sys.path under pytest."""
 
@@ -89,7 +90,8 @@ def test_a_loss_spec_by_import_path_brings_its_own_config_keys():
     assert config.algorithm.loss_fn_config == {"scale": 2.0}
     with pytest.raises(
         ConfigError,
-        match=r"algorithm\.loss_fn_config: loss_fn_config keys \['scale'\] are not used by 'custom_algorithms:plain_policy_gradient'",
+        match=r"algorithm\.loss_fn_config: loss_fn_config keys \['scale'\] are not used by "
+        r"'custom_algorithms:plain_policy_gradient'",
     ):
         TuneConfig(algorithm={"loss_fn": LOSS, "loss_fn_config": {"scale": 2.0}})
     TuneConfig(
@@ -115,7 +117,8 @@ def test_a_loss_spec_by_import_path_brings_its_own_config_keys():
         (
             "loss_fn",
             "custom_algorithms:one_argument_loss",
-            "takes (target_logprobs_M: 'torch.Tensor') -> 'torch.Tensor', but a loss is called as loss(target_logprobs, inputs, config): too many positional arguments",
+            "takes (target_logprobs_M: 'torch.Tensor') -> 'torch.Tensor', but a loss is called as "
+            "loss(target_logprobs, inputs, config): too many positional arguments",
         ),
         ("loss_fn", "custom_algorithms:weighted_likelihood", "is not a loss the RL loop trains with"),
         ("loss_fn", "ppo2", "is not a loss the RL loop trains with"),
@@ -128,7 +131,8 @@ def test_a_loss_spec_by_import_path_brings_its_own_config_keys():
         (
             "algorithm_type",
             "custom_algorithms:positional_only_estimator",
-            "but an advantage function is called as estimator(rewards_G, *, normalize_by_std): got an unexpected keyword argument 'normalize_by_std'",
+            "but an advantage function is called as estimator(rewards_G, *, normalize_by_std): got an "
+            "unexpected keyword argument 'normalize_by_std'",
         ),
         (
             "algorithm_type",
@@ -167,12 +171,14 @@ def test_what_a_custom_function_returns_is_checked_where_it_is_used():
     }
     with pytest.raises(
         ValueError,
-        match=r"loss_fn 'custom_algorithms:summed_loss' returned shape \[\]; a loss returns one value per token, shape \[3\]",
+        match=r"loss_fn 'custom_algorithms:summed_loss' returned shape \[\]; a loss returns one value per token, "
+        r"shape \[3\]",
     ):
         elementwise_loss("custom_algorithms:summed_loss", logprobs_M, inputs, {})
     with pytest.raises(
         ValueError,
-        match=r"estimator 'custom_algorithms:one_number_estimator' returned a float; it returns one advantage per reward, shape \[2\]",
+        match=r"estimator 'custom_algorithms:one_number_estimator' returned a float; it returns one advantage "
+        r"per reward, shape \[2\]",
     ):
         compute_advantages([one_call_episode(1.0), one_call_episode(0.0)], "custom_algorithms:one_number_estimator")
 
@@ -204,7 +210,8 @@ def test_a_loss_registered_in_python_trains_through_the_low_level_api_on_an_inpu
 
 def test_the_tinker_server_never_imports_the_module_a_client_names_as_its_loss(tiny_model_dir, tmp_path, monkeypatch):
     (tmp_path / "planted_loss.py").write_text(
-        f"open({str(tmp_path / 'imported')!r}, 'w').close()\ndef loss(target_logprobs, inputs, config):\n    return -target_logprobs\n"
+        f"open({str(tmp_path / 'imported')!r}, 'w').close()\ndef loss(target_logprobs, inputs, config):\n  "
+        "  return -target_logprobs\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     app = create_app(str(tiny_model_dir), base_dir=tmp_path / "base")

@@ -171,7 +171,8 @@ def test_path_errors(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(
         DatasetError,
-        match=r"dataset path openai/gsm8k does not exist; .* \(if that is a Hugging Face hub name: nothing is downloaded",
+        match=r"dataset path openai/gsm8k does not exist; .* \(if that is a Hugging Face hub name: nothing is "
+        r"downloaded",
     ):
         load_tasks(DatasetConfig(path="openai/gsm8k"))
     with pytest.raises(
@@ -283,7 +284,8 @@ def test_a_dataset_cards_configs_choose_the_files(tmp_path):
     (tmp_path / "README.md").write_text(CARD)
     with pytest.raises(
         DatasetError,
-        match=r"the dataset card lists configs \['main', 'socratic', 'everything'\] and none is the default; pick one with `name`",
+        match=r"the dataset card lists configs \['main', 'socratic', 'everything'\] and none is the default; "
+        r"pick one with `name`",
     ):
         load_tasks(DatasetConfig(path=str(tmp_path)))
     assert seeds(load_tasks(DatasetConfig(path=str(tmp_path), name="main", split="test"))) == [2]

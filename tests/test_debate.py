@@ -197,7 +197,8 @@ def test_the_debate_runs_with_a_model_as_judge(tiny_model_dir, tmp_path):
         train_dataset=DatasetConfig(tasks=TOPICS[:2], total_steps=1, workflow_args={"rounds": 1}),
         models={"pro": debater(tiny_model_dir), "con": debater(tiny_model_dir)},
         auxiliary_models={"judge": TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=4, temperature=0.0)},
-        # A tiny random judge often names nobody: every debate a tie, nothing to train on, which is not this test's subject.
+        # A tiny random judge often names nobody: every debate a tie, nothing to train on, which is not this test's
+        # subject.
         algorithm=AlgorithmConfig(group_size=2, batch_size=2, episode_timeout_s=60, allow_nothing_trained=True),
         run_dir=tmp_path / "run",
         logging=QUIET,

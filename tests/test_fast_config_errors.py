@@ -1,5 +1,6 @@
 """A malformed config is reported before the heavy imports: `sparring train` names the bad field, exits 2, and has not
-imported torch, transformers or peft by then (seconds of imports on a small machine, none needed to read a YAML file)."""
+imported torch, transformers or peft by then (seconds of imports on a small machine, none needed to read a YAML
+file)."""
 
 import dataclasses
 import subprocess
@@ -17,12 +18,14 @@ sys.argv = ["sparring", "train", *sys.argv[1:]]
 try:
     main()
 except SystemExit as done:
-    print("exit", done.code, "imported", sorted(name for name in ("torch", "transformers", "peft") if name in sys.modules))
+    heavy = ("torch", "transformers", "peft")
+    print("exit", done.code, "imported", sorted(name for name in heavy if name in sys.modules))
 """
 
 BAD_CONFIGS = {
     "a wrong type": (
-        "algorithm:\n  algorithm_type: grpo\n  learning_rate: fast\nworkflow: sparring.envs.guess_number:guess_number\n",
+        "algorithm:\n  algorithm_type: grpo\n  learning_rate: fast\nworkflow: "
+        "sparring.envs.guess_number:guess_number\n",
         "algorithm.learning_rate",
     ),
     "an unknown field": ("model:\n  model_path: smollm2-135m-instruct\n  lora_rnak: 4\n", "model.lora_rnak"),

@@ -1,4 +1,5 @@
-"""Fault injection on the tiny model: every kind of faulty episode becomes an error episode of its kind, never a dead run.
+"""Fault injection on the tiny model: every kind of faulty episode becomes an error episode of its kind, never a
+dead run.
 
 Faulty workflows (raise, nan/inf rewards, a string reward, string/None/list/nan metrics, a wrong return
 type, bad turn rewards, a hang, a `time.sleep` that blocks the event loop, one that swallows its

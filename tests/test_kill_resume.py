@@ -63,7 +63,8 @@ def logged_steps(run_dir: Path) -> list[int]:
 
 def step_seconds(run_dir: Path) -> float:
     """About how long this machine takes for a step: the fastest `time/step` so far (a run's first step also pays
-    one-time imports, e.g. AgentScope's adapter, many times a tiny model's step), half again for logging and the checkpoint."""
+    one-time imports, e.g. AgentScope's adapter, many times a tiny model's step), half again for logging and the
+    checkpoint."""
     return min(record["time/step"] for record in read_metrics(run_dir / "metrics.jsonl")) * 1.5
 
 

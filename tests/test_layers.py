@@ -63,7 +63,8 @@ def layering_breaks(order: list[str], public_api_users: set[str]) -> list[str]:
             if there is None:
                 if here not in public_api_users:
                     breaks.append(
-                        f"{path.relative_to(ROOT)}:{line}: {here} imports the package root (only {sorted(public_api_users)} may)"
+                        f"{path.relative_to(ROOT)}:{line}: {here} imports the package root (only "
+                        f"{sorted(public_api_users)} may)"
                     )
             elif there not in order or order.index(there) > order.index(here):
                 breaks.append(f"{path.relative_to(ROOT)}:{line}: {here} imports {name}, a floor above it")

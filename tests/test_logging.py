@@ -121,7 +121,8 @@ def test_missing_wandb_is_one_warning_line_and_training_logs_on(tmp_path, caplog
     assert [(record.levelno, record.message) for record in found] == [
         (
             logging.WARNING,
-            "logging.wandb_project='demo' is set but wandb is not installed, so nothing goes to wandb; pip install wandb",
+            "logging.wandb_project='demo' is set but wandb is not installed, so nothing goes to wandb; pip "
+            "install wandb",
         )
     ]
     assert read_metrics(tmp_path)[0]["reward/mean"] == 0.5

@@ -33,7 +33,8 @@ API_KEY = "tml-sparring-mint"
 
 @pytest.fixture(scope="session")
 def mint_overlay(request, tmp_path_factory) -> Path:
-    """mindlab-toolkit and the tinker it pins, kept in the pytest cache (built for this run only under -p no:cacheprovider)."""
+    """mindlab-toolkit and the tinker it pins, kept in the pytest cache (built for this run only under -p
+    no:cacheprovider)."""
     cache = getattr(request.config, "cache", None)
     return pip_overlay(
         pinned("mint"), cache.mkdir("mint-overlay") if cache is not None else tmp_path_factory.mktemp("mint-overlay")

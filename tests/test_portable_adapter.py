@@ -15,7 +15,10 @@ from sparring.models import catalogue
 from sparring.models.catalogue import ModelSpec
 
 HUB_ID = "sparring-tests/Tiny-Chat"
-LOAD = "import sys; from peft import AutoPeftModelForCausalLM; print(type(AutoPeftModelForCausalLM.from_pretrained(sys.argv[1])).__name__)"
+LOAD = (
+    "import sys; from peft import AutoPeftModelForCausalLM; "
+    "print(type(AutoPeftModelForCausalLM.from_pretrained(sys.argv[1])).__name__)"
+)
 
 
 def test_an_adapter_loads_by_hub_id_where_its_local_base_path_does_not_exist(tiny_model_dir, tmp_path, monkeypatch):

@@ -229,7 +229,8 @@ def test_a_killed_train_resumes_from_the_state_saved_on_the_service(service, tin
         final["models"]["policy"].startswith("tinker://")
         and final["models"]["policy"] != killed_state["models"]["policy"]
     )
-    # The service's record of the final state: the optimizer went on from the killed run's steps (a fresh one would have 3 - killed_at).
+    # The service's record of the final state: the optimizer went on from the killed run's steps (a fresh one would
+    # have 3 - killed_at).
     store = CheckpointStore(service.base_dir)
     assert json.loads((store.local(final["models"]["policy"]) / "state.json").read_text())["optimizer_steps"] == 3
     snapshot = final["snapshots"]["opponent"]
@@ -269,7 +270,8 @@ def test_a_remote_model_needs_a_service_url_and_says_so(tmp_path, monkeypatch):
         TuneConfig(model={"backend": "tinker"})
     config_file = tmp_path / "job.yaml"
     config_file.write_text(
-        "workflow: sparring.envs.guess_number:guess_number\nmodel: {backend: tinker}\ntrain_dataset: {tasks: [{secret: 3}]}\n"
+        "workflow: sparring.envs.guess_number:guess_number\nmodel: {backend: tinker}\ntrain_dataset: "
+        "{tasks: [{secret: 3}]}\n"
     )
     outcome = CliRunner().invoke(cli_app, ["train", str(config_file)], env={"TINKER_BASE_URL": None})
     assert outcome.exit_code == 2 and "model: base_url: backend 'tinker' needs the service's URL" in outcome.output

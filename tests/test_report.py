@@ -232,7 +232,8 @@ def _chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
         pytest.skip(
-            "headless Chromium is not installed (Debian: apt-get install chromium); the report's layout is checked only with it"
+            "headless Chromium is not installed (Debian: apt-get install chromium); the report's layout is "
+            "checked only with it"
         )
     return found
 

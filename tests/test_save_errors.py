@@ -74,5 +74,6 @@ def test_a_full_disk_outside_a_checkpoint_is_one_line_naming_the_file_and_what_i
     errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
     assert errors == [
         f"error: could not write {tmp_path / 'run' / 'metrics.jsonl'}: No space left on device; the checkpoint "
-        f"{tmp_path / 'run' / 'checkpoints' / 'step_000001'} is saved; continue with: sparring train --resume {tmp_path / 'run'}"
+        f"{tmp_path / 'run' / 'checkpoints' / 'step_000001'} is saved; continue with: sparring train "
+        f"--resume {tmp_path / 'run'}"
     ], result.stderr

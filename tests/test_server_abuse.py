@@ -482,7 +482,8 @@ def test_schemathesis_finds_no_5xx_and_no_undeclared_status_in_60_seconds(served
                 case.validate_response(response, checks=[status_code_conformance])
             except Exception as error:  # noqa: BLE001 - schemathesis raises its own failure types
                 failures.append(
-                    f"{case.method} {case.path}: status {response.status_code} is not in /openapi.json: {str(error)[:200]}"
+                    f"{case.method} {case.path}: status {response.status_code} is not in /openapi.json: "
+                    f"{str(error)[:200]}"
                 )
 
         given(strategy)(check)()

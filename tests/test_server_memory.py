@@ -111,7 +111,8 @@ def test_oversized_deep_and_inflating_requests_leave_the_server_small_and_answer
         watcher.join(timeout=10)
     growth = watcher.peak - watcher.baseline
     print(
-        f"\nserver RSS {watcher.baseline / 2**20:.0f} MB -> peak {watcher.peak / 2**20:.0f} MB; {watcher.checks} health checks, slowest {watcher.slowest:.2f} s"
+        f"\nserver RSS {watcher.baseline / 2**20:.0f} MB -> peak {watcher.peak / 2**20:.0f} MB; "
+        f"{watcher.checks} health checks, slowest {watcher.slowest:.2f} s"
     )
     assert not watcher.failures and watcher.checks >= 3
     assert watcher.slowest < HEALTH_S

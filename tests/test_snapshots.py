@@ -89,7 +89,8 @@ def test_a_snapshot_copies_only_the_lora_weights_and_stays_frozen(tiny_model_dir
 
 
 async def versus_rival(task, model, auxiliary_models):
-    """The reward depends on how likely the rival (a snapshot) finds its own reply: it changes with the snapshot's weights."""
+    """The reward depends on how likely the rival (a snapshot) finds its own reply: it changes with the snapshot's
+    weights."""
     said = await model([{"role": "user", "content": task["topic"]}])
     answer = await auxiliary_models["rival"]([{"role": "user", "content": said.content or "hello"}])
     return WorkflowOutput(reward=sum(answer.logprobs) / max(len(answer.logprobs), 1) + 0.1 * len(said.tokens))

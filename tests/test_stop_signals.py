@@ -41,7 +41,8 @@ async def token_sum(task, model, auxiliary_models):
     said = await model([{"role": "user", "content": f"pick {task['secret']}"}])
     return WorkflowOutput(reward=float(sum(said.tokens) % 3))
 """
-"""A reward that varies with what the tiny model samples, so every step trains and a wrong resume shows in the weights."""
+"""A reward that varies with what the tiny model samples, so every step trains and a wrong resume shows in the
+weights."""
 
 
 def short_job(folder: Path, tiny_model_dir: Path, max_staleness: int) -> Path:

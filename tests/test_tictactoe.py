@@ -166,7 +166,10 @@ def test_the_lines_view_adds_columns_and_diagonals_and_the_example_can_be_left_o
         policy,
     )
     example, first, second = (policy.seen[0][1]["content"], policy.seen[0][3]["content"], policy.seen[1][3]["content"])
-    empty = "1|2|3\n4|5|6\n7|8|9\nColumns and diagonals:\n1|4|7;2|5|8;3|6|9;1|5|9;3|5|7\nPick one of these free cells: 1, 2, 3, 4, 5, 6, 7, 8, 9."
+    empty = (
+        "1|2|3\n4|5|6\n7|8|9\nColumns and diagonals:\n1|4|7;2|5|8;3|6|9;1|5|9;3|5|7\nPick one of these free "
+        "cells: 1, 2, 3, 4, 5, 6, 7, 8, 9."
+    )
     assert example == first == empty
     after_two = Board.from_moves([move for _, move in out.response[:2]])
     assert (

@@ -216,7 +216,10 @@ def test_elimination_credit_rewards_the_werewolf_votes_that_name_the_good_player
     def crowd(agent, request):  # everyone votes the first living good player they may name
         if not request.splitlines()[-1].startswith("Vote out"):
             return coordinated(seed)(agent, request)
-        return f"I choose {next(name for name in NAMES if name in request.rsplit('name: ', 1)[-1] and table[name] != WEREWOLF)}."
+        return (
+            "I choose "
+            f"{next(name for name in NAMES if name in request.rsplit('name: ', 1)[-1] and table[name] != WEREWOLF)}."
+        )
 
     output = play(seed, Scripted(crowd), Scripted(crowd), trainable_target=WEREWOLF, elimination_credit=0.5)
     assert output.metrics["werewolf_win"] == 1.0 and output.metrics["wolf_votes_eliminating"] == 1.0
@@ -261,7 +264,7 @@ def test_with_train_speech_false_the_participant_makes_the_trained_sides_speeche
     )
 
 
-def test_only_illegal_replies_fall_back_by_rule_and_the_werewolves_win_on_the_third_night_unless_the_limit_comes_first():
+def test_only_illegal_replies_fall_back_by_rule_and_werewolves_win_on_night_three_unless_the_limit_comes_first():
     nonsense = Scripted(lambda agent, request: "I like turtles.")
     output = play(7, nonsense, nonsense, trainable_target=WEREWOLF)
     metrics = output.metrics
@@ -381,7 +384,8 @@ def test_the_example_config_trains_either_side_by_changing_trainable_target(
             "algorithm.group_size=2",
             "algorithm.batch_size=1",
             "algorithm.drop_zero_variance_groups=false",
-            "algorithm.allow_nothing_trained=true",  # the tiny model's games often all end alike: this checks the plumbing
+            # the tiny model's games often all end alike: this checks the plumbing
+            "algorithm.allow_nothing_trained=true",
             "algorithm.save_interval_steps=0",
             f"run_dir={tmp_path / 'run'}",
             "logging.tensorboard=false",
@@ -389,7 +393,8 @@ def test_the_example_config_trains_either_side_by_changing_trainable_target(
             f"train_dataset.workflow_args.trainable_target={target}",
             "train_dataset.workflow_args.max_rounds=2",
             "train_dataset.workflow_args.speech_tokens=4",
-            f"train_dataset.workflow_args.train_speech={str(train_speech).lower()}",  # false: speeches on the participant, decisions trained
+            # false: speeches on the participant, decisions trained
+            f"train_dataset.workflow_args.train_speech={str(train_speech).lower()}",
         ],
     )
     assert config.eval_dataset.workflow_args["trainable_target"] == target  # train and eval share one YAML anchor

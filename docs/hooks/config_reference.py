@@ -135,7 +135,8 @@ def reference_markdown() -> str:
         "",
         "Every key a job YAML file (`sparring train job.yaml`, `tune(config=...)`) can hold, generated from the config "
         "records in `sparring/trainer/` on every docs build: the text of each row is the docstring under that field, "
-        "so a change to the code changes this page. The same dotted keys work with `--set key=value` on the command line. "
+        "so a change to the code changes this page. The same dotted keys work with `--set key=value` on "
+        "the command line. "
         "A record that appears in several places (a model under `model`, `models.<name>` or `auxiliary_models.<name>`) "
         "is listed once, its keys under the first place.",
         "",

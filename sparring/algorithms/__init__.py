@@ -1,4 +1,5 @@
-"""RL algorithms: advantage estimators over episode groups, assembly of episodes into datums, collapse measures and response, exploration weights, entropy steering, league opponent sampling, evaluation intervals."""
+"""RL algorithms: advantage estimators over episode groups, assembly of episodes into datums, collapse measures and
+response, exploration weights, entropy steering, league opponent sampling, evaluation intervals."""
 
 from .advantages import (
     ADVANTAGE_ESTIMATORS,

@@ -93,13 +93,15 @@ def register_estimator(name: str, estimator: Estimator) -> Estimator:
     """
     if not callable(estimator):
         raise ValueError(
-            f"{name!r} is a {type(estimator).__name__}, not an advantage function estimator(rewards_G, *, normalize_by_std)"
+            f"{name!r} is a {type(estimator).__name__}, not an advantage function estimator(rewards_G, *, "
+            "normalize_by_std)"
         )
     try:
         inspect.signature(estimator).bind(None, normalize_by_std=True)
     except TypeError as error:
         raise ValueError(
-            f"{name!r} takes {inspect.signature(estimator)}, but an advantage function is called as estimator(rewards_G, *, normalize_by_std): {error}"
+            f"{name!r} takes {inspect.signature(estimator)}, but an advantage function is called as "
+            f"estimator(rewards_G, *, normalize_by_std): {error}"
         ) from None
     except ValueError:
         pass  # no signature to read (a builtin): calling it will tell
@@ -193,7 +195,8 @@ def compute_advantages(
                 else f"a {type(advantages_G).__name__}"
             )
             raise ValueError(
-                f"advantage estimator {algorithm!r} returned {got}; it returns one advantage per reward, shape {list(rewards_G.shape)}"
+                f"advantage estimator {algorithm!r} returned {got}; it returns one advantage per reward, "
+                f"shape {list(rewards_G.shape)}"
             )
         for (episode_index, agent, turn, _), advantage in zip(members, advantages_G.tolist()):
             kept.append(advantage)
@@ -221,7 +224,8 @@ def _returns_per_call(episode: Episode, episode_index: int, agent: str, discount
     indices = [index for timeline in episode.timelines if timeline.agent == agent for index in timeline.call_index]
     if not indices:
         raise ValueError(
-            f"episode {episode_index}: agent {agent!r} has timelines without call_index, so per-turn credit cannot place its turns"
+            f"episode {episode_index}: agent {agent!r} has timelines without call_index, so per-turn "
+            "credit cannot place its turns"
         )
     count = max(indices) + 1
     turn_rewards = episode.turn_rewards.get(agent, [0.0] * count)

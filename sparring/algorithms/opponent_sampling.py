@@ -1,4 +1,5 @@
-"""Choosing opponents for a league: each opponent's record against the policy, how likely it is drawn, which snapshot goes.
+"""Choosing opponents for a league: each opponent's record against the policy, how likely it is drawn, which
+snapshot goes.
 
 A league keeps an `OpponentRecord` per opponent: the games the policy won, drew and lost against it, decayed
 every step (`decay`), so a record follows the policy as it changes rather than its whole history.
@@ -66,7 +67,8 @@ def pfsp_weight(failure_rate: float, power: float) -> float:
 def draw_probabilities(
     records: dict[str, OpponentRecord], rule: SamplingRule, power: float = 2.0, newest: str | None = None
 ) -> dict[str, float]:
-    """The probability each opponent of `records` (the pool) is drawn for an episode; `newest` is the latest snapshot."""
+    """The probability each opponent of `records` (the pool) is drawn for an episode; `newest` is the latest
+    snapshot."""
     if not records:
         raise ValueError("the league's pool is empty: no opponent to draw")
     if rule == "latest":

@@ -72,14 +72,16 @@ class SamplingClient(ReadyClient):
 def with_prompt_logprobs(
     response: SampleResponse, prompt_logprobs: list[float | None], prompt_logprobs_last_n: int | None = None
 ) -> SampleResponse:
-    """`response` with its prompt's log-probabilities: all of them, or only the last `prompt_logprobs_last_n` (the rest None).
+    """`response` with its prompt's log-probabilities: all of them, or only the last `prompt_logprobs_last_n` (the
+    rest None).
 
     The one place a sample and its prompt's scores (two engine requests) become one response, locally and on the server.
     """
     if prompt_logprobs_last_n is not None:
         if prompt_logprobs_last_n >= len(prompt_logprobs):
             raise ValueError(
-                f"prompt_logprobs_last_n must be below the prompt length {len(prompt_logprobs)}, got {prompt_logprobs_last_n}"
+                f"prompt_logprobs_last_n must be below the prompt length {len(prompt_logprobs)}, got "
+                f"{prompt_logprobs_last_n}"
             )
         kept = prompt_logprobs[-prompt_logprobs_last_n:]
         prompt_logprobs = [None] * (len(prompt_logprobs) - prompt_logprobs_last_n) + kept

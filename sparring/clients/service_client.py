@@ -41,7 +41,8 @@ class ServiceClient:
     ):
         if base_url is not None and (engine_config is not None or engine_options):
             raise ValueError(
-                "ServiceClient(base_url=...) trains on a remote service, which picks its own device and dtype; drop engine_config / engine options"
+                "ServiceClient(base_url=...) trains on a remote service, which picks its own device and "
+                "dtype; drop engine_config / engine options"
             )
         self.base_dir = Path(base_dir) if base_dir is not None else sparring_home() / "checkpoints"
         self.engine_config = engine_config or EngineConfig(**engine_options)

@@ -250,7 +250,8 @@ class AdapterBank:
             for layer in self.peft_model.modules():
                 if isinstance(layer, LoraLayer) and name in layer.lora_A:
                     base = layer.get_base_layer()
-                    # In place: the weight keeps its storage, which the sampler may share with its neighbours (decoder.py).
+                    # In place: the weight keeps its storage, which the sampler may share with its neighbours
+                    # (decoder.py).
                     self._unmerged_weights.append((layer, base.weight.detach().clone()))
                     base.weight.add_(layer.get_delta_weight(name).to(base.weight.dtype))
                     # peft's forward now runs the base layer alone, as after its own merge.

@@ -208,9 +208,12 @@ def decode_layer(
     _library().decode_layer(
         hidden_B_E.data_ptr(), batch, width, w.input_norm_E.data_ptr(), w.post_norm_E.data_ptr(), w.eps,
         w.qkv_weight.data_ptr(), _pointer(w.qkv_bias), w.o_weight.data_ptr(), _pointer(w.o_bias),
-        w.gate_up_weight.data_ptr(), _pointer(w.gate_up_bias), w.down_weight.data_ptr(), _pointer(w.down_bias), w.down_weight.shape[1],
-        cos_B_D.data_ptr(), sin_B_D.data_ptr(), keys_B_G_S_D.data_ptr(), values_B_G_S_D.data_ptr(), key_valid_B_S.data_ptr(),
-        w.heads, w.kv_heads, keys_B_G_S_D.shape[2], w.head_dim, slot, w.scale, scratch.data_ptr(), torch.get_num_threads(),
+        w.gate_up_weight.data_ptr(), _pointer(w.gate_up_bias), w.down_weight.data_ptr(), _pointer(w.down_bias),
+        w.down_weight.shape[1],
+        cos_B_D.data_ptr(), sin_B_D.data_ptr(), keys_B_G_S_D.data_ptr(), values_B_G_S_D.data_ptr(),
+        key_valid_B_S.data_ptr(),
+        w.heads, w.kv_heads, keys_B_G_S_D.shape[2], w.head_dim, slot, w.scale, scratch.data_ptr(),
+        torch.get_num_threads(),
     )  # fmt: skip
 
 
@@ -318,7 +321,8 @@ def target_logprob_gradient(
     )
     if targets_M.dtype != torch.long or out_M_V.shape != logits_M_V.shape:
         raise ValueError(
-            f"targets_M must be int64 (got {targets_M.dtype}) and out_M_V shaped as the logits {tuple(logits_M_V.shape)} (got {tuple(out_M_V.shape)})"
+            f"targets_M must be int64 (got {targets_M.dtype}) and out_M_V shaped as the logits "
+            f"{tuple(logits_M_V.shape)} (got {tuple(out_M_V.shape)})"
         )
     _library().target_logprob_gradient(
         logits_M_V.data_ptr(),
@@ -391,7 +395,8 @@ def _library() -> ctypes.CDLL | None:
                 function.restype = None
             return library
     log.warning(
-        "sparring's CPU kernels are off (%s); decode steps run on oneDNN and torch's ops, and the learner's layers on torch's ops, instead",
+        "sparring's CPU kernels are off (%s); decode steps run on oneDNN and torch's ops, and the "
+        "learner's layers on torch's ops, instead",
         reason,
     )
     return None

@@ -254,14 +254,16 @@ class _LayerParts:
 
 @dataclass(frozen=True)
 class _Packing:
-    """How projections multiply by packed copies of their weights (`packed_weights`); None where they use the weights."""
+    """How projections multiply by packed copies of their weights (`packed_weights`); None where they use the
+    weights."""
 
     rows: bool
     """Plain copies through `cpu_kernels.row_matmul` (few rows at a time: a decode step), else oneDNN-packed ones."""
 
 
 def _unwrapped(linear: torch.nn.Module) -> torch.nn.Module:
-    """The plain layer under a peft LoRA layer whose forward would only call it (adapters merged, or disabled), else the layer."""
+    """The plain layer under a peft LoRA layer whose forward would only call it (adapters merged, or disabled), else
+    the layer."""
     if isinstance(linear, BaseTunerLayer) and linear.merged != linear.disable_adapters:
         return linear.get_base_layer()
     return linear
@@ -432,9 +434,11 @@ def _kernel_layer(parts: _LayerParts, config, head_dim: int) -> DecodeLayerWeigh
     if head_dim % 2 or norms[0].variance_epsilon != norms[1].variance_epsilon:
         return None
     return DecodeLayerWeights(
-        input_norm_E=norms[0].weight.detach().contiguous(), post_norm_E=norms[1].weight.detach().contiguous(), eps=norms[0].variance_epsilon,
+        input_norm_E=norms[0].weight.detach().contiguous(), post_norm_E=norms[1].weight.detach().contiguous(),
+        eps=norms[0].variance_epsilon,
         qkv_weight=qkv.project.weight, qkv_bias=qkv.project.bias, o_weight=o.weight, o_bias=o.bias,
-        gate_up_weight=gate_up.project.weight, gate_up_bias=gate_up.project.bias, down_weight=down.weight, down_bias=down.bias,
+        gate_up_weight=gate_up.project.weight, gate_up_bias=gate_up.project.bias,
+        down_weight=down.weight, down_bias=down.bias,
         heads=config.num_attention_heads, kv_heads=config.num_key_value_heads, head_dim=head_dim, scale=parts.scaling,
     )  # fmt: skip
 
@@ -447,7 +451,8 @@ def _rms_norm(norm: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def _attention_bias(key_valid_B_S: torch.Tensor, start: int, end: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive [B, 1, T, S] mask (0 or -inf) for queries in slots start..end-1: real earlier keys, plus the query's own slot.
+    """Additive [B, 1, T, S] mask (0 or -inf) for queries in slots start..end-1: real earlier keys, plus the query's
+    own slot.
 
     A padding query attends to itself only, so no softmax row is empty (an empty row gives NaN). Built once
     per forward as floats, so attention does not convert a boolean mask in every layer.

@@ -93,7 +93,8 @@ class EngineConfig(BaseModel):
     `pack_cpu_weights`, on plain copies, the adapter folded in) read the weights while they multiply, where oneDNN's
     packed kernels read, then multiply; RMSNorm in one pass; a decode step's attention in one pass over the cache; for
     Llama-style layers, each layer of a decode step in one call. Sampling SmolLM2-135M 1.4-1.8x faster at 8 and 32 rows
-    on the 2-core AMD machine, and the base model's lone weights need no copy. Built once with the system's C compiler (~1 s); where they cannot run (no AVX2, no
+    on the 2-core AMD machine, and the base model's lone weights need no copy. Built once with the system's C
+    compiler (~1 s); where they cannot run (no AVX2, no
     compiler) the reason is logged and oneDNN's copies and torch's ops are used. Off for those."""
     fused_learner_ops: bool = True
     """Forward/backward computes each LoRA layer and the LM head's target logprobs as one autograd op
@@ -144,7 +145,8 @@ class Engine:
         self.constraints = ConstraintCompiler(loaded.tokenizer, self.vocab_size)
         self.prefix_cache = PrefixCache(int(config.prefix_cache_mib * 2**20)) if config.prefix_cache_mib > 0 else None
         self.prefill_counts = PrefillCounts()
-        """What sampling prompts cost to prefill since the engine started (read it for metrics; the worker adds to it)."""
+        """What sampling prompts cost to prefill since the engine started (read it for metrics; the worker adds to
+        it)."""
         self._worker = threading.Thread(target=self._run, name="sparring-engine", daemon=True)
         self._worker.start()
 
@@ -265,7 +267,8 @@ class Engine:
             constraint = self.constraints.compile(params.constraint.model_dump_json(), stop_ids)
             if constraint.longest is not None and max_tokens < constraint.longest:
                 raise ValueError(
-                    f"max_tokens is {max_tokens}, but the longest of the choices takes {constraint.longest} tokens (its stop token included)"
+                    f"max_tokens is {max_tokens}, but the longest of the choices takes "
+                    f"{constraint.longest} tokens (its stop token included)"
                 )
         return SampleJob(
             list(prompt_tokens), num_samples, params, stop_ids, stop_strings, max_tokens, generators, constraint

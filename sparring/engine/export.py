@@ -40,7 +40,8 @@ def base_model_name(adapter_dir: Path) -> str:
 
 
 def export_adapter(adapter_dir: str | Path, out: str | Path, *, merged: bool = False) -> Path:
-    """Write the adapter at ``adapter_dir`` to the new directory ``out``: as a portable adapter, or ``merged`` into its base."""
+    """Write the adapter at ``adapter_dir`` to the new directory ``out``: as a portable adapter, or ``merged`` into
+    its base."""
     adapter_dir, out = Path(adapter_dir), Path(out)
     if not (adapter_dir / "adapter_config.json").is_file():
         raise FileNotFoundError(f"{adapter_dir} is not a PEFT adapter directory (no adapter_config.json)")

@@ -80,7 +80,8 @@ def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[Prepa
         unknown = [key for key in datum.loss_fn_inputs if key not in KNOWN_INPUTS and key not in required]
         if unknown:
             raise DatumError(
-                f"datum {index}: unknown loss_fn_inputs {unknown}; known are {list(dict.fromkeys([*KNOWN_INPUTS, *required]))}"
+                f"datum {index}: unknown loss_fn_inputs {unknown}; known are "
+                f"{list(dict.fromkeys([*KNOWN_INPUTS, *required]))}"
             )
         inputs = {}
         allowed_N = _allowed_sets(index, datum, length, vocab_size)
@@ -93,7 +94,8 @@ def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[Prepa
             if key == "target_tokens":
                 if len(tensor) != length:
                     raise DatumError(
-                        f"datum {index}: target_tokens has {len(tensor)} tokens but model_input has {length}; they must match"
+                        f"datum {index}: target_tokens has {len(tensor)} tokens but model_input has "
+                        f"{length}; they must match"
                     )
                 _check_ids(index, "target_tokens", tensor.tolist(), vocab_size)
                 inputs[key] = tensor.long()
@@ -102,7 +104,8 @@ def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[Prepa
                 tensor = tensor.expand(length)
             elif len(tensor) != length:
                 raise DatumError(
-                    f"datum {index}: loss_fn_inputs[{key!r}] has length {len(tensor)}; expected {length} (the model_input length) or 1"
+                    f"datum {index}: loss_fn_inputs[{key!r}] has length {len(tensor)}; expected {length} "
+                    "(the model_input length) or 1"
                 )
             if not torch.isfinite(tensor.float()).all():
                 raise DatumError(f"datum {index}: loss_fn_inputs[{key!r}] contains NaN or inf")
@@ -115,7 +118,8 @@ def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[Prepa
             ]
             if outside:
                 raise DatumError(
-                    f"datum {index}: target_tokens at positions {outside[:5]} are not in their allowed sets (allowed_counts/allowed_tokens)"
+                    f"datum {index}: target_tokens at positions {outside[:5]} are not in their allowed "
+                    "sets (allowed_counts/allowed_tokens)"
                 )
         prepared.append(
             PreparedDatum(tokens_N=torch.tensor(tokens, dtype=torch.long), inputs=inputs, allowed_N=allowed_N)
@@ -138,7 +142,8 @@ def _allowed_sets(index: int, datum: Datum, length: int, vocab_size: int) -> lis
         )
     if any(count < 0 for count in counts) or sum(counts) != len(tokens):
         raise DatumError(
-            f"datum {index}: allowed_counts must be >= 0 and sum to the length of allowed_tokens ({len(tokens)}); they sum to {sum(counts)}"
+            f"datum {index}: allowed_counts must be >= 0 and sum to the length of allowed_tokens "
+            f"({len(tokens)}); they sum to {sum(counts)}"
         )
     per_position = split_allowed([int(c) for c in counts], [int(t) for t in tokens])
     for position, entry in enumerate(per_position):
@@ -287,7 +292,8 @@ def _concatenated_allowed(members: list[PreparedDatum]) -> list[list[int]] | Non
 def _padded_hidden_states(
     backbone: torch.nn.Module, tokens: list[torch.Tensor], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The backbone's last hidden states at the real positions of datums padded side by side, and each position's row."""
+    """The backbone's last hidden states at the real positions of datums padded side by side, and each position's
+    row."""
     width = max(len(t) for t in tokens)
     tokens_B_T = torch.zeros(len(tokens), width, dtype=torch.long)
     valid_B_T = torch.zeros(len(tokens), width, dtype=torch.bool)

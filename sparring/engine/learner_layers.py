@@ -92,7 +92,8 @@ def _mlp_forward(mlp: torch.nn.Module):
 
 
 def _attention_forward(attention: torch.nn.Module):
-    """transformers' Llama attention forward with both rotations in `Rotary` (no cache: the learner runs whole sequences)."""
+    """transformers' Llama attention forward with both rotations in `Rotary` (no cache: the learner runs whole
+    sequences)."""
     own_forward = type(attention).forward
     eager = sys.modules[type(attention).__module__].eager_attention_forward
 

@@ -73,7 +73,8 @@ def entropy_bonus(target_logprobs: Tensor, inputs: Mapping[str, Tensor], config:
 
     Per token the value is coef * r * log p (r = p/q): -coef times the entropy estimate r * (-log p). The gradient is
     coef * r * log p * grad log p, the score-function estimate of -coef * grad H (the +1 of grad(p log p) drops out,
-    E_p[grad log p] = 0): minimising it raises the policy's entropy, rarely sampled tokens most. No full-vocabulary pass.
+    E_p[grad log p] = 0): minimising it raises the policy's entropy, rarely sampled tokens most. No full-vocabulary
+    pass.
     """
     trained = (inputs["advantages"] != 0).to(target_logprobs.dtype)
     weight = (_ratio(target_logprobs, inputs) * target_logprobs).detach()
@@ -140,7 +141,8 @@ def register_loss(name: str, loss: LossFn | LossSpec) -> LossSpec:
         inspect.signature(spec.fn).bind(None, {}, {})
     except TypeError as error:
         raise ValueError(
-            f"{name!r} takes {inspect.signature(spec.fn)}, but a loss is called as loss(target_logprobs, inputs, config): {error}"
+            f"{name!r} takes {inspect.signature(spec.fn)}, but a loss is called as loss(target_logprobs, "
+            f"inputs, config): {error}"
         ) from None
     except ValueError:
         pass  # no signature to read (a builtin): calling it will tell
@@ -154,7 +156,8 @@ def get_loss(name: str) -> LossSpec:
         raise ValueError(f"unknown loss_fn {name!r}; choose one of {losses}")
     if LOSSES[name].term:
         raise ValueError(
-            f"{name!r} is a term added to a loss (set {' / '.join(LOSSES[name].config_keys)} in loss_fn_config), not a loss_fn; choose one of {losses}"
+            f"{name!r} is a term added to a loss (set {' / '.join(LOSSES[name].config_keys)} in "
+            f"loss_fn_config), not a loss_fn; choose one of {losses}"
         )
     return LOSSES[name]
 

@@ -49,8 +49,10 @@ def forward_backward(
     prepared = prepare_data(data, loss_fn, engine.vocab_size)
     with engine.bank.use(adapter):
         return run_forward(
-            engine.bank.base_model, prepared, loss_fn, config, backward=backward, token_budget=engine.config.token_budget(), prefix_tree=engine.config.learner_prefix_tree,
-            fused=engine.config.fused_learner_ops, pack_weights=engine.config.pack_cpu_weights, untrained_logprobs=untrained_logprobs,
+            engine.bank.base_model, prepared, loss_fn, config, backward=backward,
+            token_budget=engine.config.token_budget(), prefix_tree=engine.config.learner_prefix_tree,
+            fused=engine.config.fused_learner_ops, pack_weights=engine.config.pack_cpu_weights,
+            untrained_logprobs=untrained_logprobs,
         )  # fmt: skip
 
 
@@ -98,7 +100,8 @@ def read_state(path: Path) -> dict:
     state_file = Path(path) / "state.json"
     if not state_file.exists():
         raise FileNotFoundError(
-            f"{path} is not a sparring training checkpoint (no state.json); sampler weights load with create_sampling_client"
+            f"{path} is not a sparring training checkpoint (no state.json); sampler weights load with "
+            "create_sampling_client"
         )
     return json.loads(state_file.read_text())
 

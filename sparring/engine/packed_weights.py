@@ -87,7 +87,8 @@ class ProjectionWeights:
 
     def write_effective(self, out: torch.Tensor) -> None:
         """Write W plus every adapter's delta (scaling x B @ A, what peft merges) into `out`, one fused multiply-add
-        per adapter (peft's merge makes the delta, scales it and adds it: three passes over W's size); W is left alone."""
+        per adapter (peft's merge makes the delta, scales it and adds it: three passes over W's size); W is left
+        alone."""
         summand = self.linear.weight.detach()
         if not self.adapters:
             out.copy_(summand)

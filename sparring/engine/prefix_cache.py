@@ -43,7 +43,8 @@ class PrefillCounts:
     cached_tokens: int = 0
     """Prompt tokens whose keys and values were read from the prefix cache (computed by an earlier request)."""
     prefilled_tokens: int = 0
-    """Tokens run through the model to prefill (a prefix shared inside one batch, or a prompt repeated in it, counted once)."""
+    """Tokens run through the model to prefill (a prefix shared inside one batch, or a prompt repeated in it,
+    counted once)."""
 
     def __sub__(self, other: PrefillCounts) -> PrefillCounts:
         return PrefillCounts(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
@@ -52,7 +53,8 @@ class PrefillCounts:
         return PrefillCounts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
     def metrics(self, prefix: str = "engine/") -> dict[str, float]:
-        """`<prefix>prompt_tokens`, `prefilled_tokens` and `prefix_hit_rate` (share of prompt tokens read from the cache)."""
+        """`<prefix>prompt_tokens`, `prefilled_tokens` and `prefix_hit_rate` (share of prompt tokens read from the
+        cache)."""
         rate = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
         return {
             f"{prefix}prompt_tokens": float(self.prompt_tokens),
@@ -172,7 +174,8 @@ class PrefixStore:
         return PrefixMatch(length, pieces)
 
     def insert(self, tokens: list[int] | tuple[int, ...], kv_from: Callable[[int], torch.Tensor]) -> None:
-        """Hold `tokens`; `kv_from(start)` gives the keys and values of tokens[start:] (a tensor of its own, not a view),
+        """Hold `tokens`; `kv_from(start)` gives the keys and values of tokens[start:] (a tensor of its own, not a
+        view),
         asked only for what is not held yet. May evict anything, this insertion included, to stay within budget."""
         tokens = tuple(tokens)
         node, length, path = self.root, 0, []
@@ -194,7 +197,8 @@ class PrefixStore:
         self.cache._evict()
 
     def _split(self, node: _Node, at: int) -> _Node:
-        """Cut `node` after its first `at` tokens; return the new upper part (its parent now), the node keeping the rest.
+        """Cut `node` after its first `at` tokens; return the new upper part (its parent now), the node keeping the
+        rest.
         Both halves are copies, so evicting one frees its memory."""
         kv = node.kv_L_2_H_N_D
         upper = _Node(node.tokens[:at], kv[:, :, :, :at].clone(), parent=node.parent)

@@ -206,7 +206,8 @@ def tree_hidden_states(backbone: torch.nn.Module, batch: TreeBatch, device: torc
 
 @contextlib.contextmanager
 def _attention_implementation(config, name: str):
-    """The model's layers look their attention function up by this name while inside (one worker thread runs the model)."""
+    """The model's layers look their attention function up by this name while inside (one worker thread runs the
+    model)."""
     saved = config._attn_implementation
     config._attn_implementation = name
     try:

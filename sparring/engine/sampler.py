@@ -241,7 +241,8 @@ def _prefill(
     device: torch.device,
     counts: PrefillCounts,
 ) -> tuple[KVCache | HFCache, torch.Tensor, torch.Tensor]:
-    """Fill a cache with every prompt (one row each); return it, the last-position logits and each prompt's last position.
+    """Fill a cache with every prompt (one row each); return it, the last-position logits and each prompt's last
+    position.
 
     A prefix that all prompts share (a system prompt, say) is run once and its cache row copied. Rows are
     laid out [shared prefix | padding | rest of the prompt], so every prompt ends in the same slot; the

@@ -1,4 +1,5 @@
-"""Games and scenarios written as plain workflows on the public API, one folder per game, found by name; `new_game` scaffolds one of one's own."""
+"""Games and scenarios written as plain workflows on the public API, one folder per game, found by name; `new_game`
+scaffolds one of one's own."""
 
 from .registry import (
     GAMES,

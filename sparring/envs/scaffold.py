@@ -20,7 +20,8 @@ from pathlib import Path
 from ..trainer import ConfigError, import_object
 
 TEMPLATES: dict[str, str] = {
-    "workflow.py": '''"""{name}: the episode. The policy is asked to repeat a word; the reward is how close its reply comes."""
+    "workflow.py": '''"""{name}: the episode. The policy is asked to repeat a word; the reward is how close its reply
+comes."""
 
 from rules import PROMPT, score
 
@@ -31,9 +32,11 @@ async def {name}(task, model, auxiliary_models):
     """One episode: one model call, scored by `rules.score` (edit both to make the game yours)."""
     reply = await model([{{"role": "user", "content": PROMPT.format(word=task["word"])}}])
     said = reply.content or ""
-    return WorkflowOutput(reward=score(said, task["word"]), metrics={{"exact": float(said.strip().lower() == task["word"])}})
+    exact = float(said.strip().lower() == task["word"])
+    return WorkflowOutput(reward=score(said, task["word"]), metrics={{"exact": exact}})
 ''',
-    "rules.py": '''"""{name}'s rules: the prompt and the score (partial credit, so episodes differ and groups have something to compare)."""
+    "rules.py": '''"""{name}'s rules: the prompt and the score (partial credit, so episodes differ and groups have
+something to compare)."""
 
 from difflib import SequenceMatcher
 
@@ -44,11 +47,14 @@ def score(reply: str, word: str) -> float:
     """How close `reply` is to `word`, from 0 (nothing alike) to 1 (the word itself)."""
     return SequenceMatcher(None, reply.strip().lower(), word).ratio()
 ''',
-    "tasks.py": '''"""{name}'s tasks: words drawn from a seed (`make_tasks(split, count, seed)`, as every packaged game has)."""
+    "tasks.py": '''"""{name}'s tasks: words drawn from a seed (`make_tasks(split, count, seed)`, as every packaged game
+has)."""
 
 import random
 
-WORDS = ["apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle", "forest", "planet", "garden", "silver"]
+WORDS = [
+    "apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle", "forest", "planet", "garden", "silver"
+]
 
 
 def make_tasks(split: str, count: int, seed: int) -> list[dict]:
@@ -58,7 +64,8 @@ def make_tasks(split: str, count: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     return [{{"task_id": f"{{split}}-{{i}}", "word": rng.choice(WORDS)}} for i in range(count)]
 ''',
-    "baselines.py": '''"""{name}'s baselines: scripted players for the trainable slot, evaluated beside the model (`baselines:` in config.yaml)."""
+    "baselines.py": '''"""{name}'s baselines: scripted players for the trainable slot, evaluated beside the model
+(`baselines:` in config.yaml)."""
 
 import random
 import string
@@ -111,7 +118,8 @@ def new_game(name: str, parent: Path = Path(".")) -> Path:
     """Write game `name` into `parent/name/` (which must not hold anything yet); returns the folder."""
     if not name.isidentifier() or name.startswith("_"):
         raise ConfigError(
-            f"game name {name!r}: use a Python name (letters, digits and '_', not starting with a digit or '_'); it names the workflow function"
+            f"game name {name!r}: use a Python name (letters, digits and '_', not starting with a digit or "
+            "'_'); it names the workflow function"
         )
     folder = parent / name
     if folder.exists() and any(folder.iterdir()):

@@ -1,4 +1,5 @@
-"""Bridges to other agent frameworks: the tuner handle with a model for each, AgentScope chat models on sparring chat models."""
+"""Bridges to other agent frameworks: the tuner handle with a model for each, AgentScope chat models on sparring
+chat models."""
 
 from . import agentscope as _agentscope
 from .agentscope import (

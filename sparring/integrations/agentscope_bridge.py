@@ -36,7 +36,8 @@ class HistoryRewriteWarning(UserWarning):
 
 
 class ForeignTurnsWarning(UserWarning):
-    """A trainable agent's prompt has other speakers' messages as assistant turns: it would read them as its own words."""
+    """A trainable agent's prompt has other speakers' messages as assistant turns: it would read them as its own
+    words."""
 
 
 class EpisodeCancelledError(RuntimeError):
@@ -93,7 +94,8 @@ def own_turns(messages: list[dict], agent_name: str | None) -> list[dict]:
         if foreign and message.get("tool_calls"):
             # Agents share only their final (text) replies; tool calls under another name mean a misnamed agent.
             raise ValueError(
-                f"the formatter for agent {agent_name!r} got tool calls from {name!r}: give the agent the name {agent_name!r} (or the formatter the agent's name)"
+                f"the formatter for agent {agent_name!r} got tool calls from {name!r}: give the agent the "
+                f"name {agent_name!r} (or the formatter the agent's name)"
             )
         if foreign or named_user:
             text = _text(message.get("content"))
@@ -202,7 +204,8 @@ class ToolCall:
     """One tool call of a reply, in the shape both AgentScope majors need."""
 
     id: str
-    """Unique across the episode: AgentScope matches results to calls by id, and sparring's parser numbers them per reply."""
+    """Unique across the episode: AgentScope matches results to calls by id, and sparring's parser numbers them per
+    reply."""
     name: str
     """The tool's name."""
     arguments: str

@@ -91,7 +91,8 @@ class DualChatModel(AgentScopeChatModel, SparringSide):
 
 
 def formatted_by_agentscope(messages: list[dict]) -> bool:
-    """Whether `messages` have the shape AgentScope 1.x's OpenAI formatters give: list contents (None for a bare tool call)."""
+    """Whether `messages` have the shape AgentScope 1.x's OpenAI formatters give: list contents (None for a bare
+    tool call)."""
     contents = [
         message.get("content") for message in messages if isinstance(message, dict) and message.get("role") != "tool"
     ]
@@ -112,7 +113,8 @@ def _structured_tool(structured_model: type[BaseModel]) -> dict:
 
 
 class TimelineFormatter(OpenAIChatFormatter):
-    """`OpenAIChatFormatter` that keeps `agent_name`'s replies as assistant turns and others' as "Name: text" user turns."""
+    """`OpenAIChatFormatter` that keeps `agent_name`'s replies as assistant turns and others' as "Name: text" user
+    turns."""
 
     def __init__(self, agent_name: str, **kwargs: Any):
         super().__init__(**kwargs)

@@ -143,7 +143,8 @@ class DualChatModel(AgentScopeChatModel, SparringSide):
 
 
 class TimelineFormatter(OpenAIChatFormatter):
-    """`OpenAIChatFormatter` that keeps `agent_name`'s replies as assistant turns and others' as "Name: text" user turns.
+    """`OpenAIChatFormatter` that keeps `agent_name`'s replies as assistant turns and others' as "Name: text" user
+    turns.
 
     Text only (the sparring renderer's input), and without the injected wall-clock time unless `keep_time`.
     """

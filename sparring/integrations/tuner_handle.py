@@ -35,10 +35,12 @@ AGENTJET_TARGET_TAG = "default_target_tag"
 
 @dataclass  # a dataclass again, so its __init__ calls __post_init__
 class TunerHandle(ModelRouter):
-    """What a workflow gets to build its agents: `chat_model(...)` routing, in sparring's or another framework's form."""
+    """What a workflow gets to build its agents: `chat_model(...)` routing, in sparring's or another framework's
+    form."""
 
     def __post_init__(self) -> None:
-        load_workflow_model_adapter()  # here, where the runner builds an episode's tuner: before the episode's clock starts
+        # here, where the runner builds an episode's tuner: before the episode's clock starts
+        load_workflow_model_adapter()
 
     def workflow_model(self, model: ChatModel) -> ChatModel:
         """`model` as a function-style workflow or a judge receives it: also an AgentScope chat model when AgentScope
@@ -109,7 +111,8 @@ class TunerHandle(ModelRouter):
         debug_model: ChatModel | str | None = None,
         model: str | None = None,
     ):
-        """AgentJet's name for `as_base_url_api_key`: `.base_url`, `.api_key` and `.model` of a loopback endpoint for this agent."""
+        """AgentJet's name for `as_base_url_api_key`: `.base_url`, `.api_key` and `.model` of a loopback endpoint
+        for this agent."""
         return self.as_base_url_api_key(agent_name, target_tag, debug_model, model)
 
 
@@ -121,6 +124,7 @@ def _episode_recorder(method: str) -> EpisodeRecorder:
     recorder = current_recorder()
     if recorder is None:
         raise RuntimeError(
-            f"tuner.{method}(...) must be called inside an episode (a workflow run by tune(), `sparring run` or run_episodes)"
+            f"tuner.{method}(...) must be called inside an episode (a workflow run by tune(), `sparring "
+            "run` or run_episodes)"
         )
     return recorder

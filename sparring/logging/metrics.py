@@ -158,7 +158,8 @@ class MetricsLogger:
         if importlib.util.find_spec("tensorboard") is None:
             logger.warning(
                 "logging.tensorboard is on but tensorboard is not installed, so no TensorBoard files are written "
-                "(metrics.jsonl and report.html have every metric); pip install tensorboard, or set logging.tensorboard: false"
+                "(metrics.jsonl and report.html have every metric); pip install tensorboard, or set "
+                "logging.tensorboard: false"
             )
             return None
         from torch.utils.tensorboard import SummaryWriter
@@ -172,7 +173,8 @@ class MetricsLogger:
             return None
         if importlib.util.find_spec("wandb") is None:
             logger.warning(
-                "logging.wandb_project=%r is set but wandb is not installed, so nothing goes to wandb; pip install wandb",
+                "logging.wandb_project=%r is set but wandb is not installed, so nothing goes to wandb; pip "
+                "install wandb",
                 project,
             )
             return None

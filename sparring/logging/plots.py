@@ -77,10 +77,14 @@ def line_chart(
     xs = [x for one in series for x, _ in one.points] + [x for one in series for x, *_ in one.band]
     ys = [y for one in series for _, y in one.points] + [y for one in series for _, *ends in one.band for y in ends]
     metric_attribute = f' data-metric="{html.escape(metric)}"' if metric is not None else ""
-    head = f'<svg xmlns="http://www.w3.org/2000/svg" class="chart"{metric_attribute} width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">'
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart"{metric_attribute} width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">'
+    )
     parts = [
         head,
-        f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="12" font-weight="bold">{html.escape(title)}</text>',
+        f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="12" '
+        f'font-weight="bold">{html.escape(title)}</text>',
     ]
     if not xs:
         parts.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" fill="#888">no values</text></svg>')
@@ -109,7 +113,8 @@ def line_chart(
                 f'<text x="{at_x(tick):.1f}" y="{bottom + 14}" text-anchor="middle" fill="#555">{int(tick)}</text>'
             )
     parts.append(
-        f'<text x="{(left + right) / 2}" y="{height - 4}" text-anchor="middle" fill="#555">{html.escape(x_label)}</text>'
+        f'<text x="{(left + right) / 2}" y="{height - 4}" text-anchor="middle" '
+        f'fill="#555">{html.escape(x_label)}</text>'
     )
     for index, one in enumerate(series):
         colour = PALETTE[index % len(PALETTE)]
@@ -117,7 +122,8 @@ def line_chart(
         if len(series) > 1:
             legend_y = top + 12 + 13 * index
             parts.append(
-                f'<text x="{right - 4}" y="{legend_y}" text-anchor="end" fill="{colour}">{html.escape(one.label)}</text>'
+                f'<text x="{right - 4}" y="{legend_y}" text-anchor="end" '
+                f'fill="{colour}">{html.escape(one.label)}</text>'
             )
     parts.append("</svg>")
     return "".join(parts)
@@ -130,12 +136,14 @@ def _series_marks(one: Series, colour: str, at_x, at_y) -> list[str]:
             (at_x(x), at_y(low)) for x, low, _ in reversed(one.band)
         ]
         marks.append(
-            f'<polygon class="band" points="{_coordinates(outline)}" fill="{colour}" fill-opacity="0.15" stroke="none"/>'
+            f'<polygon class="band" points="{_coordinates(outline)}" fill="{colour}" fill-opacity="0.15" '
+            'stroke="none"/>'
         )
     elif one.band:
         x, low, high = one.band[0]
         marks.append(
-            f'<line class="band" x1="{at_x(x):.1f}" x2="{at_x(x):.1f}" y1="{at_y(low):.1f}" y2="{at_y(high):.1f}" stroke="{colour}" stroke-opacity="0.5" stroke-width="5"/>'
+            f'<line class="band" x1="{at_x(x):.1f}" x2="{at_x(x):.1f}" y1="{at_y(low):.1f}" '
+            f'y2="{at_y(high):.1f}" stroke="{colour}" stroke-opacity="0.5" stroke-width="5"/>'
         )
     dash = ' stroke-dasharray="5,4"' if one.dashed else ""
     if len(one.points) > 1:
@@ -144,7 +152,8 @@ def _series_marks(one: Series, colour: str, at_x, at_y) -> list[str]:
     if len(one.points) <= MOST_MARKED_POINTS:
         for x, y in one.points:
             marks.append(
-                f'<circle class="point" cx="{at_x(x):.1f}" cy="{at_y(y):.1f}" r="2.6" fill="{colour}"><title>{html.escape(one.label)} at step {x:g}: {y:.4g}</title></circle>'
+                f'<circle class="point" cx="{at_x(x):.1f}" cy="{at_y(y):.1f}" r="2.6" '
+                f'fill="{colour}"><title>{html.escape(one.label)} at step {x:g}: {y:.4g}</title></circle>'
             )
     return marks
 
@@ -154,7 +163,8 @@ def _coordinates(points: list[tuple[float, float]]) -> str:
 
 
 def metric_series(records: list[dict], key: str, label: str | None = None, *, dashed: bool = False) -> Series:
-    """The finite values of ``key`` over the records' steps, with its ``key/ci_low``..``key/ci_high`` band when logged."""
+    """The finite values of ``key`` over the records' steps, with its ``key/ci_low``..``key/ci_high`` band when
+    logged."""
     points, band = [], []
     for record in records:
         value = record.get(key)

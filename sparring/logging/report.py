@@ -162,10 +162,14 @@ def league_html(metrics: list[dict]) -> str:
             for outcome in LEAGUE_OUTCOMES
         )
         rows.append(
-            f"<tr><th>{html.escape(name)}</th><td>{last[f'league/{name}/draw_probability']:.3f}</td><td>{int(games or 0)}</td>{rates}</tr>"
+            f"<tr><th>{html.escape(name)}</th><td>{last[f'league/{name}/draw_probability']:.3f}</td>"
+            f"<td>{int(games or 0)}</td>{rates}</tr>"
         )
     header = "<tr><th>opponent</th><th>draw probability</th><th>games</th><th>win</th><th>draw</th><th>loss</th></tr>"
-    return f'<p class="caption">The pool at step {last.get("step")}, the policy\'s results against each opponent in that step.</p><table class="evaluation">{header}{"".join(rows)}</table>'
+    return (
+        f'<p class="caption">The pool at step {last.get("step")}, the policy\'s results against each opponent '
+        f'in that step.</p><table class="evaluation">{header}{"".join(rows)}</table>'
+    )
 
 
 def _estimate_cell(found: dict | None, marker: str | None) -> str:
@@ -180,7 +184,10 @@ def _estimate_cell(found: dict | None, marker: str | None) -> str:
 def evaluation_html(evaluation: dict | None) -> str:
     """The held-out comparison as HTML tables: one row per metric, one column per policy; per-agent rows folded away."""
     if not evaluation or not evaluation.get("columns"):
-        return '<p class="empty">No held-out evaluation in this run (set <code>algorithm.eval_interval_steps</code> and eval tasks).</p>'
+        return (
+            '<p class="empty">No held-out evaluation in this run (set '
+            "<code>algorithm.eval_interval_steps</code> and eval tasks).</p>"
+        )
     columns, subject, markers = evaluation["columns"], evaluation.get("subject"), evaluation.get("subject_vs", {})
     names = sorted({name for column in columns for name in column["metrics"]})
     names = (["reward/mean"] if "reward/mean" in names else []) + [name for name in names if name != "reward/mean"]
@@ -189,9 +196,9 @@ def evaluation_html(evaluation: dict | None) -> str:
 
     def table(rows: list[str]) -> str:
         header = "".join(
-            f'<th class="{"subject" if c["label"] == subject else c["kind"]}">{html.escape(c["label"])}<br><small>{c["kind"]}'
-            + (f", step {c['step']}" if c.get("step") is not None else "")
-            + "</small></th>"
+            "<th "
+            f'class="{"subject" if c["label"] == subject else c["kind"]}">{html.escape(c["label"])}'
+            f"<br><small>{c['kind']}" + (f", step {c['step']}" if c.get("step") is not None else "") + "</small></th>"
             for c in columns
         )
         body = []
@@ -201,16 +208,24 @@ def evaluation_html(evaluation: dict | None) -> str:
             )
             body.append(f"<tr><th>{html.escape(name)}</th>{cells}</tr>")
         episodes = "".join(f"<td>{c['episodes']}</td>" for c in columns)
-        return f'<table class="evaluation"><tr><th>metric</th>{header}</tr>{"".join(body)}<tr><th>episodes</th>{episodes}</tr></table>'
+        return (
+            "<table "
+            f'class="evaluation"><tr><th>metric</th>{header}</tr>{"".join(body)}<tr><th>episodes</th>{episodes}</tr></table>'
+        )
 
     baselines = [c["label"] for c in columns if c["kind"] == "baseline"]
     caption = (
-        f"Mean [95 % interval] over the held-out episodes. ▲ / ▼ in a column: {html.escape(str(subject))}'s interval lies "
-        "entirely above / below that column's (whether higher is better depends on the metric); overlapping intervals are "
+        "Mean [95 % interval] over the held-out episodes. ▲ / ▼ in a column: "
+        f"{html.escape(str(subject))}'s interval lies "
+        "entirely above / below that column's (whether higher is better depends on the metric); "
+        "overlapping intervals are "
         f"no resolved difference. {html.escape(evaluation.get('intervals', ''))}"
     )
     if baselines:
-        caption += f" Baselines (scripted policies in the trained model's place, never trained): {html.escape(', '.join(baselines))}."
+        caption += (
+            " Baselines (scripted policies in the trained model's place, never trained): "
+            f"{html.escape(', '.join(baselines))}."
+        )
     parts = [table(main), f'<p class="caption">{caption}</p>']
     if detail:
         parts.append(f"<details><summary>Per agent and role ({len(detail)} metrics)</summary>{table(detail)}</details>")
@@ -292,7 +307,8 @@ def _summary_html(records: RunRecords) -> str:
                 for record in training
             )
             items.append(
-                f"prompts: <b>{prefilled / prompt:.0%}</b> of {prompt:,.0f} tokens prefilled, {reused / prompt:.0%} read from the prefix cache"
+                f"prompts: <b>{prefilled / prompt:.0%}</b> of {prompt:,.0f} tokens prefilled, "
+                f"{reused / prompt:.0%} read from the prefix cache"
             )
     if records.evaluation:
         items.append(f"held-out comparison: {len(records.evaluation['columns'])} columns")

@@ -135,7 +135,8 @@ def allowed_counts(timeline: Timeline, vocab_size: int) -> list[int]:
 
 
 def frozen_turns(episode: Episode) -> dict[str, list[dict]]:
-    """Per agent that made no trainable call, its calls as text: ``{"new": [messages new to this call], "reply": message}``.
+    """Per agent that made no trainable call, its calls as text: ``{"new": [messages new to this call], "reply":
+    message}``.
 
     Each call's prompt usually repeats the agent's conversation so far; only the messages past the previous call's
     prompt and reply are kept, so a long game is stored once, not once per turn.

@@ -22,7 +22,8 @@ def _cache_keyword(forward_owner: type) -> str:
 
 
 def cache_kwargs(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
-    """`{keyword: cache}` for `model(...)`: `cache=` where its forward takes it (transformers >= 5.24), else `past_key_values=`."""
+    """`{keyword: cache}` for `model(...)`: `cache=` where its forward takes it (transformers >= 5.24), else
+    `past_key_values=`."""
     return {_cache_keyword(type(model)): cache}
 
 

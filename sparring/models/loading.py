@@ -74,7 +74,8 @@ def parse_device(device: str | torch.device) -> torch.device:
             raise ValueError(f"device: {device!r} requested but CUDA is not available on this machine; use 'cpu'")
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             raise ValueError(
-                f"device: {device!r} requested but this machine has {torch.cuda.device_count()} CUDA device(s); use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+                f"device: {device!r} requested but this machine has {torch.cuda.device_count()} CUDA "
+                f"device(s); use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
             )
     if parsed.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device: {device!r} requested but MPS is not available on this machine; use 'cpu'")

@@ -1,4 +1,5 @@
-"""Episodes: chat models (sampled or scripted), the recorder, timelines and their merging, workflows, their tasks and the model router, the runner."""
+"""Episodes: chat models (sampled or scripted), the recorder, timelines and their merging, workflows, their tasks
+and the model router, the runner."""
 
 from .chat_model import ChatModel, ChatResponse, FrozenChatModel, OpenAIChatModel, PolicyChatModel
 from .outcomes import ERROR_KINDS

@@ -181,7 +181,8 @@ class _LocalChatModel(ChatModel):
         unknown = set(sampling) - SAMPLING_KEYS
         if unknown:
             raise TypeError(
-                f"unknown sampling arguments {sorted(unknown)}; accepted: {sorted(SAMPLING_KEYS)} and choices, regex, response_format"
+                f"unknown sampling arguments {sorted(unknown)}; accepted: {sorted(SAMPLING_KEYS)} and "
+                "choices, regex, response_format"
             )
         return SamplingParams(**{**self.defaults, **sampling}, constraint=constraint)
 
@@ -239,7 +240,8 @@ class _LocalChatModel(ChatModel):
             params = params.model_copy(update={"seed": seed})
         if params.constraint is not None and choice.forces_call:
             raise ValueError(
-                f"a reply constrained by {params.constraint.describe()} cannot also be a forced tool call (tool_choice {tool_choice!r})"
+                f"a reply constrained by {params.constraint.describe()} cannot also be a forced tool call "
+                f"(tool_choice {tool_choice!r})"
             )
         free_text = (
             choice.mode == "none" or params.constraint is not None
@@ -322,7 +324,8 @@ class PolicyChatModel(_LocalChatModel):
     model_key: str = "policy"
     """Which trainable model (adapter) this is, when several are trained at once."""
     temperature_floor: float = 0.0
-    """Calls sample at no lower temperature than this (training rollouts, `algorithm.rollout_temperature_floor`); 0: as asked."""
+    """Calls sample at no lower temperature than this (training rollouts, `algorithm.rollout_temperature_floor`); 0:
+    as asked."""
     exploration: float = 0.0
     """Constrained calls draw this share of each token uniformly over the allowed ones (training rollouts,
     `algorithm.exploration`); 0: from the model alone."""
@@ -376,7 +379,8 @@ class OpenAIChatModel(ChatModel):
         client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key)
         options = {**self.defaults, **sampling}
         options.pop("top_k", None)  # not part of the OpenAI API
-        # Constraints in the spellings an OpenAI-compatible server takes: response_format, and vLLM's guided_* (extra body).
+        # Constraints in the spellings an OpenAI-compatible server takes: response_format, and vLLM's guided_*
+        # (extra body).
         guided = {
             name: options.pop(key)
             for key, name in (("choices", "guided_choice"), ("regex", "guided_regex"))

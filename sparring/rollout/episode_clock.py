@@ -89,7 +89,8 @@ class SharedTime:
             return self._share
 
     def begin_stall(self, since: float, culprit: EpisodeClock | None) -> None:
-        """The event loop has been blocked since `since` (by `culprit`'s code, if an episode's): every clock stops there."""
+        """The event loop has been blocked since `since` (by `culprit`'s code, if an episode's): every clock stops
+        there."""
         with self._lock:
             if self._stall_from is None:
                 self._advance(since)
@@ -120,7 +121,8 @@ class EpisodeClock:
         self.label = label
         """Names the episode in reports (its task id)."""
         self.interrupt_after_s = interrupt_after_s
-        """Own time past which code of the episode that blocks the event loop is interrupted (loop watchdog); None: never."""
+        """Own time past which code of the episode that blocks the event loop is interrupted (loop watchdog); None:
+        never."""
         self.blocked_at: str | None = None
         """Where the episode last blocked the event loop (file:line in function), if it did."""
         self.interrupted_at: str | None = None
@@ -155,7 +157,8 @@ class EpisodeClock:
                 self._mark = self._shared.running_time(now)
 
     def charge_stall(self, seconds: float, where: str | None) -> None:
-        """This episode blocked the event loop for `seconds` (at `where`): its own time, though taken off the others' (`SharedTime.end_stall`)."""
+        """This episode blocked the event loop for `seconds` (at `where`): its own time, though taken off the
+        others' (`SharedTime.end_stall`)."""
         self._own += seconds
         self.blocked_at = where or self.blocked_at
 
@@ -165,7 +168,8 @@ class EpisodeClock:
         self._tasks.add(task)
 
     def abandon(self) -> None:
-        """End every unfinished task of the episode: close its coroutine (so no cancellation can be caught) and cancel it."""
+        """End every unfinished task of the episode: close its coroutine (so no cancellation can be caught) and
+        cancel it."""
         for task in list(self._tasks):
             if task.done():
                 _retrieve(task)
@@ -219,6 +223,7 @@ def _adopting_task_factory(loop: asyncio.AbstractEventLoop, coro, **options) -> 
 
 
 def adopt_new_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """Have tasks created inside an episode adopted by its clock (unless the loop already has a task factory of its own)."""
+    """Have tasks created inside an episode adopted by its clock (unless the loop already has a task factory of its
+    own)."""
     if loop.get_task_factory() is None:
         loop.set_task_factory(_adopting_task_factory)

@@ -76,7 +76,8 @@ class MainThreadInterrupter:
                 signal.signal(INTERRUPT_SIGNAL, self._previous)
 
     def interrupt(self, decide: Decision) -> bool:
-        """From any thread: have the main thread run `decide` at its next bytecode and raise what it returns; False when not installed."""
+        """From any thread: have the main thread run `decide` at its next bytecode and raise what it returns; False
+        when not installed."""
         with self._lock:
             if not self._installed:
                 return False

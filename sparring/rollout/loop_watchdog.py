@@ -57,7 +57,8 @@ BEAT_S = 0.1
 """Heartbeat period of the loop, and how often the watchdog looks at it."""
 BLOCK_REPORT_S = 0.5
 """A heartbeat this late, with code holding the loop's thread, means the loop is blocked: reported, and taken off the
-other episodes' clocks. Code holds it when it sleeps in a blocking call or has used this much CPU since the heartbeat."""
+other episodes' clocks. Code holds it when it sleeps in a blocking call or has used this much CPU since the
+heartbeat."""
 
 
 class EpisodeInterrupted(BaseException):
@@ -164,7 +165,8 @@ class LoopWatchdog:
                     starved = seen = None
             if starved:
                 log.info(
-                    "the event loop is %.1fs late, but no code holds it: its thread is ready and gets little CPU (an overloaded machine); no episode is blamed",
+                    "the event loop is %.1fs late, but no code holds it: its thread is ready and gets "
+                    "little CPU (an overloaded machine); no episode is blamed",
                     late,
                 )
             if seen:
@@ -200,7 +202,8 @@ class LoopWatchdog:
         if self._interrupter.interrupt(decide) and not stall.interrupting:
             stall.interrupting = True
             log.warning(
-                "interrupting the episode of task %s: it blocks the event loop at %s past %gs of its own time (its timeout + grace)",
+                "interrupting the episode of task %s: it blocks the event loop at %s past %gs of its own "
+                "time (its timeout + grace)",
                 clock.label,
                 where,
                 clock.interrupt_after_s,

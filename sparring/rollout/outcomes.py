@@ -27,18 +27,21 @@ from .workflow import ModelRouter
 ERROR_KINDS = {
     "exception": "the workflow (or the judge) raised",
     "timeout": "the episode ran past episode_timeout_s of its own time",
-    "wrong_output_type": "the workflow returned something other than WorkflowOutput (or the judge other than JudgeOutput)",
+    "wrong_output_type": "the workflow returned something other than WorkflowOutput "
+    "(or the judge other than JudgeOutput)",
     "bad_reward": "a reward is not a number (a string, a list, None without a judge) or misses a trainable agent",
     "nonfinite_reward": "a reward is nan or inf",
     "bad_metric": "a metric is not a finite number (a string, None, a list, nan, inf)",
     "bad_turn_rewards": "turn_rewards do not fit the trainable calls, or hold something that is not a finite number",
-    "bad_outcome": "outcome is not 'win', 'draw' or 'loss' (or None), a league game reported none, or baseline_group is not a string",
+    "bad_outcome": "outcome is not 'win', 'draw' or 'loss' (or None), a league game reported none, "
+    "or baseline_group is not a string",
 }
 """Why an episode failed: kind -> what it means (the kinds of `Episode.error_kind`)."""
 GAME_OUTCOMES = ("win", "draw", "loss")
 """What `WorkflowOutput.outcome` may be, besides None."""
 SUCCESS_METRIC = "success_rate"
-"""The metric `WorkflowOutput.is_success` becomes (1.0 or 0.0; averaged over a step's episodes as `workflow/success_rate`)."""
+"""The metric `WorkflowOutput.is_success` becomes (1.0 or 0.0; averaged over a step's episodes as
+`workflow/success_rate`)."""
 
 
 class EpisodeFault(Exception):
@@ -82,7 +85,8 @@ async def checked_outcome(
     if output.baseline_group is not None and not isinstance(output.baseline_group, str):
         raise EpisodeFault(
             "bad_outcome",
-            f"baseline_group is {output.baseline_group!r} ({type(output.baseline_group).__name__}); it must be None or a string",
+            f"baseline_group is {output.baseline_group!r} ({type(output.baseline_group).__name__}); it "
+            "must be None or a string",
         )
     if reward is None:
         if judge is None:
@@ -164,14 +168,16 @@ def _metrics(given: Any, prefix: str) -> dict[str, float]:
 
 
 def _turn_rewards(given: Any, calls: Counter[str]) -> dict[str, list[float]]:
-    """`WorkflowOutput.turn_rewards` as one checked list per agent, as long as that agent's trainable (or scripted) calls."""
+    """`WorkflowOutput.turn_rewards` as one checked list per agent, as long as that agent's trainable (or scripted)
+    calls."""
     if given is None:
         return {}
     if not isinstance(given, dict):
         if len(calls) != 1:
             raise EpisodeFault(
                 "bad_turn_rewards",
-                f"turn_rewards is one list but {len(calls)} trainable agents made calls ({sorted(calls)}); give a list per agent name",
+                f"turn_rewards is one list but {len(calls)} trainable agents made calls ({sorted(calls)}); "
+                "give a list per agent name",
             )
         given = {next(iter(calls)): given}
     checked = {}

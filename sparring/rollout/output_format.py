@@ -36,7 +36,8 @@ def schema_of_response_format(response_format: Any) -> dict | None:
         return response_format.model_json_schema()
     if not isinstance(response_format, dict) or "type" not in response_format:
         raise ValueError(
-            f"response_format must be {{'type': 'text' | 'json_object' | 'json_schema', ...}} or a pydantic model class, got {response_format!r}"
+            "response_format must be {'type': 'text' | 'json_object' | 'json_schema', ...} or a "
+            f"pydantic model class, got {response_format!r}"
         )
     kind = response_format["type"]
     if kind == "text":

@@ -51,12 +51,14 @@ class WorkflowExit(RuntimeError):
 
 
 async def _contained(workflow: Awaitable[Any]) -> Any:
-    """Await the workflow with its SystemExit / KeyboardInterrupt turned into WorkflowExit (see the module's docstring)."""
+    """Await the workflow with its SystemExit / KeyboardInterrupt turned into WorkflowExit (see the module's
+    docstring)."""
     try:
         return await workflow
     except (SystemExit, KeyboardInterrupt) as error:
         raise WorkflowExit(
-            f"the workflow raised {type(error).__name__}({', '.join(map(repr, error.args))}); a workflow cannot end the run"
+            f"the workflow raised {type(error).__name__}({', '.join(map(repr, error.args))}); a workflow "
+            "cannot end the run"
         ) from None
 
 
@@ -85,25 +87,29 @@ async def play_in_process(episode_fn: EpisodeFn, task: dict, tuner: ModelRouter,
                     if clock.own_time() <= timeout_s:
                         return _outcome(workflow)
                     raise EpisodeTimeout(
-                        f"timed out after {timeout_s:g}s: it returned only {clock.own_time():.1f}s into its own time{_blocked(clock)}; its result is ignored"
+                        f"timed out after {timeout_s:g}s: it returned only {clock.own_time():.1f}s into "
+                        f"its own time{_blocked(clock)}; its result is ignored"
                     )
                 workflow.cancel()
                 await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
         except asyncio.CancelledError:  # the run itself was cancelled (Ctrl-C, SIGTERM): the episode goes with it
-            workflow.cancel()  # unwound first: abandoning (closing) a coroutine that is still scheduled leaves an asyncio traceback
+            # unwound first: abandoning (closing) a coroutine that is still scheduled leaves an asyncio traceback
+            workflow.cancel()
             await asyncio.wait({workflow}, timeout=CANCEL_GRACE_S)
             clock.abandon()
             raise
     if clock.interrupted_at is not None:
         clock.abandon()  # whatever of it still runs: it is past its timeout + grace
         raise EpisodeTimeout(
-            f"timed out after {timeout_s:g}s: it blocked the event loop at {clock.interrupted_at} and was interrupted there {timeout_s + CANCEL_GRACE_S:g}s into its own time"
+            f"timed out after {timeout_s:g}s: it blocked the event loop at {clock.interrupted_at} and was "
+            f"interrupted there {timeout_s + CANCEL_GRACE_S:g}s into its own time"
         )
     blocked = _blocked(clock)
     if not workflow.done():
         clock.abandon()
         raise EpisodeTimeout(
-            f"timed out after {timeout_s:g}s{blocked}; it did not stop within {CANCEL_GRACE_S:g}s of its cancellation and was abandoned"
+            f"timed out after {timeout_s:g}s{blocked}; it did not stop within {CANCEL_GRACE_S:g}s of its "
+            "cancellation and was abandoned"
         )
     if not workflow.cancelled() and workflow.exception() is not None:
         error = workflow.exception()

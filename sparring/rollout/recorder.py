@@ -63,9 +63,11 @@ class EpisodeRecorder:
     roles: dict[str, str] = field(default_factory=dict)
     """Agent name -> role (target tag), for per-role advantage groups."""
     conversations: dict[tuple[str, str], list[Conversation]] = field(default_factory=dict)
-    """Per (agent, model): the conversations a new call may continue (model: a trained model's key, or a frozen one's `frozen/...`)."""
+    """Per (agent, model): the conversations a new call may continue (model: a trained model's key, or a frozen
+    one's `frozen/...`)."""
     scripted_calls: Counter[str] = field(default_factory=Counter)
-    """Per agent: calls a scripted policy answered in the trainable slot (a baseline); rewarded like trainable calls, never trained."""
+    """Per agent: calls a scripted policy answered in the trainable slot (a baseline); rewarded like trainable
+    calls, never trained."""
     sampling_seed: int | None = None
     """Where the seeds of the episode's unseeded calls come from (`call_seed`), so its tokens do not depend on when
     its calls reach the sampler beside other episodes'; None: the sampler's own stream, in arrival order."""
@@ -107,7 +109,8 @@ class EpisodeRecorder:
         return None if best is None else (best, messages[len(best.messages) :])
 
     def call_seed(self, agent: str) -> int | None:
-        """The seed of `agent`'s next call: from the episode's seed, the agent and the call's number (None without a seed)."""
+        """The seed of `agent`'s next call: from the episode's seed, the agent and the call's number (None without a
+        seed)."""
         if self.sampling_seed is None:
             return None
         with self._lock:
@@ -125,7 +128,8 @@ class EpisodeRecorder:
             self.transcripts.setdefault(agent, []).append(entry)
 
     def policy_calls(self) -> Counter[str]:
-        """Calls per agent made in the trainable slot: sampled from a trainable model or answered by a scripted baseline."""
+        """Calls per agent made in the trainable slot: sampled from a trainable model or answered by a scripted
+        baseline."""
         with self._lock:
             return Counter(call.agent for call in self.calls) + self.scripted_calls
 

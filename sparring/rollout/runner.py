@@ -57,7 +57,8 @@ class RunnerSettings:
     """An episode whose own time (queued time for the shared sampler shared out) passes this is cancelled and counted
     as an error (kind 'timeout'); one that ignores the cancellation is abandoned `player.CANCEL_GRACE_S` later."""
     error_reward: float = -0.1
-    """Reward given to the agents of an error episode (it raised, timed out, or returned an outcome that does not fit)."""
+    """Reward given to the agents of an error episode (it raised, timed out, or returned an outcome that does not
+    fit)."""
     play: EpisodePlayer = play_in_process
     """Where each workflow runs: in this process, or elsewhere (Ray workers) with its model calls sent back here."""
 

@@ -38,7 +38,8 @@ ScriptedPolicy = Callable[[list[dict], random.Random], str | dict | Awaitable[st
 
 @dataclass(eq=False)
 class ScriptedChatModel(ChatModel):
-    """A chat model whose replies come from a Python policy: never trained, rewarded like the policy it stands in for."""
+    """A chat model whose replies come from a Python policy: never trained, rewarded like the policy it stands in
+    for."""
 
     policy: ScriptedPolicy
     """Maps the conversation so far (and a random generator) to the reply."""
@@ -51,7 +52,8 @@ class ScriptedChatModel(ChatModel):
     role: str | None = None
     """The agent's role (target tag), as for a trainable model."""
     baseline: bool = True
-    """True in the trainable slot (its agents are rewarded); False for a scripted auxiliary model (an answerer), only transcribed."""
+    """True in the trainable slot (its agents are rewarded); False for a scripted auxiliary model (an answerer),
+    only transcribed."""
 
     @classmethod
     def seeded(
@@ -82,7 +84,8 @@ class ScriptedChatModel(ChatModel):
             message = dict(reply)
         else:
             raise TypeError(
-                f"scripted policy {self.name!r} returned {reply!r}; it must return the reply text or an assistant message dict"
+                f"scripted policy {self.name!r} returned {reply!r}; it must return the reply text or an "
+                "assistant message dict"
             )
         if recorder is not None:
             entry = {

@@ -45,7 +45,8 @@ class ThreadProbe:
             return None
 
     def state(self) -> str | None:
-        """The kernel's run state of the thread ('R' running or runnable, 'S'/'D' asleep in a call, ...); None if unknown."""
+        """The kernel's run state of the thread ('R' running or runnable, 'S'/'D' asleep in a call, ...); None if
+        unknown."""
         try:
             stat = self._stat.read_text()
         except OSError:

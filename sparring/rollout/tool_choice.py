@@ -119,6 +119,7 @@ def _forced_name(tool_choice: Any) -> str:
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str) or not name:
         raise ValueError(
-            f"tool_choice must be one of {list(MODES)} or {{'type': 'function', 'function': {{'name': NAME}}}}; got {tool_choice!r}"
+            f"tool_choice must be one of {list(MODES)} or {{'type': 'function', 'function': {{'name': "
+            f"NAME}}}}; got {tool_choice!r}"
         )
     return name

@@ -34,7 +34,8 @@ class WorkflowOutput:
     """Per-turn credit: an extra reward for each trainable call, in call order (a list when one agent learns, else a
     list per agent name). Call t is then credited with the episode reward plus the turn rewards from t on."""
     is_success: bool | None = None
-    """Whether the episode succeeded (AgentJet's flag); when given it is logged as the metric `workflow/success_rate`."""
+    """Whether the episode succeeded (AgentJet's flag); when given it is logged as the metric
+    `workflow/success_rate`."""
     outcome: str | None = None
     """A game's result from the trained side: 'win', 'draw' or 'loss'. A league (`league:` in a config) needs it to keep
     the policy's record against each opponent; elsewhere it is optional."""
@@ -69,7 +70,8 @@ class ModelCall:
     logprobs: list[float]
     """Sampler log-probability of each completion token."""
     allowed_tokens: list[list[int]] = field(default_factory=list)
-    """Per completion token, the encoded set a constraint allowed there ([] where none); empty for an unconstrained call."""
+    """Per completion token, the encoded set a constraint allowed there ([] where none); empty for an unconstrained
+    call."""
     behaviour_logprobs: list[float] = field(default_factory=list)
     """Per completion token, its logprob under the distribution it was drawn from (exploration, a raised temperature);
     empty when that was the model's own, `logprobs`."""
@@ -119,7 +121,8 @@ class Episode:
     roles: dict[str, str] = field(default_factory=dict)
     """Agent name -> role (its target_tag); agents of one role share an advantage group."""
     error: str | None = None
-    """Why the episode failed (exception, timeout, an outcome that does not fit); its agents then get the penalty reward."""
+    """Why the episode failed (exception, timeout, an outcome that does not fit); its agents then get the penalty
+    reward."""
     error_kind: str | None = None
     """The kind of failure, one of `rollout.outcomes.ERROR_KINDS` ('exception', 'timeout', 'nonfinite_reward', ...)."""
     transcripts: dict[str, list[dict]] = field(default_factory=dict)
@@ -127,7 +130,8 @@ class Episode:
     num_calls: int = 0
     """Trainable model calls made (before merging)."""
     turn_rewards: dict[str, list[float]] = field(default_factory=dict)
-    """Per agent, the extra reward of each of its calls (`WorkflowOutput.turn_rewards`); empty without per-turn credit."""
+    """Per agent, the extra reward of each of its calls (`WorkflowOutput.turn_rewards`); empty without per-turn
+    credit."""
     reward: float | None = None
     """The one reward the workflow (or judge) gave for all trainable agents, kept even when none of them spoke;
     None when it gave a reward per agent, or the episode failed."""

@@ -46,7 +46,10 @@ from .workflow_task import WorkflowTask
 FUNCTION_SIGNATURE = (
     "async def workflow(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput"
 )
-CLASS_SIGNATURE = "class MyWorkflow(Workflow): async def execute(self, workflow_task: WorkflowTask, tuner: TunerHandle) -> WorkflowOutput"
+CLASS_SIGNATURE = (
+    "class MyWorkflow(Workflow): async def execute(self, workflow_task: WorkflowTask, tuner: TunerHandle) -> "
+    "WorkflowOutput"
+)
 
 
 class WorkflowSignatureError(TypeError):
@@ -76,7 +79,8 @@ class ModelRouter:
     """What a workflow gets to build its agents: trainable models and frozen auxiliary ones, routed by agent tag."""
 
     policies: dict[str, ChatModel]
-    """Trainable models by key ('policy' when one model is trained); scripted baselines in their place when evaluating one."""
+    """Trainable models by key ('policy' when one model is trained); scripted baselines in their place when
+    evaluating one."""
     auxiliary_models: dict[str, ChatModel] = field(default_factory=dict)
     """Frozen models by the names given in config."""
     trainable_targets: list[str] | None = None
@@ -89,7 +93,8 @@ class ModelRouter:
         return next(iter(self.policies.values()))
 
     def workflow_model(self, model: ChatModel) -> ChatModel:
-        """`model` as a function-style workflow or a judge receives it: as it is here (`TunerHandle` adds AgentScope's form)."""
+        """`model` as a function-style workflow or a judge receives it: as it is here (`TunerHandle` adds
+        AgentScope's form)."""
         return model
 
     def workflow_auxiliary_models(self) -> dict[str, ChatModel]:
@@ -118,7 +123,8 @@ class ModelRouter:
             return (self.policies[model] if model else self.policy).as_agent(agent_name, tag)
         if debug_model is None:
             raise ValueError(
-                f"agent {agent_name!r} (tag {tag!r}) is not a trainable target {self.trainable_targets} and has no debug_model to run it"
+                f"agent {agent_name!r} (tag {tag!r}) is not a trainable target {self.trainable_targets} "
+                "and has no debug_model to run it"
             )
         frozen = self.auxiliary_models[debug_model] if isinstance(debug_model, str) else debug_model
         return frozen.as_agent(agent_name, tag)
@@ -162,7 +168,8 @@ def as_episode_fn(workflow: Callable | type | Workflow) -> EpisodeFn:
     extra_required = [p.name for p in list(parameters.values())[3:] if p.default is p.empty and p.name != "logger"]
     if len(positional) < 3 or extra_required:
         raise WorkflowSignatureError(
-            f"{workflow.__name__}{inspect.signature(workflow)} does not match; expected {FUNCTION_SIGNATURE} (optionally with a `logger` parameter)"
+            f"{workflow.__name__}{inspect.signature(workflow)} does not match; expected "
+            f"{FUNCTION_SIGNATURE} (optionally with a `logger` parameter)"
         )
     wants_logger = "logger" in parameters
 

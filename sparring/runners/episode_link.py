@@ -132,7 +132,8 @@ class ModelCallServer:
         self.base_url = self._serve()
 
     def open(self, tuner: ModelRouter, recorder: EpisodeRecorder) -> tuple[EpisodeSession, RemoteTunerSpec]:
-        """A session for one episode (closed with its recorder at the latest) and the spec its worker builds a tuner from."""
+        """A session for one episode (closed with its recorder at the latest) and the spec its worker builds a tuner
+        from."""
         session = EpisodeSession(
             SESSION_KEY_PREFIX + secrets.token_urlsafe(32), tuner, recorder, asyncio.get_running_loop()
         )

@@ -97,8 +97,10 @@ def check_sendable(episode_fn: EpisodeFn) -> bytes:
         return cloudpickle.dumps(episode_fn)
     except Exception as error:  # noqa: BLE001 - any pickling failure means the same thing here
         raise WorkflowNotSendableError(
-            f"algorithm.runner is 'ray' but the workflow cannot be pickled to send to Ray workers: {type(error).__name__}: {error}. "
-            "Keep unpicklable state (locks, open files, clients, loaded models) out of the workflow and its closure; create it inside the episode."
+            "algorithm.runner is 'ray' but the workflow cannot be pickled to send to Ray workers: "
+            f"{type(error).__name__}: {error}. "
+            "Keep unpicklable state (locks, open files, clients, loaded models) out of the workflow and "
+            "its closure; create it inside the episode."
         ) from error
 
 
@@ -114,7 +116,8 @@ class RayRunner:
         largest = max((node.get("Resources", {}).get("CPU", 0.0) for node in nodes), default=0.0)
         if num_cpus > largest:
             raise ValueError(
-                f"algorithm.ray_num_cpus is {num_cpus:g} but the largest node of the Ray cluster has {largest:g} CPUs: no episode could ever be scheduled"
+                f"algorithm.ray_num_cpus is {num_cpus:g} but the largest node of the Ray cluster has "
+                f"{largest:g} CPUs: no episode could ever be scheduled"
             )
         self.num_cpus = num_cpus
         self.server = ModelCallServer(host=self._reachable_host(address, nodes))
@@ -137,7 +140,8 @@ class RayRunner:
         return ref
 
     async def play(self, episode_fn: EpisodeFn, task: dict, tuner: ModelRouter, timeout_s: float) -> Any:
-        """The runner's `EpisodePlayer`: run the workflow on a Ray worker, its calls recorded on this episode's recorder."""
+        """The runner's `EpisodePlayer`: run the workflow on a Ray worker, its calls recorded on this episode's
+        recorder."""
         recorder = current_recorder()
         if recorder is None:
             raise RunnerError(
@@ -157,7 +161,8 @@ class RayRunner:
             )
         if outcome.unreachable is not None:
             raise RunnerError(
-                f"a Ray worker (pid {outcome.pid}) could not reach the trainer's model-call server at {spec.base_url}: {outcome.unreachable}. "
+                f"a Ray worker (pid {outcome.pid}) could not reach the trainer's model-call server at "
+                f"{spec.base_url}: {outcome.unreachable}. "
                 "Every node of the cluster must be able to connect to this machine at that address."
             )
         if outcome.timed_out:

@@ -23,7 +23,8 @@ from ..rollout.workflow import EpisodeFn
 
 
 class RunnerChoice(Protocol):
-    """The fields that pick and place a runner, as `AlgorithmConfig` has them (the trainer's config sits above this layer)."""
+    """The fields that pick and place a runner, as `AlgorithmConfig` has them (the trainer's config sits above this
+    layer)."""
 
     runner: str
     """A key of `RUNNERS`."""
@@ -34,7 +35,8 @@ class RunnerChoice(Protocol):
 
 
 RunnerFactory = Callable[[RunnerChoice, EpisodeFn], EpisodePlayer]
-"""`factory(choice, episode_fn) -> play`: the runner's player for this workflow, once what can be checked early holds."""
+"""`factory(choice, episode_fn) -> play`: the runner's player for this workflow, once what can be checked early
+holds."""
 
 
 def _in_process(choice: RunnerChoice, episode_fn: EpisodeFn) -> EpisodePlayer:

@@ -129,7 +129,8 @@ async def _sweep_forever(tinker: TinkerService) -> None:
 
 
 class _BodyLimit:
-    """ASGI middleware: a request body over its route's `ServerLimits.body_limit` is refused with 413, declared or streamed."""
+    """ASGI middleware: a request body over its route's `ServerLimits.body_limit` is refused with 413, declared or
+    streamed."""
 
     def __init__(self, app, limits: ServerLimits):
         self.app = app

@@ -18,7 +18,8 @@ _START_TIMEOUT_S = 30.0
 
 
 def serve_in_thread(app, host: str, name: str):
-    """Serve the ASGI `app` on a free port of `host` from a daemon thread; (uvicorn server, thread, port) once it listens."""
+    """Serve the ASGI `app` on a free port of `host` from a daemon thread; (uvicorn server, thread, port) once it
+    listens."""
     import uvicorn
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -57,13 +57,15 @@ class ServerLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_request_tokens: int = Field(default=1_048_576, ge=1)
-    """Most tokens one request may make the engine process: prompt + num_samples x max_tokens for sampling, all datums' tokens for forward_backward."""
+    """Most tokens one request may make the engine process: prompt + num_samples x max_tokens for sampling, all
+    datums' tokens for forward_backward."""
     max_num_samples: int = Field(default=64, ge=1)
     """Most completions one sampling request (or `n` of a chat request) asks for."""
     max_lora_rank: int = Field(default=256, ge=1)
     """Largest LoRA rank a client may create (memory grows linearly with it)."""
     max_body_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
-    """Largest request body accepted on any route (HTTP 413 beyond it); each route's own bound (`body_limit`) is lower."""
+    """Largest request body accepted on any route (HTTP 413 beyond it); each route's own bound (`body_limit`) is
+    lower."""
     drain_s: float = Field(default=10.0, ge=0.0)
     header_timeout_s: float = Field(default=10.0, gt=0.0)
     """Seconds a client may take to send a request's headers (from connecting, or the last response); then closed."""
@@ -85,7 +87,8 @@ class ServerLimits(BaseModel):
         if tokens > self.max_request_tokens:
             raise LimitExceeded(
                 field,
-                f"{what} come to {tokens} tokens; this server accepts at most {self.max_request_tokens} per request (serve --max-request-tokens)",
+                f"{what} come to {tokens} tokens; this server accepts at most {self.max_request_tokens} "
+                "per request (serve --max-request-tokens)",
             )
 
     def check_num_samples(self, field: str, count: int) -> None:
@@ -108,5 +111,6 @@ def check_sampling_room(field: str, prompt_tokens: int, max_tokens: int | None, 
     if prompt_tokens + (max_tokens or 1) > context:
         raise LimitExceeded(
             field,
-            f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens or 1}) exceed the model's context length of {context} tokens",
+            f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens or 1}) exceed the model's "
+            f"context length of {context} tokens",
         )

@@ -34,5 +34,6 @@ def provided(request: Request, key: str) -> Any:
         return getattr(request.state, key)
     except AttributeError:
         raise RuntimeError(
-            f"{request.url.path}: no {key!r} on this request; mount the route with dependencies=[Depends(Provide({key!r}, ...))]"
+            f"{request.url.path}: no {key!r} on this request; mount the route with "
+            f"dependencies=[Depends(Provide({key!r}, ...))]"
         ) from None

@@ -1,4 +1,5 @@
-"""The RL loop behind `tune()`: job configuration (records, YAML file, import paths), its resolution into a run, task datasets, the job object.
+"""The RL loop behind `tune()`: job configuration (records, YAML file, import paths), its resolution into a run,
+task datasets, the job object.
 
 Names are imported on first use (PEP 562): the config's records and file reader load without torch, so a bad
 config is reported before the heavy imports.

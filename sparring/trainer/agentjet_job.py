@@ -89,7 +89,8 @@ def agentjet_fields(fields: dict[str, Any], arguments: dict[str, Any]) -> str | 
     if run_dir is not None:
         if fields.get("run_dir") is not None and fields["run_dir"] != run_dir:
             raise ConfigError(
-                f"experiment_dir / experiment_name ({run_dir}) contradict run_dir={fields['run_dir']!r}; give one of them"
+                f"experiment_dir / experiment_name ({run_dir}) contradict run_dir={fields['run_dir']!r}; "
+                "give one of them"
             )
         fields["run_dir"] = run_dir
     if not ignored:

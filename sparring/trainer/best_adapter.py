@@ -117,7 +117,8 @@ class BestAdapter:
         self.logger.log(steps, {**column.flat("validation/"), **prefill.metrics("validation/engine/")})
         if metric not in column.estimates:
             raise ConfigError(
-                f"validation.metric: {metric!r} is not a metric of the validation games; they have {sorted(column.estimates)}"
+                f"validation.metric: {metric!r} is not a metric of the validation games; they have "
+                f"{sorted(column.estimates)}"
             )
         found = column.estimates[metric]
         self.validations.append(Validation(steps, found.mean, found.low, found.high))

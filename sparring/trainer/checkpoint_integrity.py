@@ -3,11 +3,13 @@
 A checkpoint is spread over several places (its step folder, each model's training state, the older weights and
 snapshot opponents it names), any of which a crash, a full disk or a hand can damage. `write_manifest` records the
 name, size and sha256 of every such file in `manifest.json`, written last and atomically (`write_atomically`, before
-`latest.json` points at the checkpoint), and `verify_manifest` refuses a checkpoint whose files are missing, truncated or changed,
+`latest.json` points at the checkpoint), and `verify_manifest` refuses a checkpoint whose files are missing,
+truncated or changed,
 naming the first bad file in one line (`CheckpointError`). `check_training_state` then reads what a model's state
 holds -- no more optimizer steps than the checkpoint's step, an adapter config that parses, finite adapter and
 optimizer tensors -- so a checkpoint written without a manifest (before manifests existed) is refused on the same
-grounds, and a NaN saved by a bug is never trained on. `check_finite_weights` runs after every optimizer step, so a NaN is named at the
+grounds, and a NaN saved by a bug is never trained on. `check_finite_weights` runs after every optimizer step, so a
+NaN is named at the
 step that produced it and never reaches a saved adapter.
 """
 
@@ -34,7 +36,8 @@ class CheckpointError(ValueError):
 
 
 class CheckpointSaveError(CheckpointError):
-    """A checkpoint could not be written (a full disk, a read-only folder); the message names where and what is intact."""
+    """A checkpoint could not be written (a full disk, a read-only folder); the message names where and what is
+    intact."""
 
 
 def one_line(error: BaseException) -> str:
@@ -67,7 +70,8 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def verify_manifest(directory: Path, run_dir: Path) -> bool:
-    """Check every file the manifest lists; CheckpointError naming the first bad one. False when there is no manifest."""
+    """Check every file the manifest lists; CheckpointError naming the first bad one. False when there is no
+    manifest."""
     manifest = directory / MANIFEST
     if not manifest.exists():
         return False
@@ -75,7 +79,8 @@ def verify_manifest(directory: Path, run_dir: Path) -> bool:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(
-            f"checkpoint {directory}: {manifest} is damaged ({error}); resume from an older checkpoint by pointing checkpoints/latest.json at it"
+            f"checkpoint {directory}: {manifest} is damaged ({error}); resume from an older checkpoint by "
+            "pointing checkpoints/latest.json at it"
         ) from None
     for name, expected in files.items():
         path = Path(name) if os.path.isabs(name) else run_dir / name
@@ -84,7 +89,8 @@ def verify_manifest(directory: Path, run_dir: Path) -> bool:
         size = path.stat().st_size
         if size != expected["size"]:
             raise CheckpointError(
-                f"checkpoint {directory}: {path} has {size} bytes, {expected['size']} were saved (truncated or overwritten)"
+                f"checkpoint {directory}: {path} has {size} bytes, {expected['size']} were saved "
+                "(truncated or overwritten)"
             )
         if _sha256(path) != expected["sha256"]:
             raise CheckpointError(f"checkpoint {directory}: {path} changed since it was saved (sha256 differs)")
@@ -93,7 +99,8 @@ def verify_manifest(directory: Path, run_dir: Path) -> bool:
 
 def check_training_state(path: Path, step: int) -> None:
     """Read a model's saved training state (`save_state`'s folder) and refuse it, naming the file, unless it was saved
-    after at most `step` optimizer steps and its adapter config parses and its adapter and optimizer tensors are finite."""
+    after at most `step` optimizer steps and its adapter config parses and its adapter and optimizer tensors are
+    finite."""
     state_file, config_file = path / "state.json", path / "adapter" / "adapter_config.json"
     state = _read_json(state_file)
     steps = state.get("optimizer_steps")
@@ -138,7 +145,8 @@ async def check_finite_weights(clients: dict, step: int) -> None:
         )
         if not finite:
             raise NonFiniteWeightsError(
-                f"step {step}: the optimizer step left NaN or infinite weights in model {key!r}; they were not saved (the latest checkpoint is "
+                f"step {step}: the optimizer step left NaN or infinite weights in model {key!r}; they were "
+                "not saved (the latest checkpoint is "
                 "the step before it, or earlier); lower algorithm.learning_rate or algorithm.grad_clip_norm and resume"
             )
 

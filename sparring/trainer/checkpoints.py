@@ -171,7 +171,8 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         return Path(json.loads(pointer.read_text())["path"])
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(
-            f'{pointer} is damaged ({type(error).__name__}: {error}); write {{"path": "<a checkpoints/step_N folder>"}} into it'
+            f'{pointer} is damaged ({type(error).__name__}: {error}); write {{"path": "<a '
+            'checkpoints/step_N folder>"} into it'
         ) from None
 
 
@@ -208,7 +209,8 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int
     for key, backend in state.get("backends", {}).items():
         if backend != _backend(models.clients[key]):
             raise CheckpointError(
-                f"checkpoint {directory} saved model {key!r} on backend {backend!r}; the config now puts it on {_backend(models.clients[key])!r}"
+                f"checkpoint {directory} saved model {key!r} on backend {backend!r}; the config now puts "
+                f"it on {_backend(models.clients[key])!r}"
             )
     for future in [models.clients[key].load_state(path) for key, path in state["models"].items()]:
         future.result()
@@ -238,7 +240,8 @@ def verify_checkpoint(directory: Path, model_shapes: Callable[[str], dict | None
         raise CheckpointError(f"checkpoint {directory} is missing")
     if not verify_manifest(directory, run_dir):
         log.warning(
-            "checkpoint %s has no %s (written before checkpoints listed their files): its files are not verified, only read",
+            "checkpoint %s has no %s (written before checkpoints listed their files): its files are not "
+            "verified, only read",
             directory,
             MANIFEST,
         )
@@ -297,7 +300,8 @@ def prune_unresumable(run_dir: Path) -> list[Path]:
 def prune_oldest(run_dir: Path, keep: int) -> list[Path]:
     """Delete all but the newest `keep` complete checkpoints (and their models' training states); returns them.
 
-    The one `latest.json` points at is always kept; a checkpoint still being written (no manifest yet) is not touched."""
+    The one `latest.json` points at is always kept; a checkpoint still being written (no manifest yet) is not
+    touched."""
     latest = latest_checkpoint(run_dir)
     complete = [
         directory for directory in sorted((run_dir / "checkpoints").glob("step_*")) if (directory / MANIFEST).exists()
@@ -314,7 +318,8 @@ def prune_oldest(run_dir: Path, keep: int) -> list[Path]:
 
 
 def _delete_checkpoint(directory: Path, state: dict) -> None:
-    """The checkpoint's folder and the models' training states it names (snapshots and older weights are shared, kept)."""
+    """The checkpoint's folder and the models' training states it names (snapshots and older weights are shared,
+    kept)."""
     for path in _local_paths({"models": state["models"]}):
         shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)

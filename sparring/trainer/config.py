@@ -73,7 +73,8 @@ if TYPE_CHECKING:
     from ..types import AdamParams
 
 RUNNER_DEFAULTS = {"group_size": 4, "max_concurrency": 64, "episode_timeout_s": 300.0, "error_reward": -0.1}
-"""`rollout.RunnerSettings`'s defaults, stated here so that this module loads without the rollout package (and torch)."""
+"""`rollout.RunnerSettings`'s defaults, stated here so that this module loads without the rollout package (and
+torch)."""
 
 _STRUCTURE_ONLY: ContextVar[bool] = ContextVar("structure_only", default=False)
 """While set, validation leaves out the checks that import torch, the algorithm registries or user code."""
@@ -94,7 +95,8 @@ _MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class TunerModelConfig(ConfigRecord):
-    """One model: a local base model (+ LoRA adapter), a model on a Tinker-protocol service, or a frozen OpenAI-compatible endpoint."""
+    """One model: a local base model (+ LoRA adapter), a model on a Tinker-protocol service, or a frozen
+    OpenAI-compatible endpoint."""
 
     model_path: str = "smollm2-135m-instruct"
     """Catalogue name, HF model directory or .gguf file; for a remote endpoint, the model name it serves."""
@@ -115,16 +117,19 @@ class TunerModelConfig(ConfigRecord):
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     """Weights dtype; None means float32 on CPU and bfloat16 on CUDA."""
     prefix_cache_mib: float = Field(default=1024, ge=0, le=1_048_576)
-    """Budget of the engine's prefix KV cache kept across calls (MiB); 0 = off (on/off measured in benchmarks/README.md)."""
+    """Budget of the engine's prefix KV cache kept across calls (MiB); 0 = off (on/off measured in
+    benchmarks/README.md)."""
     backend: Literal["local", "tinker"] = "local"
-    """Where the model runs: 'local' (an engine in this process) or 'tinker' (any Tinker-protocol service, via the tinker SDK)."""
+    """Where the model runs: 'local' (an engine in this process) or 'tinker' (any Tinker-protocol service, via the
+    tinker SDK)."""
     base_url: str | None = None
     """backend 'local': URL of a frozen OpenAI-compatible endpoint (never trained); backend 'tinker': the service's URL
     (default: the TINKER_BASE_URL environment variable)."""
     api_key: str | None = None
     """API key for `base_url`; with backend 'tinker' the default is the TINKER_API_KEY environment variable."""
     trainable: bool = True
-    """Whether this model learns; lets `models` mix trainable and frozen entries (auxiliary models are always frozen)."""
+    """Whether this model learns; lets `models` mix trainable and frozen entries (auxiliary models are always
+    frozen)."""
     adapter_path: str | None = None
     """A saved PEFT adapter to start training from (or to serve, when frozen)."""
     snapshot_of: str | None = None
@@ -162,7 +167,8 @@ class TunerModelConfig(ConfigRecord):
             return self
         if not (self.base_url or os.environ.get("TINKER_BASE_URL")):
             raise ValueError(
-                "base_url: backend 'tinker' needs the service's URL; set base_url or the TINKER_BASE_URL environment variable"
+                "base_url: backend 'tinker' needs the service's URL; set base_url or the TINKER_BASE_URL "
+                "environment variable"
             )
         if self.device != "cpu" or self.dtype is not None:
             raise ValueError(
@@ -170,7 +176,8 @@ class TunerModelConfig(ConfigRecord):
             )
         if self.adapter_path is not None and not self.adapter_path.startswith("tinker://"):
             raise ValueError(
-                f"adapter_path: backend 'tinker' starts from weights saved on the service (a tinker:// path), got {self.adapter_path!r}"
+                "adapter_path: backend 'tinker' starts from weights saved on the service (a tinker:// "
+                f"path), got {self.adapter_path!r}"
             )
         return self
 
@@ -180,7 +187,8 @@ class TunerModelConfig(ConfigRecord):
         return self.backend == "local" and self.base_url is not None
 
     def service_url(self) -> str | None:
-        """The Tinker-protocol service of a backend 'tinker' model (base_url, else TINKER_BASE_URL); None for 'local'."""
+        """The Tinker-protocol service of a backend 'tinker' model (base_url, else TINKER_BASE_URL); None for
+        'local'."""
         return (self.base_url or os.environ.get("TINKER_BASE_URL")) if self.backend == "tinker" else None
 
     def service_api_key(self) -> str | None:
@@ -287,11 +295,14 @@ class AlgorithmConfig(ConfigRecord):
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed for sampling and any other randomness of the run."""
     runner: Literal["local", "ray"] = "local"
-    """Where workflows run: 'local' (this process's event loop) or 'ray' (one Ray task per episode; model calls come back here)."""
+    """Where workflows run: 'local' (this process's event loop) or 'ray' (one Ray task per episode; model calls come
+    back here)."""
     ray_address: str | None = None
-    """Ray cluster to run episodes on ('auto', 'host:6379'); None starts a local one (or reuses this process's `ray.init`)."""
+    """Ray cluster to run episodes on ('auto', 'host:6379'); None starts a local one (or reuses this process's
+    `ray.init`)."""
     ray_num_cpus: float = Field(default=1.0, gt=0.0, le=MAX_RAY_CPUS)
-    """CPUs Ray reserves per episode; below 1 packs several episodes per core (workflows that mostly wait on the model)."""
+    """CPUs Ray reserves per episode; below 1 packs several episodes per core (workflows that mostly wait on the
+    model)."""
 
     @field_validator("batch_size")
     @classmethod
@@ -299,7 +310,8 @@ class AlgorithmConfig(ConfigRecord):
         group_size = info.data.get("group_size", 1)  # absent when group_size itself failed validation
         if group_size * value > MAX_EPISODES_PER_STEP:
             raise ValueError(
-                f"group_size {group_size} x batch_size {value} = {group_size * value} episodes per step, more than {MAX_EPISODES_PER_STEP}; lower one of them"
+                f"group_size {group_size} x batch_size {value} = {group_size * value} episodes per step, "
+                f"more than {MAX_EPISODES_PER_STEP}; lower one of them"
             )
         return value
 
@@ -313,7 +325,8 @@ class AlgorithmConfig(ConfigRecord):
         if value not in ADVANTAGE_ESTIMATORS:
             if not is_import_path(value):
                 raise ValueError(
-                    f"unknown advantage estimator {value!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)} or give the import path 'package.module:function' of one"
+                    f"unknown advantage estimator {value!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)} "
+                    "or give the import path 'package.module:function' of one"
                 )
             register_estimator(value, import_object(value))
         return value
@@ -331,7 +344,8 @@ class AlgorithmConfig(ConfigRecord):
         if value not in choices:
             carry = "its datums carry target_tokens, logprobs and advantages, and train where the advantage is not 0"
             raise ValueError(
-                f"loss_fn {value!r} is not a loss the RL loop trains with ({carry}); choose one of {choices} or give the import path 'package.module:function' of one"
+                f"loss_fn {value!r} is not a loss the RL loop trains with ({carry}); choose one of "
+                f"{choices} or give the import path 'package.module:function' of one"
             )
         return value
 
@@ -353,7 +367,8 @@ class AlgorithmConfig(ConfigRecord):
             return value
         if "entropy_coef" in info.data.get("loss_fn_config", {}):
             raise ValueError(
-                "entropy_target steers the entropy bonus's coefficient; remove loss_fn_config.entropy_coef (the first coefficient is entropy_target.initial_coef)"
+                "entropy_target steers the entropy bonus's coefficient; remove loss_fn_config.entropy_coef "
+                "(the first coefficient is entropy_target.initial_coef)"
             )
         if "loss_fn" in info.data and not _STRUCTURE_ONLY.get():
             from ..engine.losses import check_loss_config
@@ -432,7 +447,8 @@ class TuneConfig(ConfigRecord):
     """An opponent pool (policy snapshots, scripted and frozen opponents) from which every training episode draws its
     opponent (see `league_config.py`, docs/league.md); None: the workflow picks its own opponents."""
     validation: ValidationConfig | None = None
-    """Validation tasks on which the run chooses the adapter it keeps as `best` (`validation_config.py`); None: no choice."""
+    """Validation tasks on which the run chooses the adapter it keeps as `best` (`validation_config.py`); None: no
+    choice."""
     warm_start: WarmStartConfig | None = None
     """Supervised steps on worked examples (chats ending in the reply to learn) before the first RL step
     (`warm_start_config.py`); None: RL from the first step."""
@@ -445,7 +461,8 @@ class TuneConfig(ConfigRecord):
         for name, path in self.baselines.items():
             if not _MODEL_NAME_PATTERN.match(name) or name in ("untrained", "trained"):
                 raise ValueError(
-                    f"baselines.{name}: a baseline name may use letters, digits, '_', '-' and '.' only, and is not 'untrained' or 'trained' (the model's columns)"
+                    f"baselines.{name}: a baseline name may use letters, digits, '_', '-' and '.' only, "
+                    "and is not 'untrained' or 'trained' (the model's columns)"
                 )
             if _STRUCTURE_ONLY.get():
                 continue
@@ -487,7 +504,8 @@ class TuneConfig(ConfigRecord):
             self.warm_start.model_key(list(self.trainable_models()))
         if self.validation is not None and self.algorithm.max_staleness:
             raise ValueError(
-                "validation: rollouts that run ahead of training (algorithm.max_staleness > 0) are not supported with it; set it to 0"
+                "validation: rollouts that run ahead of training (algorithm.max_staleness > 0) are not "
+                "supported with it; set it to 0"
             )
         remote = [name for name, config in self.trainable_models().items() if config.backend == "tinker"]
         if remote and is_import_path(self.algorithm.loss_fn):
@@ -502,7 +520,8 @@ class TuneConfig(ConfigRecord):
         trainable = self.trainable_models()
         if league.learner is None and len(trainable) > 1:
             raise ValueError(
-                f"league.learner: several models train ({sorted(trainable)}); name the one whose snapshots join the pool"
+                f"league.learner: several models train ({sorted(trainable)}); name the one whose snapshots "
+                "join the pool"
             )
         if league.learner is not None and league.learner not in trainable:
             raise ValueError(
@@ -520,7 +539,8 @@ class TuneConfig(ConfigRecord):
             )
         if self.algorithm.max_staleness:
             raise ValueError(
-                "league: rollouts that run ahead of training (algorithm.max_staleness > 0) are not supported with a league; set it to 0"
+                "league: rollouts that run ahead of training (algorithm.max_staleness > 0) are not "
+                "supported with a league; set it to 0"
             )
         if self.algorithm.runner != "local":
             raise ValueError("league: its opponents are served in this process; use algorithm.runner 'local'")
@@ -544,7 +564,8 @@ _SNAPSHOT_INHERITED = ("temperature", "top_p", "top_k", "max_tokens")
 
 
 def _resolve_snapshot(path: str, config: TunerModelConfig, trainable: dict[str, TunerModelConfig]) -> TunerModelConfig:
-    """`config` with the fields it does not set taken from the trainable model it snapshots (unchanged if it is no snapshot)."""
+    """`config` with the fields it does not set taken from the trainable model it snapshots (unchanged if it is no
+    snapshot)."""
     if config.snapshot_of is None:
         if config.snapshot_interval_steps:
             raise ValueError(

@@ -2,7 +2,8 @@
 
 `load_config_file` reads and validates a job file, every error prefixed with
 the file name, or with the `--set` override it comes from; import paths that
-name a file or module beside the config file resolve against its folder; `apply_overrides` implements ``--set`` against the
+name a file or module beside the config file resolve against its folder; `apply_overrides` implements ``--set``
+against the
 `TuneConfig` schema, so a typo is reported with the keys that would have
 worked; `dump_config` writes a config back, every field included, so a run
 directory holds the exact file that reproduces it.

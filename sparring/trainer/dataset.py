@@ -142,7 +142,8 @@ class TaskStream:
             raise DatasetError("a task stream needs at least one task")
         if batch_size < 1 or total_epochs < 1 or (total_steps is not None and total_steps < 1):
             raise ValueError(
-                f"batch_size, total_epochs and total_steps must be >= 1, got {batch_size}, {total_epochs}, {total_steps}"
+                f"batch_size, total_epochs and total_steps must be >= 1, got {batch_size}, {total_epochs}, "
+                f"{total_steps}"
             )
         self._tasks = list(tasks)
         self.batch_size = batch_size
@@ -237,12 +238,14 @@ def _read_path(path: Path, config: DatasetConfig) -> list[dict[str, Any]]:
     if not path.exists():
         looks_like_hub_name = re.fullmatch(r"[\w.-]+/[\w.-]+", str(path)) and path.suffix not in SUPPORTED_SUFFIXES
         hub = (
-            " (if that is a Hugging Face hub name: nothing is downloaded at run time; download the dataset to a folder and give the folder)"
+            " (if that is a Hugging Face hub name: nothing is downloaded at run time; download the dataset "
+            "to a folder and give the folder)"
             if looks_like_hub_name
             else ""
         )
         raise DatasetError(
-            f"dataset path {path} does not exist; give a {'/'.join(SUPPORTED_SUFFIXES)} file or a directory of them{hub}"
+            f"dataset path {path} does not exist; give a {'/'.join(SUPPORTED_SUFFIXES)} file or a "
+            f"directory of them{hub}"
         )
     if not path.is_dir():
         if config.name is not None:
@@ -293,7 +296,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise DatasetError(
-                    f"{path}:{line_number}: invalid JSON ({err.msg} at column {err.colno}); each line must be one JSON object"
+                    f"{path}:{line_number}: invalid JSON ({err.msg} at column {err.colno}); each line must "
+                    "be one JSON object"
                 ) from None
             rows.append(_require_object(row, f"{path}:{line_number}"))
     return rows
@@ -310,7 +314,8 @@ def _read_json(path: Path, split: str) -> list[dict[str, Any]]:
         key = next((key for key in (split, "data") if isinstance(data.get(key), list)), None)
         if key is None:
             raise DatasetError(
-                f"{path}: expected a list of tasks, or an object with a {split!r} or 'data' list; found keys {sorted(data)}"
+                f"{path}: expected a list of tasks, or an object with a {split!r} or 'data' list; found "
+                f"keys {sorted(data)}"
             )
         data = data[key]
     if not isinstance(data, list):

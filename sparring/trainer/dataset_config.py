@@ -19,7 +19,8 @@ class DatasetConfig(ConfigRecord):
 
     path: str | None = None
     """A .jsonl/.json/.csv/.parquet file, or a dataset directory as Hugging Face `datasets` lays one out locally
-    (per-split files or folders, shards, a dataset card's configs, a `save_to_disk` folder), read without that package."""
+    (per-split files or folders, shards, a dataset card's configs, a `save_to_disk` folder), read without that
+    package."""
     name: str | None = None
     """Subset (config) name: a config of the directory's dataset card, else the subdirectory of that name."""
     split: str = "train"

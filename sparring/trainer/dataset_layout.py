@@ -153,7 +153,8 @@ def _config_files(directory: Path, config: dict[str, Any], split: str) -> list[P
     matching = [key for key in patterns_by_split if canonical_split(key) == canonical_split(split)]
     if not matching:
         raise DatasetError(
-            f"{directory}: no split {split!r} in config {config.get('config_name', 'default')!r} of the dataset card; splits found: {list(patterns_by_split)}"
+            f"{directory}: no split {split!r} in config {config.get('config_name', 'default')!r} of the "
+            f"dataset card; splits found: {list(patterns_by_split)}"
         )
     base = directory / str(config.get("data_dir", "."))
     files = sorted(
@@ -166,7 +167,8 @@ def _config_files(directory: Path, config: dict[str, Any], split: str) -> list[P
     )
     if not files:
         raise DatasetError(
-            f"{directory}: the dataset card's files for split {split!r} ({patterns_by_split[matching[0]]}) match nothing"
+            f"{directory}: the dataset card's files for split {split!r} ({patterns_by_split[matching[0]]}) "
+            "match nothing"
         )
     return files
 
@@ -176,7 +178,8 @@ def _inferred_files(directory: Path, split: str) -> list[Path]:
     files = _data_files(directory)
     if not files:
         raise DatasetError(
-            f"{directory}: no {'/'.join(SUPPORTED_SUFFIXES)} files in this directory (searched {MAX_SEARCH_DEPTH} folders deep)"
+            f"{directory}: no {'/'.join(SUPPORTED_SUFFIXES)} files in this directory (searched "
+            f"{MAX_SEARCH_DEPTH} folders deep)"
         )
     splits = {file: _split_of(file.relative_to(directory)) for file in files}
     if all(found is None for found in splits.values()):
@@ -223,7 +226,8 @@ def _names(part: str, keywords: tuple[str, ...], folder: bool) -> bool:
 
 
 def _data_files(directory: Path) -> list[Path]:
-    """The data files in `directory` and up to MAX_SEARCH_DEPTH folders below it, hidden and metadata ones left out, sorted."""
+    """The data files in `directory` and up to MAX_SEARCH_DEPTH folders below it, hidden and metadata ones left out,
+    sorted."""
     files: list[Path] = []
     entries = 0
     folders = [(directory, 0)]
@@ -235,7 +239,8 @@ def _data_files(directory: Path) -> list[Path]:
                     entries += 1
                     if entries > MAX_SEARCH_ENTRIES:
                         raise DatasetError(
-                            f"{directory}: more than {MAX_SEARCH_ENTRIES} files and folders, so not a dataset directory; give the dataset's own folder or file"
+                            f"{directory}: more than {MAX_SEARCH_ENTRIES} files and folders, so not a "
+                            "dataset directory; give the dataset's own folder or file"
                         )
                     if entry.name.startswith(".") or entry.name in NOT_DATA_FILES:
                         continue

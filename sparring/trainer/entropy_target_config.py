@@ -39,7 +39,8 @@ class EntropyTargetConfig(ConfigRecord):
     def _ordered_bounds(self) -> EntropyTargetConfig:
         if not self.min_coef <= self.initial_coef <= self.max_coef:
             raise ValueError(
-                f"entropy_target: needs min_coef <= initial_coef <= max_coef, got {self.min_coef:g}, {self.initial_coef:g}, {self.max_coef:g}"
+                f"entropy_target: needs min_coef <= initial_coef <= max_coef, got {self.min_coef:g}, "
+                f"{self.initial_coef:g}, {self.max_coef:g}"
             )
         return self
 

@@ -52,7 +52,8 @@ class PolicyEvaluation:
     """Held-out episodes played (one per task)."""
 
     def flat(self, prefix: str) -> dict[str, float]:
-        """Scalars for the metrics log: `<prefix><metric>` (the mean), `.../ci_low`, `.../ci_high`, and `<prefix>episodes`."""
+        """Scalars for the metrics log: `<prefix><metric>` (the mean), `.../ci_low`, `.../ci_high`, and
+        `<prefix>episodes`."""
         values = {}
         for name, found in self.estimates.items():
             values.update(
@@ -122,7 +123,8 @@ class Comparison:
 
 
 def episode_values(episode: Episode) -> dict[str, float]:
-    """One episode's metrics as `episode_metrics` names them: its mean reward, per agent and role, the workflow's own."""
+    """One episode's metrics as `episode_metrics` names them: its mean reward, per agent and role, the workflow's
+    own."""
     values: dict[str, float] = {}
     rewards = list(episode.rewards.values())
     if rewards:

@@ -25,7 +25,8 @@ from ..rollout import Episode
 
 
 class EpisodesFailingError(RuntimeError):
-    """Every episode failed for `stop_after_failed_steps` steps in a row, or in every step of the run: it trained nothing since."""
+    """Every episode failed for `stop_after_failed_steps` steps in a row, or in every step of the run: it trained
+    nothing since."""
 
 
 @dataclass
@@ -63,11 +64,18 @@ class FailureStreak:
         return self.limit > 0 and self.steps >= self.limit
 
     def failure(self, last_step: int) -> str | None:
-        """Why the run failed, having run up to `last_step`: the streak stopped it, or every step it ran failed whole; else None."""
+        """Why the run failed, having run up to `last_step`: the streak stopped it, or every step it ran failed
+        whole; else None."""
         if self.exhausted:
-            why = f"stopped after step {last_step}: every episode failed in {self.steps} steps in a row (algorithm.stop_after_failed_steps)"
+            why = (
+                f"stopped after step {last_step}: every episode failed in {self.steps} steps in a row "
+                "(algorithm.stop_after_failed_steps)"
+            )
         elif self.steps and not self.healthy_steps:
-            why = f"every episode failed in every step this run took ({self.steps}, up to step {last_step}): nothing was trained"
+            why = (
+                f"every episode failed in every step this run took ({self.steps}, up to step {last_step}): "
+                "nothing was trained"
+            )
         else:
             return None
         return f"{why}; first error: {self.first_error}; commonest error: {self.commonest}"

@@ -46,7 +46,8 @@ class HeldOut:
         return bool(self.tasks)
 
     async def evaluate(self, at_step: int, label: str, make_tuner: Callable[[], TunerHandle]) -> None:
-        """Play the held-out tasks with `make_tuner`'s weights and log them; the baselines beside the first evaluation."""
+        """Play the held-out tasks with `make_tuner`'s weights and log them; the baselines beside the first
+        evaluation."""
         run, algorithm = self.run, self.run.config.algorithm
         column, prefill = await self.meter.apart(
             evaluate_policy(

@@ -119,7 +119,8 @@ def is_import_path(text: str) -> bool:
 
 
 def import_field(field: str, import_path: str, error_type: type[Exception] = ValueError) -> Any:
-    """The object at `import_path`, which the config's `field` names; an `error_type` naming `field` when it cannot be imported."""
+    """The object at `import_path`, which the config's `field` names; an `error_type` naming `field` when it cannot
+    be imported."""
     try:
         return import_object(import_path)
     except ConfigError as error:
@@ -127,10 +128,12 @@ def import_field(field: str, import_path: str, error_type: type[Exception] = Val
 
 
 def import_policy(field: str, import_path: str) -> Any:
-    """The scripted policy at `import_path` (a baseline or a league opponent); a ValueError naming `field` if it is none."""
+    """The scripted policy at `import_path` (a baseline or a league opponent); a ValueError naming `field` if it is
+    none."""
     policy = import_field(field, import_path)
     if not callable(policy):
         raise ValueError(
-            f"{field}: {import_path!r} is a {type(policy).__name__}, not a policy function `policy(messages, rng) -> str`"
+            f"{field}: {import_path!r} is a {type(policy).__name__}, not a policy function "
+            "`policy(messages, rng) -> str`"
         )
     return policy

@@ -60,10 +60,12 @@ AGENTJET_DATA_TYPES = ("hf", "huggingface", "huggingface_dat_repo", "jsonl", "js
 def _agentjet_data(
     type: str, dataset_path: str | os.PathLike[str], training_split: str, validation_split: str | None
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The train and eval dataset fields of AgentJet's `set_data`: both splits of a dataset folder, or a file's tasks."""
+    """The train and eval dataset fields of AgentJet's `set_data`: both splits of a dataset folder, or a file's
+    tasks."""
     if type not in AGENTJET_DATA_TYPES:
         raise ConfigError(
-            f"set_data: type {type!r} is not one sparring reads; use one of {', '.join(AGENTJET_DATA_TYPES)} (a local folder or file)"
+            f"set_data: type {type!r} is not one sparring reads; use one of "
+            f"{', '.join(AGENTJET_DATA_TYPES)} (a local folder or file)"
         )
     path = os.fspath(dataset_path)
     train = {"path": path, "split": training_split}
@@ -97,7 +99,8 @@ class Job:
         unknown = sorted(set(agentjet) - AGENTJET_ARGUMENTS)
         if unknown:
             raise TypeError(
-                f"Job() got unexpected keyword arguments {unknown}: neither Job's nor AgentJet's job arguments ({sorted(AGENTJET_ARGUMENTS)})"
+                f"Job() got unexpected keyword arguments {unknown}: neither Job's nor AgentJet's job "
+                f"arguments ({sorted(AGENTJET_ARGUMENTS)})"
             )
         if isinstance(logging, str):  # AgentJet's backend name
             agentjet["logging"], logging = logging, None
@@ -127,7 +130,8 @@ class Job:
 
     @classmethod
     def load_yaml(cls, path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Job:
-        """A job from a YAML file (with optional ``section.field=value`` overrides); the workflow is imported when it runs."""
+        """A job from a YAML file (with optional ``section.field=value`` overrides); the workflow is imported when
+        it runs."""
         return cls.from_config(load_config_file(path, overrides))
 
     @property
@@ -227,7 +231,8 @@ class Job:
         `hooks` are step hooks (`StepHook`) run after the config's `step_hooks`."""
         if self._workflow is None and self.config.workflow is None:
             raise ConfigError(
-                "workflow: not set; call set_workflow(...), or give `workflow: package.module:function` in the YAML file"
+                "workflow: not set; call set_workflow(...), or give `workflow: package.module:function` in "
+                "the YAML file"
             )
         from .loop import run_training
 

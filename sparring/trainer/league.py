@@ -1,4 +1,5 @@
-"""The league at run time: a pool of opponents, one drawn for every training episode, and the policy's record against each.
+"""The league at run time: a pool of opponents, one drawn for every training episode, and the policy's record
+against each.
 
 `League` holds the pool that `league:` configures (`league_config.py`): frozen snapshots of the learner
 (`LeagueSnapshot`, a LoRA copy on the learner's engine, also saved so a resumed run meets the same ones), scripted
@@ -159,7 +160,8 @@ class League:
             planned = self._planned.get(id(task))
             if not planned:
                 raise RuntimeError(
-                    f"the league drew no opponent for task {task.get('task_id')!r}; call begin_step with the step's tasks first"
+                    f"the league drew no opponent for task {task.get('task_id')!r}; call begin_step with "
+                    "the step's tasks first"
                 )
             draw = planned.pop()
             tuner.auxiliary_models = {
@@ -173,7 +175,8 @@ class League:
             if outcome not in OUTCOMES:
                 raise EpisodeFault(
                     "bad_outcome",
-                    f"a league game must report WorkflowOutput.outcome, one of {OUTCOMES} from the learner's side; got {outcome!r} (opponent {draw.name!r})",
+                    f"a league game must report WorkflowOutput.outcome, one of {OUTCOMES} from the "
+                    f"learner's side; got {outcome!r} (opponent {draw.name!r})",
                 )
             self._results.append((draw.name, outcome))
             if self.config.baseline_per_opponent and output.baseline_group is None:

@@ -23,7 +23,8 @@ SNAPSHOT_PREFIX = "snapshot-"
 
 
 class LeagueConfig(ConfigRecord):
-    """An opponent pool for self-play that keeps learning: snapshots, scripted and frozen opponents, drawn per episode."""
+    """An opponent pool for self-play that keeps learning: snapshots, scripted and frozen opponents, drawn per
+    episode."""
 
     learner: str | None = None
     """The trainable model whose snapshots join the pool and whose games are counted; None: the only trainable model."""
@@ -55,7 +56,8 @@ class LeagueConfig(ConfigRecord):
     measured against others against it, not against the group's wins over weak ones. A game alone with its opponent
     in its group gets no advantage."""
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    """Seed of the draws (and of the scripted opponents' randomness); with the step it makes a run's draws reproducible."""
+    """Seed of the draws (and of the scripted opponents' randomness); with the step it makes a run's draws
+    reproducible."""
 
     @model_validator(mode="after")
     def _pool(self) -> LeagueConfig:

@@ -13,21 +13,25 @@ schedule, is `step_sequence.py`, and user code joins it there as step hooks,
 With `warm_start:` a new run first takes supervised steps on worked examples (`warm_start.py`).
 Episodes sample from the live adapters, so each step sees the weights of the
 step before; with `algorithm.max_staleness` > 0 the rollouts of later steps
-run on frozen older weights while a step trains instead (`pipeline.py`). Snapshot opponents are retaken at the start of the steps they
+run on frozen older weights while a step trains instead (`pipeline.py`). Snapshot opponents are retaken at the start
+of the steps they
 are due (`TunerModelConfig.snapshot_interval_steps`). With a `league:` every training episode draws its opponent from
 the league's pool, which takes its snapshots at the start of a step (`league.py`). Every
-`eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the configured
+`eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the
+configured
 `baselines` once, beside the first evaluation; every number with a 95 %
 interval, see `evaluation.py`), and the comparison is written to
 `evaluation.json`; with `validation:` the weights are played on validation tasks when due and the best kept as the
-sampler weights `best` (`best_adapter.py`); every step and evaluation logs what prefilling its prompts cost (`prefill_meter.py`); every
+sampler weights `best` (`best_adapter.py`); every step and evaluation logs what prefilling its prompts cost
+(`prefill_meter.py`); every
 `save_interval_steps`, at the end and on SIGINT / SIGTERM (`stop_signals.py`: the episodes in flight cancelled, the
 last completed step kept), a
 checkpoint is written (see `checkpoints.py`) from which `resume` continues
 exactly. Adapter weights are checked finite after every update
 (`checkpoint_integrity.py`). A step that trained no token is warned about with its cause, and a
 run in which no step trained one raises `NothingTrainedError` at its end,
-without a "final" adapter (`training_signal.py`; opt out for dry runs). Failed episodes are data: a step trains its healthy episodes and
+without a "final" adapter (`training_signal.py`; opt out for dry runs). Failed episodes are data: a step trains its
+healthy episodes and
 logs the share of each error kind (`episode/error_kind/<kind>`); a step in
 which every episode failed is warned about, `stop_after_failed_steps`
 of them in a row stop the run after a checkpoint, and a run whose every step
@@ -93,13 +97,15 @@ class RunResult:
     evaluations: list[dict] = field(default_factory=list)
     """Evaluation metrics, with their 'step'."""
     sampler_paths: dict[str, str] = field(default_factory=dict)
-    """Final PEFT adapter directory per trainable model; empty when the run trained nothing (interrupted before a step trained)."""
+    """Final PEFT adapter directory per trainable model; empty when the run trained nothing (interrupted before a
+    step trained)."""
     best: Validation | None = None
     """With `validation:`, the validation of the adapter kept as `best` (its steps and metric); else None."""
     best_paths: dict[str, str] = field(default_factory=dict)
     """With `validation:`, the `best` sampler weights per trainable model (`best_adapter.py`)."""
     interrupted: bool = False
-    """True when Ctrl-C or SIGTERM stopped the run before its end (a checkpoint of the last completed step was saved, no final adapter)."""
+    """True when Ctrl-C or SIGTERM stopped the run before its end (a checkpoint of the last completed step was
+    saved, no final adapter)."""
     stop_signal: int | None = None
     """The signal that stopped it (SIGINT, SIGTERM); None when it ran to its end or was stopped otherwise."""
     checkpoint: Path | None = None
@@ -273,7 +279,8 @@ async def _train(
         )
     if untrained:
         raise NothingTrainedError(
-            f"{signal.failure(result.steps)}. Checkpoint saved at {checkpoint}, no final adapter written; for a deliberate dry run set {OPT_OUT}"
+            f"{signal.failure(result.steps)}. Checkpoint saved at {checkpoint}, no final adapter written; "
+            f"for a deliberate dry run set {OPT_OUT}"
         )
     return result
 
@@ -328,7 +335,8 @@ async def run_debug_episodes(
 
 
 async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: int | None = None) -> Comparison:
-    """Evaluate the configured models (e.g. `model.adapter_path` set to a trained adapter) and each baseline on the eval tasks.
+    """Evaluate the configured models (e.g. `model.adapter_path` set to a trained adapter) and each baseline on the
+    eval tasks.
 
     The model's column is 'trained' when a trainable model starts from an adapter, else 'untrained'. Every episode
     samples from `algorithm.seed` and its index (and the engine's stream for raw sampler calls restarts from it), so

@@ -188,7 +188,8 @@ class TrainingModels:
         }
 
     def refresh_snapshots(self, step: int) -> dict[str, float]:
-        """Retake (and save) every snapshot that is due at the start of `step` from the live weights; returns each one's age in steps."""
+        """Retake (and save) every snapshot that is due at the start of `step` from the live weights; returns each
+        one's age in steps."""
         for name in self.due_snapshots(step, step):
             client = self.clients[self.snapshots[name].source]
             saved = client.save_weights_for_sampler(f"snapshot-{name}-step-{step:06d}")

@@ -28,7 +28,8 @@ from .schema import ConfigError
 
 
 def check_models(config: TuneConfig) -> None:
-    """Every local model the run uses exists (catalogue name or path), its device is on this machine, its adapter is a folder.
+    """Every local model the run uses exists (catalogue name or path), its device is on this machine, its adapter is
+    a folder.
 
     Nothing is loaded; a failure is a ConfigError naming the model's field (``models.pro.model_path: ...``).
     """
@@ -50,12 +51,14 @@ def check_models(config: TuneConfig) -> None:
             raise ConfigError(f"{field}.{error}") from None
         if model.adapter_path is not None and not Path(model.adapter_path).is_dir():
             raise ConfigError(
-                f"{field}.adapter_path: no folder {model.adapter_path!r}; give a saved adapter (a run's sampler_weights/... or checkpoints/... folder)"
+                f"{field}.adapter_path: no folder {model.adapter_path!r}; give a saved adapter (a run's "
+                "sampler_weights/... or checkpoints/... folder)"
             )
 
 
 def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> TrainingModels:
-    """The trainable models (with `adapter_path` loaded), the base-model sampler for the KL penalty, the auxiliary models.
+    """The trainable models (with `adapter_path` loaded), the base-model sampler for the KL penalty, the auxiliary
+    models.
     Where nothing trains (evaluation, debug episodes) a local `adapter_path` is loaded at its own LoRA rank, whatever
     the config's `lora_rank`."""
     trainable = config.trainable_models()
@@ -151,7 +154,8 @@ def _check_context(field: str, model: TunerModelConfig, client: object) -> None:
     context = client.engine.max_context
     if model.max_model_len > context:
         raise ConfigError(
-            f"{field}.max_model_len: {model.max_model_len} is beyond the context of {model.model_path!r}, {context} tokens; use {context} or less, or leave it unset"
+            f"{field}.max_model_len: {model.max_model_len} is beyond the context of {model.model_path!r}, "
+            f"{context} tokens; use {context} or less, or leave it unset"
         )
 
 

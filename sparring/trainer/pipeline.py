@@ -86,7 +86,8 @@ class FrozenWeights:
         return self.models.frozen_tuner(self.frozen.samplers, training=training)
 
     async def retake_snapshots(self, step: int) -> None:
-        """Retake the snapshot opponents due at `step` from the frozen weights, as the on-policy loop does from the live ones."""
+        """Retake the snapshot opponents due at `step` from the frozen weights, as the on-policy loop does from the
+        live ones."""
         for name in self.models.due_snapshots(step, self.version):
             source = self.models.snapshots[name].source
             path = self.frozen.paths[source]
@@ -123,7 +124,8 @@ class RolloutPipeline:
         self.start_step = sequence.record.steps
         self.saved_versions = saved_versions
         self.oldest_version = min(saved_versions, default=self.start_step)
-        """No rollout samples older weights than these: a checkpoint written on-policy names none older than its step."""
+        """No rollout samples older weights than these: a checkpoint written on-policy names none older than its
+        step."""
         self.total_steps = self.resolved.stream.num_steps
         self.versions: dict[int, FrozenVersion] = {}
         """Frozen versions some rollout, snapshot or checkpoint may still need."""
@@ -133,7 +135,8 @@ class RolloutPipeline:
         self._checkpointed_snapshots: set[str] = set()
 
     def version_of(self, step: int) -> int:
-        """The weights version that samples the rollout of `step`: `max_staleness` behind, never before an evaluation step."""
+        """The weights version that samples the rollout of `step`: `max_staleness` behind, never before an
+        evaluation step."""
         interval = self.algorithm.eval_interval_steps if self.sequence.held_out.evaluates else 0
         last_evaluation = step - step % interval if interval else 0
         return max(step - self.algorithm.max_staleness, last_evaluation, self.oldest_version)
@@ -239,7 +242,8 @@ class RolloutPipeline:
         self.sequence.points.reach(self.total_steps)
 
     async def _freeze(self, version: int) -> None:
-        """Save and copy the live weights (they are `version` steps old) and hand them to the rollouts waiting on them."""
+        """Save and copy the live weights (they are `version` steps old) and hand them to the rollouts waiting on
+        them."""
         clients = self.models.clients
         saved = {key: client.save_weights_for_sampler(f"version-{version:06d}") for key, client in clients.items()}
         samplers = {

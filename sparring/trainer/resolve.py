@@ -105,7 +105,8 @@ def resolve_run(
     baselines = {name: import_object(path) for name, path in config.baselines.items()}  # paths checked by the config
     if config.train_dataset is None:
         raise ConfigError(
-            "train_dataset: not set; give a dataset (path: a .jsonl/.json/.csv/.parquet file or directory, or tasks: a list of dicts)"
+            "train_dataset: not set; give a dataset (path: a .jsonl/.json/.csv/.parquet file or directory, "
+            "or tasks: a list of dicts)"
         )
     train_tasks, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     if evaluation and not eval_tasks:
@@ -150,7 +151,8 @@ def _workflow_and_judge(config: TuneConfig, workflow: Any, judge: Any) -> tuple[
     if workflow is None:
         if not config.workflow:
             raise WorkflowError(
-                "workflow: not set; give its import path (workflow: package.module:function or path/to/file.py:Class) or pass it to tune()"
+                "workflow: not set; give its import path (workflow: package.module:function or "
+                "path/to/file.py:Class) or pass it to tune()"
             )
         workflow = import_field("workflow", config.workflow, WorkflowError)
     if judge is None and config.judge:

@@ -28,7 +28,8 @@ def claim_run_folder(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
             raise ConfigError("give resume (continue the run) or overwrite (replace it), not both")
         if not (run_dir / "config.yaml").is_file():
             raise ConfigError(
-                f"resume: {run_dir} holds no run to continue (no config.yaml there); give the folder a training run wrote"
+                f"resume: {run_dir} holds no run to continue (no config.yaml there); give the folder a "
+                "training run wrote"
             )
         return
     if not any((run_dir / marker).exists() for marker in RUN_MARKERS):

@@ -52,7 +52,8 @@ async def run_rollout(
     seed: int,
     progress: ConsoleProgress | None = None,
 ) -> list[Episode]:
-    """Step `step`'s episodes of a run seeded `seed`: every task `group_size` times, counted on `progress` as they finish."""
+    """Step `step`'s episodes of a run seeded `seed`: every task `group_size` times, counted on `progress` as they
+    finish."""
     counter = (
         progress.episodes(f"step {step + 1} rollouts", len(tasks) * settings.group_size)
         if progress is not None
@@ -139,7 +140,8 @@ async def learn(
 
 
 def episode_metrics(episodes: list[Episode], error_reward: float) -> dict[str, float]:
-    """Reward (overall, per agent, per role), failures and their kinds, and the workflows' own metrics, averaged over episodes.
+    """Reward (overall, per agent, per role), failures and their kinds, and the workflows' own metrics, averaged
+    over episodes.
 
     An episode in which no trainable agent spoke has no agent to reward; it still counts in `reward/mean`, with the
     workflow's reward (or `error_reward` when it failed). The framework's bookkeeping has its own names and never

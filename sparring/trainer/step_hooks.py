@@ -77,14 +77,16 @@ def import_step_hook(field: str, import_path: str) -> Any:
     hook = import_field(field, import_path)
     if not any(callable(getattr(hook, method, None)) for method in HOOK_METHODS):
         raise ValueError(
-            f"{field}: {import_path!r} has neither `before_rollout` nor `after_training`; a step hook is a StepHook subclass (sparring.StepHook)"
+            f"{field}: {import_path!r} has neither `before_rollout` nor `after_training`; a step hook is a "
+            "StepHook subclass (sparring.StepHook)"
         )
     if isinstance(hook, type):
         try:
             inspect.signature(hook).bind()
         except TypeError:
             raise ValueError(
-                f"{field}: the class {import_path!r} needs constructor arguments; a hook named in a config is built with none (pass a built one to tune(step_hooks=...))"
+                f"{field}: the class {import_path!r} needs constructor arguments; a hook named in a config "
+                "is built with none (pass a built one to tune(step_hooks=...))"
             ) from None
     return hook
 

@@ -82,7 +82,8 @@ class StepRecord:
 
 
 class StepSequence:
-    """The phases of every training step, and the bookkeeping they share: logging, warnings, evaluations, checkpoints."""
+    """The phases of every training step, and the bookkeeping they share: logging, warnings, evaluations,
+    checkpoints."""
 
     def __init__(
         self,
@@ -122,7 +123,8 @@ class StepSequence:
         """The entropy bonus's steered coefficient (`step.learn` moves it); None without `algorithm.entropy_target`."""
         response = self.algorithm.collapse_response
         self.collapse = response.response(self.algorithm.exploration, previous_metrics) if response else None
-        """The exploration the collapse response sets (`step.learn` moves it); None without `algorithm.collapse_response`."""
+        """The exploration the collapse response sets (`step.learn` moves it); None without
+        `algorithm.collapse_response`."""
         if self.collapse is not None:
             self.models.rollout_exploration = self.collapse.exploration
         self.meter = PrefillMeter(self.models)

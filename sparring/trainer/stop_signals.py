@@ -114,7 +114,8 @@ class StopSignals:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._event.set)
         log.warning(
-            "%s: cancelling the episodes in flight and saving a checkpoint of the last completed step (%s again quits at once)",
+            "%s: cancelling the episodes in flight and saving a checkpoint of the last completed step (%s "
+            "again quits at once)",
             name,
             name,
         )

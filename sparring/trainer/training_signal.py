@@ -40,7 +40,10 @@ def untrained_cause(episodes: list[Episode], metrics: dict[str, float]) -> str |
     if metrics.get("tokens/trained", 0.0) > 0:
         return None
     if not any(episode.timelines for episode in episodes):
-        return "no trainable agent spoke (no episode called a trainable model: check that the workflow's agents use `model`, or a target_tag in trainable_targets)"
+        return (
+            "no trainable agent spoke (no episode called a trainable model: check that the workflow's agents "
+            "use `model`, or a target_tag in trainable_targets)"
+        )
     if all(episode.failed for episode in episodes):
         return "every episode failed"
     groups = int(metrics.get("advantage/groups", 0))
@@ -48,8 +51,10 @@ def untrained_cause(episodes: list[Episode], metrics: dict[str, float]) -> str |
         rewards = sorted({reward for episode in episodes for reward in episode.rewards.values()})
         shown = ", ".join(f"{reward:g}" for reward in rewards[:5]) + (", ..." if len(rewards) > 5 else "")
         return (
-            f"every group's episodes got the same reward ({groups} group(s); rewards seen: {shown}), so every advantage is 0: "
-            "give partial credit in the reward, raise algorithm.group_size, or sample more diversely (model.temperature)"
+            f"every group's episodes got the same reward ({groups} group(s); rewards seen: {shown}), so "
+            "every advantage is 0: "
+            "give partial credit in the reward, raise algorithm.group_size, or sample more diversely "
+            "(model.temperature)"
         )
     return "every sampled token's advantage is 0 (check the rewards and algorithm.algorithm_type)"
 
@@ -83,8 +88,10 @@ class TrainingSignal:
         if not self.thinning_streak or self.thinning_streak % THINNING_STEPS:
             return None
         return (
-            f"the policy may be collapsing: over {THINNING_SHARE:.0%} of the groups tied for {self.thinning_streak} steps in a row "
-            f"({metrics.get('advantage/zero_variance_fraction', 0.0):.0%} now; collapse/entropy {metrics.get('collapse/entropy', float('nan')):.3f}, "
+            f"the policy may be collapsing: over {THINNING_SHARE:.0%} of the groups tied for "
+            f"{self.thinning_streak} steps in a row "
+            f"({metrics.get('advantage/zero_variance_fraction', 0.0):.0%} now; collapse/entropy "
+            f"{metrics.get('collapse/entropy', float('nan')):.3f}, "
             f"collapse/distinct_share {metrics.get('collapse/distinct_share', float('nan')):.2f}): "
             "sample more diversely (model.temperature), vary opponents or seeds within a group, or give partial credit"
         )

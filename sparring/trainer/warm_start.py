@@ -98,7 +98,8 @@ async def warm_start(
         losses.append(output.loss / sum(target_weights[index] for index in picked))
         if progress.enabled and ((step + 1) % REPORT_EVERY_STEPS == 0 or step + 1 == config.steps):
             progress.line(
-                f"warm start {step + 1}/{config.steps}: loss per target token {_recent(losses):.3f} (mean of the last {REPORT_EVERY_STEPS} steps)"
+                f"warm start {step + 1}/{config.steps}: loss per target token {_recent(losses):.3f} (mean "
+                f"of the last {REPORT_EVERY_STEPS} steps)"
             )
     progress.activity = step_activity
     # RL starts with a fresh optimizer: Adam's moments, scaled to the supervised gradients, would shrink its updates

@@ -37,7 +37,8 @@ def tinker_sdk():
         import tinker
     except ImportError as error:
         raise ImportError(
-            f"backend 'tinker' talks to the service through the tinker SDK, which is not installed: {TINKER_INSTALL_HINT}"
+            "backend 'tinker' talks to the service through the tinker SDK, which is not installed: "
+            f"{TINKER_INSTALL_HINT}"
         ) from error
     return tinker
 
@@ -80,7 +81,8 @@ def to_tinker_datum(datum: Datum):
 
 
 def to_tinker_sampling_params(params: SamplingParams, seed: int | None = None):
-    """The SDK's sampling params; `seed` fills in a missing one. A constrained request is refused: never sampled freely."""
+    """The SDK's sampling params; `seed` fills in a missing one. A constrained request is refused: never sampled
+    freely."""
     if params.constraint is not None:
         raise ValueError(
             f"{CANNOT_CONSTRAIN} ({params.constraint.describe()}); sample constrained replies with a local backend"

@@ -97,7 +97,8 @@ class RemoteTrainingClient(AsyncTrainingSpellings, ReadyClient):
         return APIFuture(as_future(submitted)).then(lambda response: SaveWeightsResponse(path=response.path))
 
     def load_state(self, path: str) -> APIFuture[LoadWeightsResponse]:
-        """Continue from a save_state checkpoint: weights and optimizer state. Blocks until the service has the new model."""
+        """Continue from a save_state checkpoint: weights and optimizer state. Blocks until the service has the new
+        model."""
         return self._reload(path, with_optimizer=True)
 
     def load_state_with_optimizer(self, path: str) -> APIFuture[LoadWeightsResponse]:

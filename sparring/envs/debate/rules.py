@@ -24,7 +24,10 @@ DEBATER_SYSTEM = 'You are a debater arguing {stance} the motion: "{topic}". Answ
 OPENING = "Give your opening argument {stance} the motion."
 REPLY = 'Your opponent said: "{said}"\nAnswer it and argue {stance} the motion.'
 JUDGE_SYSTEM = "You are the judge of a debate. Reply with one number only: 1 or 2."
-JUDGE_PROMPT = 'Motion: "{topic}"\n\nSpeaker 1 ({stance1} the motion):\n{speech1}\n\nSpeaker 2 ({stance2} the motion):\n{speech2}\n\nWhich speaker argued better? Answer 1 or 2.'
+JUDGE_PROMPT = (
+    'Motion: "{topic}"\n\nSpeaker 1 ({stance1} the motion):\n{speech1}\n\nSpeaker 2 ({stance2} the '
+    "motion):\n{speech2}\n\nWhich speaker argued better? Answer 1 or 2."
+)
 # Without a worked example SmolLM2-135M names a speaker in about half its replies; with it, in all.
 JUDGE_EXAMPLE = [
     {
@@ -47,7 +50,8 @@ STEM_LETTERS = 4
 """Subject words have at least four letters, and two are the same when their first four agree ("schools" and
 "school", "closed" and "closing")."""
 _NOT_SUBJECT = frozenset(
-    "should than more less that this with their they have been from into does will would could about over every what when which there".split()
+    "should than more less that this with their they have been from into does will would could about over "
+    "every what when which there".split()
 )
 """Words long enough to be subject words that say nothing of a motion's subject."""
 MIN_DISTINCT_WORD_SHARE = 0.5
@@ -55,7 +59,8 @@ MIN_DISTINCT_WORD_SHARE = 0.5
 
 
 async def argue(topic: str, speakers: dict[str, ChatModel], rounds: int) -> dict[str, list[str]]:
-    """`rounds` rounds of speeches (pro, then con) on `topic`, each side answering the last speech: the speeches by side."""
+    """`rounds` rounds of speeches (pro, then con) on `topic`, each side answering the last speech: the speeches by
+    side."""
     conversations = {
         side: [{"role": "system", "content": DEBATER_SYSTEM.format(stance=STANCE[side], topic=topic)}] for side in SIDES
     }

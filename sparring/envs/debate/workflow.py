@@ -59,7 +59,8 @@ class Debate(Workflow):
         judge_name = str(args.get("judge", "judge"))
         if judge_name not in tuner.auxiliary_models:
             raise ValueError(
-                f"the debate needs a frozen judge: add auxiliary_models: {{{judge_name}: {{model_path: ...}}}} (have {sorted(tuner.auxiliary_models)})"
+                f"the debate needs a frozen judge: add auxiliary_models: {{{judge_name}: {{model_path: "
+                f"...}}}} (have {sorted(tuner.auxiliary_models)})"
             )
         rewards = {key: float(args.get(key, default)) for key, default in DEFAULT_REWARDS.items()}
         arguments = await argue(topic, debaters(tuner), rounds)

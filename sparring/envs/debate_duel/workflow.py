@@ -38,7 +38,8 @@ OTHER = {"pro": "con", "con": "pro"}
 def _auxiliary(auxiliary_models: dict[str, ChatModel], name: str, what: str) -> ChatModel:
     if name not in auxiliary_models:
         raise ValueError(
-            f"the debate duel needs {what}: add auxiliary_models: {{{name}: {{model_path: ...}}}} (have {sorted(auxiliary_models)})"
+            f"the debate duel needs {what}: add auxiliary_models: {{{name}: {{model_path: ...}}}} (have "
+            f"{sorted(auxiliary_models)})"
         )
     return auxiliary_models[name]
 

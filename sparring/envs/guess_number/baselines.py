@@ -57,7 +57,8 @@ def random_valid(messages: list[dict], rng: random.Random) -> str:
 
 
 def binary_search(messages: list[dict], rng: random.Random) -> str:
-    """Baseline: the midpoint of the numbers still consistent with the referee's answers (1..16 in 4 guesses: 15 of 16)."""
+    """Baseline: the midpoint of the numbers still consistent with the referee's answers (1..16 in 4 guesses: 15 of
+    16)."""
     low, high = game_range(messages)
     lo, hi = low, high
     for guess, answer in played_guesses(messages, low, high):

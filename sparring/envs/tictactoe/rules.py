@@ -205,7 +205,8 @@ def score_given_away_to_chance(board: Board, cell: int) -> float:
 
 @functools.cache
 def _score_against_chance(cells: tuple[str, ...]) -> float:
-    """Expected score of the player to move (the game not over) when it maximises it and the other side moves at random."""
+    """Expected score of the player to move (the game not over) when it maximises it and the other side moves at
+    random."""
     board = Board(cells)
     return max(_score_after_move(board.play(cell).cells) for cell in board.free())
 

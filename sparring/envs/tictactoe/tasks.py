@@ -22,9 +22,11 @@ Item = TypeVar("Item")
 
 
 def make_tasks(split: str, count: int, seed: int) -> list[dict]:
-    """`count` games with seeds drawn from `seed`; the policy's side alternates X, O, X, ...; `split` is checked, the seed decides.
+    """`count` games with seeds drawn from `seed`; the policy's side alternates X, O, X, ...; `split` is checked,
+    the seed decides.
 
-    The shipped files: data/train.jsonl is make_tasks("train", 256, seed=1), data/eval.jsonl make_tasks("eval", 200, seed=2),
+    The shipped files: data/train.jsonl is make_tasks("train", 256, seed=1), data/eval.jsonl make_tasks("eval", 200,
+    seed=2),
     data/league.jsonl make_tasks("train", 255, seed=4) with workflow_args.opponent cycling snapshot, random, minimax.
     """
     check_split(split)

@@ -38,7 +38,8 @@ charges each move what it gives away under perfect play (the solved game's
 value: a drawn game thrown costs 1 x value_credit, a won game lost 2 x): a
 teacher's per-move reward, which only a solved game can give. `workflow_args.chance_credit` (0, off) charges
 each move the expected score it gives away against a uniformly random opponent (the mover playing on to
-maximise it): among the moves perfect play allows, it prefers the ones that win more often. Metrics: `win_rate` / `draw_rate` / `loss_rate` of the
+maximise it): among the moves perfect play allows, it prefers the ones that win more often. Metrics: `win_rate` /
+`draw_rate` / `loss_rate` of the
 trained side, the same win rate as `role/player/win_rate`,
 `agent/<seat>/win_rate` and `vs_<opponent>/win_rate`, `invalid_action_rate`
 (illegal or unparsable replies per policy move), `forfeit_rate`, `turns`, `blunder_rate` (the share of the
@@ -169,7 +170,8 @@ def opponent_player(
         choose = SCRIPTED[name]
         return lambda game: choose(game.board, rng)
     raise ValueError(
-        f"unknown opponent {name!r}: use 'self', {', '.join(repr(n) for n in SCRIPTED)} or an auxiliary model ({sorted(auxiliary_models)})"
+        f"unknown opponent {name!r}: use 'self', {', '.join(repr(n) for n in SCRIPTED)} or an auxiliary "
+        f"model ({sorted(auxiliary_models)})"
     )
 
 

@@ -34,7 +34,8 @@ FINAL_CHOICES = " Reply with one of: {words}."
 """Follows FINAL when candidates were shown."""
 ANSWER_CHOICES = ["yes", "no"]
 """The answerer's choices: lower case, because SmolLM2-135M constrained to "Yes" / "No" says No to 96 % of the
-hand-labelled sample (accuracy 0.54) and to "yes" / "no" answers 0.74 of it correctly (benchmarks/answerer_accuracy.py)."""
+hand-labelled sample (accuracy 0.54) and to "yes" / "no" answers 0.74 of it correctly
+(benchmarks/answerer_accuracy.py)."""
 
 _GUESS = re.compile(
     r"\b(?:guess(?:\s+is)?|is\s+it|it\s+is|it's|answer(?:\s+is)?)\s*[:\-]?\s*(?:(?:a|an|the)\s+)?([a-z]+)",

@@ -1,4 +1,5 @@
-"""Twenty questions' tasks: secret words of a split, in seeded order (the `make_tasks` contract of `envs.common.tasks`)."""
+"""Twenty questions' tasks: secret words of a split, in seeded order (the `make_tasks` contract of
+`envs.common.tasks`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from .rules import load_words
 def make_tasks(split: str, count: int, seed: int) -> list[dict]:
     """`count` games on the words of `split`: every word once per pass, passes shuffled by `seed`.
 
-    The shipped files: data/train.jsonl is make_tasks("train", 200, seed=1), data/eval.jsonl make_tasks("eval", 200, seed=2) (each held-out word twice, with its own candidates).
+    The shipped files: data/train.jsonl is make_tasks("train", 200, seed=1), data/eval.jsonl make_tasks("eval", 200,
+    seed=2) (each held-out word twice, with its own candidates).
     """
     rng = random.Random(seed)
     words: list[str] = []

@@ -65,7 +65,8 @@ FINAL_GUESS_TOKENS = 16
 def _answerer(auxiliary_models: dict[str, ChatModel], name: str) -> ChatModel:
     if name not in auxiliary_models:
         raise KeyError(
-            f"twenty_questions needs a frozen answerer model auxiliary_models[{name!r}] (have {sorted(auxiliary_models)}); "
+            f"twenty_questions needs a frozen answerer model auxiliary_models[{name!r}] (have "
+            f"{sorted(auxiliary_models)}); "
             f"e.g. in YAML: auxiliary_models: {{{name}: {{model_path: smollm2-135m-instruct}}}}"
         )
     return auxiliary_models[name].as_agent("answerer", "answerer")

@@ -26,7 +26,8 @@ def _request(messages: list[dict]) -> str:
 
 
 def random_valid(messages: list[dict], rng: random.Random) -> str:
-    """Baseline: a uniformly random allowed name for every kill, check and vote; a random allowed witch action; a fixed speech.
+    """Baseline: a uniformly random allowed name for every kill, check and vote; a random allowed witch action; a
+    fixed speech.
 
     It reads the request the game sends (the last user message): the names after "Reply with one name:",
     the witch's SAVE / POISON / PASS options, or a call to speak.

@@ -124,7 +124,8 @@ def parse_witch(
 
 
 def resolve_kill(state: GameState, proposals: list[str | None]) -> str:
-    """The werewolves' victim: the most proposed target (ties by lot); a random good player if no proposal was readable."""
+    """The werewolves' victim: the most proposed target (ties by lot); a random good player if no proposal was
+    readable."""
     targets = [p.name for p in state.living(side=GOOD_GUY)]
     if not targets:
         raise GameBroken("the werewolves have nobody left to kill")

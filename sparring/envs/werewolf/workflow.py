@@ -75,7 +75,8 @@ log = logging.getLogger(__name__)
 
 SYSTEM = (  # the rules come first: every player's prompt starts the same, so a batch prefills them once
     "A game of werewolf with Player1 to Player7: 2 werewolves, 3 villagers, a seer and a witch. "
-    "The good players win by voting out both werewolves; the werewolves win if they are as many as the good players within {max_rounds} rounds. "
+    "The good players win by voting out both werewolves; the werewolves win if they are as many as the "
+    "good players within {max_rounds} rounds. "
     "Answer in one short sentence. You are {name}, a {role}. {duty}"
 )
 DUTIES = {
@@ -359,7 +360,8 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
     name = str(args.get("participant", "participant"))
     if name not in auxiliary_models:
         raise KeyError(
-            f"werewolf needs a frozen model auxiliary_models[{name!r}] for the untrained players (have {sorted(auxiliary_models)})"
+            f"werewolf needs a frozen model auxiliary_models[{name!r}] for the untrained players (have "
+            f"{sorted(auxiliary_models)})"
         )
     state = GameState.deal(int(task["seed"]))
     max_rounds = int(args.get("max_rounds", 5))

@@ -65,7 +65,8 @@ class ChatService:
     """Cheap prompt-length bounds, one per tokenizer (by id), built on first use."""
 
     def episode_of(self, authorization: str) -> EpisodeBinding | None:
-        """The episode an `Authorization` header's key routes to, or None for a caller of named models (401 if neither)."""
+        """The episode an `Authorization` header's key routes to, or None for a caller of named models (401 if
+        neither)."""
         key = authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""
         if key.startswith(EPISODE_KEY_PREFIX):
             binding = self.episodes.lookup(key) if self.episodes is not None else None
@@ -91,7 +92,8 @@ class ChatService:
             raise OpenAIError(400, f"model {name!r} could not be loaded: {error}", param="model") from None
 
     def check_bounds(self, chat_model: ChatModel, chat: ChatCompletionRequest) -> None:
-        """The request's work fits the server's limits and the model's context (OpenAIError 400 naming the field if not).
+        """The request's work fits the server's limits and the model's context (OpenAIError 400 naming the field if
+        not).
 
         A prompt is rendered (tokenized whole) only once its cheap bounds (`PromptBound`) say it may fit."""
         if self.limits is None:

@@ -56,7 +56,8 @@ class EpisodeServer:
         return EpisodeEndpoint(base_url, self.keys.issue(chat_model, recorder), chat_model.agent)
 
     def openai_client(self, chat_model: ChatModel, recorder: EpisodeRecorder):
-        """An `openai.AsyncOpenAI` that reaches this app in process, with a key for `chat_model` in `recorder`'s episode."""
+        """An `openai.AsyncOpenAI` that reaches this app in process, with a key for `chat_model` in `recorder`'s
+        episode."""
         import openai
 
         http = openai_http_library()

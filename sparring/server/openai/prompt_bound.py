@@ -44,7 +44,8 @@ class PromptBound:
         if characters > room * self.max_token_chars:
             raise LimitExceeded(
                 "messages",
-                f"the messages hold {characters} characters, more than {room} tokens (the room max_tokens leaves in the model's context length of {context} tokens) can cover",
+                f"the messages hold {characters} characters, more than {room} tokens (the room max_tokens "
+                f"leaves in the model's context length of {context} tokens) can cover",
             )
         counted = cuts = 0
         for text in texts:
@@ -53,7 +54,8 @@ class PromptBound:
                 if counted > room + PIECE_SLACK_TOKENS * cuts:
                     raise LimitExceeded(
                         "messages",
-                        f"the messages take more than {room} tokens, the room max_tokens leaves in the model's context length of {context} tokens",
+                        f"the messages take more than {room} tokens, the room max_tokens leaves in the "
+                        f"model's context length of {context} tokens",
                     )
                 cuts += 1
 

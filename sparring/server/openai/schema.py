@@ -141,7 +141,8 @@ class ChatCompletionRequest(BaseModel):
     tools: list[Tool] | None = None
     """Functions the model may call (rendered hermes-style for ChatML models)."""
     tool_choice: Literal["none", "auto", "required"] | dict | str | None = None
-    """'auto' (default), 'none' (answer in text), 'required' (call a tool) or {'type': 'function', 'function': {'name': ...}}."""
+    """'auto' (default), 'none' (answer in text), 'required' (call a tool) or {'type': 'function', 'function':
+    {'name': ...}}."""
     stream: bool = False
     """Send the reply as server-sent `chat.completion.chunk`s ending in `data: [DONE]`."""
     stream_options: StreamOptions | None = None

@@ -36,7 +36,8 @@ def check_name(field: str, name: str) -> str:
     """`name` if it is a valid checkpoint name; ValueError naming `field` otherwise."""
     if not _NAME.match(name):
         raise ValueError(
-            f"{field}: checkpoint name {name[:MAX_NAME]!r} must be 1-{MAX_NAME} letters, digits, '.', '_' or '-', starting with a letter or digit (no slashes)"
+            f"{field}: checkpoint name {name[:MAX_NAME]!r} must be 1-{MAX_NAME} letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit (no slashes)"
         )
     return name
 
@@ -65,7 +66,8 @@ class CheckpointStore:
             or not _NAME.match(parts[2])
         ):
             raise ValueError(
-                f"checkpoint path must look like tinker://<weights key>/weights/<name> or .../sampler_weights/<name>, got {tinker_path[:200]!r}"
+                "checkpoint path must look like tinker://<weights key>/weights/<name> or "
+                f".../sampler_weights/<name>, got {tinker_path[:200]!r}"
             )
         if kind is not None and parts[1] != kind:
             raise ValueError(f"{tinker_path} is a {parts[1]} checkpoint; this call needs a {kind} one")

@@ -85,7 +85,8 @@ async def json_body(request: Request) -> Any:
 
 
 async def forward_backward_body(request: Request, max_bytes: int) -> Any:
-    """The body as its JSON shape, from JSON or (optionally zstd-compressed, inflated to at most `max_bytes`) protobuf."""
+    """The body as its JSON shape, from JSON or (optionally zstd-compressed, inflated to at most `max_bytes`)
+    protobuf."""
     if PROTOBUF_MEDIA_TYPE not in request.headers.get("content-type", ""):
         return await json_body(request)
     raw = await request.body()
@@ -188,7 +189,8 @@ def tinker_router(service: TinkerService) -> APIRouter:
 
 
 async def sequenced(request: Request, service: TinkerService, model: type[wire.SequencedRequest], body: Any = None):
-    """The per-model request in the body (or in `body`, already decoded); one that fails validation gives its seq_id up."""
+    """The per-model request in the body (or in `body`, already decoded); one that fails validation gives its seq_id
+    up."""
     body = await json_body(request) if body is None else body
     try:
         return parse(model, body)
@@ -371,5 +373,6 @@ async def cancel_future(request: Request, service: Service):
 async def mint_extension(endpoint: str):
     raise WireError(
         404,
-        f"/api/v1/mint/{endpoint[:100]} is a MinT-only extension (mint.mint.forward_backward_reverse_kl, interpolate_checkpoints); sparring serves the Tinker protocol only",
+        f"/api/v1/mint/{endpoint[:100]} is a MinT-only extension (mint.mint.forward_backward_reverse_kl, "
+        "interpolate_checkpoints); sparring serves the Tinker protocol only",
     )

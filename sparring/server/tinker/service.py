@@ -201,7 +201,8 @@ class TinkerService:
         self.session(session_id).heartbeat_at = time.monotonic()
 
     def sweep(self) -> None:
-        """Release sessions silent for `session_idle_s`; cancel the requests of heartbeating clients gone quiet for `abandon_s`.
+        """Release sessions silent for `session_idle_s`; cancel the requests of heartbeating clients gone quiet for
+        `abandon_s`.
 
         The SDK heartbeats every 10 s and calls a session lost after 120 s without one: its process is gone, and
         nobody will fetch what it asked for. (A client that never heartbeats is judged by `session_idle_s` alone.)

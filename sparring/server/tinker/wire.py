@@ -146,7 +146,8 @@ class SequencedRequest(_Wire):
 
 
 class WireTensorData(_Wire):
-    """A tensor as the SDK sends it: flat data + dtype + shape, optionally sparse CSR; dense `types.TensorData` once converted."""
+    """A tensor as the SDK sends it: flat data + dtype + shape, optionally sparse CSR; dense `types.TensorData` once
+    converted."""
 
     data: list[int] | list[float]
     """Values, row-major (only the listed values when sparse)."""
@@ -329,7 +330,8 @@ class CreateSamplingSessionRequest(_Wire):
 
 
 class SamplingParams(types.SamplingParams):
-    """sparring's `SamplingParams`, validated where the request is; unknown fields are ignored like everywhere on the wire."""
+    """sparring's `SamplingParams`, validated where the request is; unknown fields are ignored like everywhere on
+    the wire."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -339,7 +341,8 @@ class SamplingParams(types.SamplingParams):
         stops = [stop] if isinstance(stop, str) else stop or []
         if len(stops) > MAX_STOPS or any(isinstance(s, str) and len(s) > MAX_STOP_LENGTH for s in stops):
             raise ValueError(
-                f"at most {MAX_STOPS} stops of at most {MAX_STOP_LENGTH} characters each (every one is checked at every decode step)"
+                f"at most {MAX_STOPS} stops of at most {MAX_STOP_LENGTH} characters each (every one is "
+                "checked at every decode step)"
             )
         return stop
 
