@@ -61,7 +61,7 @@ async def accuracy(answerer: FrozenChatModel, rows: list[dict]) -> tuple[float, 
         )
     )
     said = [normalise_answer(reply.content) for reply in replies]
-    return sum(s == row["answer"] for s, row in zip(said, rows)) / len(rows), said.count("Yes") / len(rows)
+    return sum(s == row["answer"] for s, row in zip(said, rows, strict=True)) / len(rows), said.count("Yes") / len(rows)
 
 
 def main() -> None:

@@ -125,7 +125,7 @@ def main() -> None:
         ["max_staleness", "s/step", "rollout s", "train s", "waited for rollout s"],
         [[s, m["step_s"], m["rollout_s"], m["train_s"], m["wait_s"]] for s, m in median.items()],
     )
-    pairs = [off["step_s"] / on["step_s"] for on, off in zip(runs[1], runs[0])]
+    pairs = [off["step_s"] / on["step_s"] for on, off in zip(runs[1], runs[0], strict=True)]
     print(
         f"on-policy / async s/step: {statistics.median(pairs):.2f}x (per round: {', '.join(f'{p:.2f}' for p in pairs)})"
     )

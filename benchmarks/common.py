@@ -17,6 +17,7 @@ replayed alone on fresh tensors of the same layout.
 from __future__ import annotations
 
 import collections
+import functools
 import tempfile
 import time
 from dataclasses import dataclass
@@ -159,7 +160,9 @@ class TensorLayout:
 
     def fresh(self) -> torch.Tensor:
         storage = (
-            1 + sum((size - 1) * stride for size, stride in zip(self.shape, self.stride)) if all(self.shape) else 0
+            1 + sum((size - 1) * stride for size, stride in zip(self.shape, self.stride, strict=True))
+            if all(self.shape)
+            else 0
         )
         return torch.randn(storage, dtype=self.dtype).as_strided(self.shape, self.stride)
 
@@ -207,7 +210,7 @@ class MatmulRecorder(TorchDispatchMode):
     def flops(self) -> float:
         """Multiply-adds x 2 of every recorded call."""
         total = 0.0
-        for (func, args, kwargs), count in self.calls.items():
+        for (func, args, _kwargs), count in self.calls.items():
             if func is self.LINEAR:
                 first, second = args[:2]
                 total += 2 * count * torch.Size(first.shape).numel() * second.shape[0]
@@ -232,7 +235,7 @@ class MatmulRecorder(TorchDispatchMode):
                 key: value.fresh() if isinstance(value, (TensorLayout, PackedWeightLayout)) else value
                 for key, value in kwargs
             }
-            total += count * best_seconds(lambda: func(*fresh_args, **fresh_kwargs), repeats)
+            total += count * best_seconds(functools.partial(func, *fresh_args, **fresh_kwargs), repeats)
         return total
 
 
@@ -302,6 +305,6 @@ def print_table(headers: list[str], rows: list[list]) -> None:
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for index, row in enumerate(cells):
-        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
         if index == 0:
             print("  ".join("-" * width for width in widths))

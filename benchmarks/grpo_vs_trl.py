@@ -239,7 +239,7 @@ def run_trl(completions: int, group_size: int, steps: int, max_tokens: int, work
     def reward(completions, answer, **kwargs):
         return [
             reward_of(work, completion[-1]["content"], int(expected))
-            for completion, expected in zip(completions, answer)
+            for completion, expected in zip(completions, answer, strict=True)
         ]
 
     directory = local_model_dir()

@@ -136,7 +136,7 @@ def converse_once(model: str, device: str, turns: int, mib: float) -> tuple[Pref
             history.append({"role": "user", "content": said})
             params = types.SamplingParams(max_tokens=16, seed=player * 100 + turn, temperature=1.0)
             futures.append(engine.sample(None, renderer.render(history), 1, params))
-        for history, future in zip(histories, futures):
+        for history, future in zip(histories, futures, strict=True):
             history.append(renderer.parse_response(future.result().sequences[0].tokens, tool_calls=False))
     return engine.prefill_counts - before, time.perf_counter() - started, time.process_time() - cpu_started
 
@@ -180,7 +180,7 @@ def main() -> None:
     for game in args.games.split(","):
         runs: dict[str, list[tuple[PrefillCounts, float, float]]] = {"off": [], "on": []}
 
-        def measure(mib: float, seed: int, warm_up: bool = False) -> tuple[PrefillCounts, float, float]:
+        def measure(game: str, mib: float, seed: int, warm_up: bool = False) -> tuple[PrefillCounts, float, float]:
             if game == "conversations":
                 return converse_once(model, args.device, 5, mib)
             if args.train_steps:
@@ -188,10 +188,10 @@ def main() -> None:
             return evaluate_once(game, model, args.device, 1 if warm_up else args.tasks, mib, seed, args.overrides)
 
         on_mib = args.cache_mib or (CACHE_MIB if game == "conversations" else shipped_cache_mib(game, args.overrides))
-        measure(on_mib, seed=1, warm_up=True)  # model loaded, weights packed, code paths compiled
+        measure(game, on_mib, seed=1, warm_up=True)  # model loaded, weights packed, code paths compiled
         for repeat in range(args.repeats):
             for setting, mib in (("off", 0), ("on", on_mib)):
-                counts, seconds, cpu = measure(mib, seed=repeat)
+                counts, seconds, cpu = measure(game, mib, seed=repeat)
                 runs[setting].append((counts, seconds, cpu))
                 hit_rate = counts.metrics()["engine/prefix_hit_rate"]
                 print(

@@ -112,7 +112,9 @@ async def held_out_scores(client, renderer, boards: list[Board], view: str, exam
     chances = {}
     for first in range(0, len(data), 64):
         result = await client.forward_async(data[first : first + 64], loss_fn="cross_entropy").result_async()
-        for move, datum, output in zip(moves[first : first + 64], data[first : first + 64], result.loss_fn_outputs):
+        for move, datum, output in zip(
+            moves[first : first + 64], data[first : first + 64], result.loss_fn_outputs, strict=True
+        ):
             chances[move] = math.exp(
                 float((output["logprobs"].to_torch() * datum.loss_fn_inputs["weights"].to_torch()).sum())
             )

@@ -262,7 +262,7 @@ async def main() -> None:
     service = ServiceClient()
     rows = [
         await measure(name, SCENARIOS[name], count, service, model_name, args.quick)
-        for name, count in zip(names, counts)
+        for name, count in zip(names, counts, strict=True)
     ]
     print(
         f"\ntimeline merging on {model_name}: forward_backward (ppo), LoRA r=16, unit advantages on every sampled token"

@@ -75,7 +75,7 @@ def cross_entropy_data(tokens: list[list[int]]) -> list[types.Datum]:
 def ppo_data(tokens: list[list[int]], completion_tokens: int, sampler_logprobs: list[list[float]]) -> list[types.Datum]:
     """Advantage 1 on the completion's targets, 0 on the prompt's; logprobs as the sampler would have reported them."""
     data = []
-    for row, logprobs in zip(tokens, sampler_logprobs):
+    for row, logprobs in zip(tokens, sampler_logprobs, strict=True):
         targets = len(row) - 1
         advantages = [0.0] * (targets - completion_tokens) + [1.0] * completion_tokens
         data.append(

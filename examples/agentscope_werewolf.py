@@ -103,8 +103,8 @@ def others(alive: list[str], name: str) -> list[str]:
 async def werewolves_game(players: list, roles: list[str]) -> bool:
     """Play the game; True when the good side wins."""
     names = [player.name for player in players]
-    role_of = dict(zip(names, roles))
-    by_name = dict(zip(names, players))
+    role_of = dict(zip(names, roles, strict=True))
+    by_name = dict(zip(names, players, strict=True))
     alive = list(names)
     potion = True
     for name in names:

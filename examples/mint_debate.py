@@ -90,27 +90,33 @@ async def debate(service, epochs: int, arguments: int, max_tokens: int, learning
             replies = await asyncio.gather(
                 *(
                     sampler.sample_async(types.ModelInput.from_ints(p), arguments, params)
-                    for sampler, p in zip(samplers, prompts)
+                    for sampler, p in zip(samplers, prompts, strict=True)
                 )
             )
             texts = [
                 [tokenizer.decode(seq.tokens, skip_special_tokens=True) for seq in reply.sequences] for reply in replies
             ]
-            verdicts = await asyncio.gather(*(first_is_better(judge, tokenizer, topic, a, b) for a, b in zip(*texts)))
+            verdicts = await asyncio.gather(
+                *(first_is_better(judge, tokenizer, topic, a, b) for a, b in zip(*texts, strict=True))
+            )
             rewards = [[WIN if won else LOSS for won in verdicts], [LOSS if won else WIN for won in verdicts]]
             batches = [
-                [ppo_datum(prompts[side], seq, reward) for seq, reward in zip(replies[side].sequences, rewards[side])]
+                [
+                    ppo_datum(prompts[side], seq, reward)
+                    for seq, reward in zip(replies[side].sequences, rewards[side], strict=True)
+                ]
                 for side in range(2)
             ]
             # Awaiting a *_async call submits it and gives its future: both debaters' work is queued before either
             # result is awaited.
             passes = [
-                await debater.forward_backward_async(batch, loss_fn="ppo") for debater, batch in zip(debaters, batches)
+                await debater.forward_backward_async(batch, loss_fn="ppo")
+                for debater, batch in zip(debaters, batches, strict=True)
             ]
             steps = [
                 await debater.optim_step_async(types.AdamParams(learning_rate=learning_rate)) for debater in debaters
             ]
-            for side, (submitted, step) in enumerate(zip(passes, steps)):
+            for side, (submitted, step) in enumerate(zip(passes, steps, strict=True)):
                 losses[side].append((await submitted.result_async()).metrics["loss:sum"])
                 await step.result_async()
             print(
@@ -123,7 +129,7 @@ async def debate(service, epochs: int, arguments: int, max_tokens: int, learning
     ]
     paths = [checkpoint.path for checkpoint in saved]
     argued = []
-    for path, stance in zip(paths, TOPICS[0][1]):
+    for path, stance in zip(paths, TOPICS[0][1], strict=True):
         trained = await service.create_sampling_client_async(model_path=path)
         prompt = types.ModelInput.from_ints(debater_prompt(tokenizer, TOPICS[0][0], stance))
         tokens = (await trained.sample_async(prompt, 1, params)).sequences[0].tokens

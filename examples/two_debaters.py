@@ -79,11 +79,14 @@ async def debate_round(agents, samplers, judge, renderer, scenario, num_samples,
     prompts = [debater_prompt(renderer, scenario["topic"], stance) for stance in scenario["stances"]]
     params = types.SamplingParams(max_tokens=max_tokens, temperature=1.0)
     responses = await asyncio.gather(
-        *(sampler.sample(types.ModelInput.from_ints(p), num_samples, params) for sampler, p in zip(samplers, prompts))
+        *(
+            sampler.sample(types.ModelInput.from_ints(p), num_samples, params)
+            for sampler, p in zip(samplers, prompts, strict=True)
+        )
     )
     texts = [[renderer.parse_response(seq.tokens)["content"] for seq in response.sequences] for response in responses]
     first_wins = await asyncio.gather(
-        *(judge_prefers_first(judge, renderer, scenario["topic"], a, b) for a, b in zip(*texts))
+        *(judge_prefers_first(judge, renderer, scenario["topic"], a, b) for a, b in zip(*texts, strict=True))
     )
     rewards = [[WIN if won else LOSS for won in first_wins], [LOSS if won else WIN for won in first_wins]]
     data, wins = [], []
@@ -92,7 +95,7 @@ async def debate_round(agents, samplers, judge, renderer, scenario, num_samples,
         data.append(
             [
                 ppo_datum(prompts[side], seq, reward - baseline)
-                for seq, reward in zip(responses[side].sequences, rewards[side])
+                for seq, reward in zip(responses[side].sequences, rewards[side], strict=True)
             ]
         )
         wins.append(sum(r == WIN for r in rewards[side]))
@@ -121,7 +124,10 @@ async def train(
         for scenario in SCENARIOS:
             data, round_wins = await debate_round(agents, samplers, judge, renderer, scenario, num_samples, max_tokens)
             # Submit both agents' work before waiting on either: the engine runs them back to back.
-            handles = [agent.forward_backward_async(side_data, loss_fn="ppo") for agent, side_data in zip(agents, data)]
+            handles = [
+                agent.forward_backward_async(side_data, loss_fn="ppo")
+                for agent, side_data in zip(agents, data, strict=True)
+            ]
             for side, handle in enumerate(handles):
                 losses[side].append((await handle.result_async()).loss)
                 wins[side] += round_wins[side]
@@ -129,7 +135,11 @@ async def train(
             for step in steps:
                 await step.result_async()
         games = len(SCENARIOS) * num_samples
-        row = {"epoch": epoch, "loss": [statistics.fmean(l) for l in losses], "win_rate": [w / games for w in wins]}
+        row = {
+            "epoch": epoch,
+            "loss": [statistics.fmean(side) for side in losses],
+            "win_rate": [w / games for w in wins],
+        }
         history.append(row)
         print(
             f"Epoch {epoch}: agent 1 loss={row['loss'][0]:+.4f} win rate={row['win_rate'][0]:.2f} | "

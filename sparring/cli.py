@@ -71,6 +71,7 @@ app = typer.Typer(
     add_completion=False, help="Train the LLM agents inside multi-agent workflows with RL.", no_args_is_help=True
 )
 
+_GAME_NAMES = ", ".join(GAMES)
 CONFIG = typer.Argument(
     ..., help=f"The job's YAML config, or a game's name for its default config ({', '.join(GAMES)})."
 )
@@ -126,7 +127,7 @@ def _load(config: Path, overrides: list[str]):
 @app.command()
 def train(
     config: Path | None = typer.Argument(
-        None, help=f"The job's YAML config, or a game's name ({', '.join(GAMES)}); not needed with --resume."
+        None, help=f"The job's YAML config, or a game's name ({_GAME_NAMES}); not needed with --resume."
     ),
     overrides: list[str] = OVERRIDES,
     resume: Path | None = typer.Option(None, help="Continue the run in this directory from its latest checkpoint."),
@@ -346,7 +347,7 @@ async def _compare_adapters(config: Path, overrides: list[str], field: str, adap
     names = [path.name for path in adapters]
     labels = [path.name if names.count(path.name) == 1 else str(path) for path in adapters]
     columns, baselines = [], []
-    for index, (path, label) in enumerate(zip(adapters, labels)):
+    for index, (path, label) in enumerate(zip(adapters, labels, strict=True)):
         loaded = _load(config, [*overrides, f"{field}.adapter_path={path}", *(["baselines={}"] if index else [])])
         model, *others = (await run_evaluation(loaded, limit=tasks)).columns
         columns.append(dataclasses.replace(model, label=label))
@@ -651,7 +652,7 @@ def main() -> None:
     try:
         app()
     except SystemExit as done:
-        if not (threads := lingering_threads()):
+        if not lingering_threads():
             raise
         # Python would wait for these at exit, for ever if a workflow left them running: exit without waiting.
         code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1

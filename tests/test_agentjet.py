@@ -57,7 +57,7 @@ async def werewolves_game(players: dict[str, openai.AsyncOpenAI], roles: list[st
     """One night (the werewolves pick a victim) and one day (everyone votes); True if the good side voted out a
     werewolf."""
     names = list(players)
-    wolves = [name for name, role in zip(names, roles) if role == "werewolf"]
+    wolves = [name for name, role in zip(names, roles, strict=True) if role == "werewolf"]
     good = [name for name in names if name not in wolves]
     if not wolves or not good:
         raise BadGuyException(f"no game with werewolves {wolves} and good players {good}")

@@ -320,7 +320,7 @@ def test_as_processes_too(tmp_path, tiny_model_dir):
         )
 
     with ThreadPoolExecutor(max_workers=len(chosen)) as pool:  # an interpreter start costs seconds of CPU
-        results = dict(zip(folders, pool.map(run, chosen)))
+        results = dict(zip(folders, pool.map(run, chosen), strict=True))
     failures = {
         case.name: problems_with(
             case, folders[case.name], before[case.name], results[case.name].returncode, results[case.name].stderr

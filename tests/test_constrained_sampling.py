@@ -70,7 +70,9 @@ def test_choices_sample_only_valid_replies_with_exact_learner_logprobs(client, s
     for sequence in sequences:
         assert sequence.stop_reason == "stop" and sequence.tokens[-1] in sampler.get_renderer().stop_token_ids
         assert len(sequence.allowed_tokens) == len(sequence.tokens)
-        assert all(is_allowed(allowed, token) for allowed, token in zip(sequence.allowed_tokens, sequence.tokens))
+        assert all(
+            is_allowed(allowed, token) for allowed, token in zip(sequence.allowed_tokens, sequence.tokens, strict=True)
+        )
         learner = learner_logprobs(client, prompt, sequence)
         assert learner == pytest.approx(sequence.logprobs, abs=1e-5)
         # The first token is a real choice (several allowed): ignoring the mask gives another logprob.
@@ -91,7 +93,9 @@ def test_no_invalid_token_is_ever_sampled(sampler, prompt, choices, seed, temper
     ):
         assert sequence.stop_reason == "stop"
         assert tuple(sequence.tokens[:-1]) in valid and sequence.tokens[-1] in sampler.get_renderer().stop_token_ids
-        assert all(is_allowed(allowed, token) for allowed, token in zip(sequence.allowed_tokens, sequence.tokens))
+        assert all(
+            is_allowed(allowed, token) for allowed, token in zip(sequence.allowed_tokens, sequence.tokens, strict=True)
+        )
         assert all(math.isfinite(logprob) and logprob <= 0 for logprob in sequence.logprobs)
 
 
@@ -106,7 +110,9 @@ def test_unconstrained_rows_sample_the_same_tokens_beside_constrained_ones(sampl
     alone_sequences = alone.result().sequences
     batched_sequences, constrained = beside[0].result().sequences, beside[1].result().sequences
     assert [(s.tokens, s.allowed_tokens) for s in batched_sequences] == [(s.tokens, None) for s in alone_sequences]
-    for batched, single in zip(batched_sequences, alone_sequences):  # another batch shape rounds matmuls differently
+    for batched, single in zip(
+        batched_sequences, alone_sequences, strict=True
+    ):  # another batch shape rounds matmuls differently
         assert batched.logprobs == pytest.approx(single.logprobs, abs=1e-5)
     assert all(text_of(sampler, s.tokens) in PLAYERS for s in constrained)
 

@@ -104,7 +104,11 @@ def test_a_toy_game_with_choices_learns_with_the_learner_exact_on_constrained_to
     assert timelines and all(row["constrained"].count(len(COLOURS)) == 1 for row in timelines), (
         "each timeline's first choice allows the four colours' first tokens"
     )
-    assert all(count == 0 or mask for row in timelines for count, mask in zip(row["constrained"], row["loss_mask"]))
+    assert all(
+        count == 0 or mask
+        for row in timelines
+        for count, mask in zip(row["constrained"], row["loss_mask"], strict=True)
+    )
     assert '"constrained":[0,' in render_report(tmp_path / "run"), "`sparring view` carries the constrained positions"
 
 
@@ -154,12 +158,12 @@ def test_constrained_calls_merge_into_one_timeline_that_trains_exactly(models):
         constrained = [i for i, allowed in enumerate(timeline.allowed_tokens) if allowed]
         assert constrained and all(timeline.loss_mask[i] for i in constrained)
         assert all(is_allowed(timeline.allowed_tokens[i], timeline.tokens[i]) for i in constrained)
-        assert any(mask and not allowed for mask, allowed in zip(timeline.loss_mask, timeline.allowed_tokens)), (
-            "the free-text turn is unconstrained"
-        )
+        assert any(
+            mask and not allowed for mask, allowed in zip(timeline.loss_mask, timeline.allowed_tokens, strict=True)
+        ), "the free-text turn is unconstrained"
     (datums,) = build_datums(episodes, {(0, "policy"): 1.0, (1, "policy"): -1.0}).values()
     output = client.forward(datums, "ppo").result()
-    for datum, record in zip(datums, output.loss_fn_outputs):
+    for datum, record in zip(datums, output.loss_fn_outputs, strict=True):
         trained = datum.loss_fn_inputs["advantages"].to_torch() != 0
         sampled = datum.loss_fn_inputs["logprobs"].to_torch()[trained]
         assert record["logprobs"].to_torch()[trained].tolist() == pytest.approx(sampled.tolist(), abs=1e-5)

@@ -235,7 +235,7 @@ def test_the_copy_of_an_adapted_group_is_rewritten_in_place_after_an_optimizer_s
             parts = [ProjectionWeights.of(mlp.gate_proj), ProjectionWeights.of(mlp.up_proj)]
             assert all(part.adapters for part in parts)
             expected = torch.cat([torch.empty_like(part.weight) for part in parts])
-            for part, block in zip(parts, expected.split([part.weight.shape[0] for part in parts])):
+            for part, block in zip(parts, expected.split([part.weight.shape[0] for part in parts]), strict=True):
                 part.write_effective(block)
             return packed(parts, rows=True), expected
 

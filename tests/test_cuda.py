@@ -48,7 +48,9 @@ def test_constrained_choices_on_cuda(tiny_model_dir, tmp_path):
     )
     for sequence in sampler.sample(types.ModelInput.from_ints(prompt), 8, params).result().sequences:
         assert renderer.parse_response(sequence.tokens, tool_calls=False)["content"] in choices
-        assert all(is_allowed(allowed, token) for allowed, token in zip(sequence.allowed_tokens, sequence.tokens))
+        assert all(
+            is_allowed(allowed, token) for allowed, token in zip(sequence.allowed_tokens, sequence.tokens, strict=True)
+        )
         tokens = prompt + sequence.tokens
         counts, allowed = flatten_allowed([[] for _ in prompt[1:]] + sequence.allowed_tokens)
         inputs = {
@@ -93,7 +95,7 @@ def test_prefix_cache_on_cuda_samples_as_without_it(tiny_model_dir, tmp_path):
         cached, uncached = (
             s.sample(types.ModelInput.from_ints(prompt), 3, params).result().sequences for s in samplers
         )
-        for a, b in zip(cached, uncached):
+        for a, b in zip(cached, uncached, strict=True):
             assert a.tokens == b.tokens and a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     engine = samplers[0].engine
     assert engine.prefix_cache.bytes > 0 and engine.prefill_counts.cached_tokens == len(prompt) - 1

@@ -106,10 +106,10 @@ def test_csv_ragged_rows_name_the_line(tmp_path):
 
 def test_parquet(tmp_path):
     pyarrow = pytest.importorskip("pyarrow")
-    import pyarrow.parquet
+    parquet = pytest.importorskip("pyarrow.parquet")
 
     path = tmp_path / "tasks.parquet"
-    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(ROWS), path)
+    parquet.write_table(pyarrow.Table.from_pylist(ROWS), path)
     tasks = load_tasks(DatasetConfig(path=str(path)))
     assert seeds(tasks) == [0, 1, 2] and tasks[2]["question"] == "c"
     (tmp_path / "corrupt.parquet").write_bytes(b"not parquet at all")

@@ -233,8 +233,8 @@ def play(model, faults, timeout_s=TIMEOUT_S):
 def test_hung_and_cancel_swallowing_episodes_end_at_their_own_timeout_and_the_others_complete(tiny_model_dir, tmp_path):
     faults = ["healthy"] * 4 + ["hang", "swallow", "swallow_and_return"]
     episodes, ended = play(policy(tiny_model_dir, tmp_path), faults)
-    by_fault = dict(zip(faults, zip(episodes, ended)))
-    for episode, seconds in zip(episodes[:4], ended[:4]):
+    by_fault = dict(zip(faults, zip(episodes, ended, strict=True), strict=True))
+    for episode, seconds in zip(episodes[:4], ended[:4], strict=True):
         assert episode.error is None and seconds < TIMEOUT_S
     hang, hang_ended = by_fault["hang"]
     assert hang.error_kind == "timeout" and TIMEOUT_S <= hang_ended < TIMEOUT_S + 1.0

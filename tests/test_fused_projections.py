@@ -40,7 +40,7 @@ def test_fused_projections_sample_the_same_tokens_and_logprobs_and_follow_in_pla
             # Op by op: a whole layer in one kernel call rounds differently from the ops (tests/test_cpu_kernels.py).
             decoder = FastDecoder(engine.bank.base_model, fuse_projections=fuse, pack_weights=pack, whole_layers=False)
             responses = generate(decoder, jobs, engine.tokenizer, engine.tokenizer.pad_token_id)
-        return [list(zip(s.tokens, s.logprobs)) for r in responses for s in r.sequences]
+        return [list(zip(s.tokens, s.logprobs, strict=True)) for r in responses for s in r.sequences]
 
     def run_on_worker(fn):
         return engine.call(fn).result()
@@ -86,7 +86,7 @@ def test_packed_weights_follow_merges_and_match_the_weights_themselves(tiny_mode
             response = generate(
                 decoder, [engine._make_job(prompt, 1, params)], engine.tokenizer, engine.tokenizer.pad_token_id
             )[0]
-        return list(zip(response.sequences[0].tokens, response.sequences[0].logprobs))
+        return list(zip(response.sequences[0].tokens, response.sequences[0].logprobs, strict=True))
 
     for _ in range(3):  # each step changes the LoRA weights, so each merge writes new base weights to pack again
         sft_step(client, prompt + [40, 41, 42])

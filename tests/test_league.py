@@ -186,38 +186,41 @@ async def name_the_opponent(task, model, auxiliary_models):
     return WorkflowOutput(reward=0.0, response=(name, reply.content), outcome="draw")
 
 
+def _opponents_met(scripted: dict[str, str], tasks: list[dict], draw_per: str) -> list[set[str]]:
+    """One league step (8 episodes per task, opponents drawn per `draw_per`): the opponents each task's group met."""
+    league = League(
+        LeagueConfig(snapshot_every_steps=0, scripted=scripted, sampling="uniform", draw_per=draw_per),
+        client=None,
+        sampling_defaults={},
+    )
+    league.begin_step(0, tasks, group_size=8)
+    seen = []
+
+    async def workflow(task, model, auxiliary_models):
+        output = await name_the_opponent(task, model, auxiliary_models)
+        seen.append((task["task_id"], output.response[0]))
+        assert output.response[1] in {str(cell) for cell in range(1, 10)}  # the scripted opponent answered
+        return output
+
+    episodes = asyncio.run(
+        run_episodes(
+            league.episode_fn(as_episode_fn(workflow)),
+            tasks,
+            lambda: TunerHandle(policies={"policy": ScriptedChatModel.seeded(random_legal)}),
+            RunnerSettings(group_size=8),
+        )
+    )
+    assert not any(episode.failed for episode in episodes)
+    metrics = league.end_step()
+    assert sum(metrics[f"league/{name}/games"] for name in scripted if f"league/{name}/games" in metrics) == 48
+    assert all(metrics[f"league/{name}/draw_rate"] == 1.0 for name in scripted if f"league/{name}/games" in metrics)
+    return [{name for task_id, name in seen if task_id == task["task_id"]} for task in tasks]
+
+
 def test_a_group_meets_one_opponent_or_one_each_as_configured():
     scripted = {name: "sparring.envs.tictactoe:random_legal" for name in ("a", "b", "c", "d")}
     tasks = [{"task_id": str(i)} for i in range(6)]
-    opponents = {}
-    for draw_per in ("episode", "group"):
-        league = League(
-            LeagueConfig(snapshot_every_steps=0, scripted=scripted, sampling="uniform", draw_per=draw_per),
-            client=None,
-            sampling_defaults={},
-        )
-        league.begin_step(0, tasks, group_size=8)
-        seen = []
-
-        async def workflow(task, model, auxiliary_models):
-            output = await name_the_opponent(task, model, auxiliary_models)
-            seen.append((task["task_id"], output.response[0]))
-            assert output.response[1] in {str(cell) for cell in range(1, 10)}  # the scripted opponent answered
-            return output
-
-        episodes = asyncio.run(
-            run_episodes(
-                league.episode_fn(as_episode_fn(workflow)),
-                tasks,
-                lambda: TunerHandle(policies={"policy": ScriptedChatModel.seeded(random_legal)}),
-                RunnerSettings(group_size=8),
-            )
-        )
-        assert not any(episode.failed for episode in episodes)
-        opponents[draw_per] = [{name for task_id, name in seen if task_id == task["task_id"]} for task in tasks]
-        metrics = league.end_step()
-        assert sum(metrics[f"league/{name}/games"] for name in scripted if f"league/{name}/games" in metrics) == 48
-        assert all(metrics[f"league/{name}/draw_rate"] == 1.0 for name in scripted if f"league/{name}/games" in metrics)
+    opponents = {draw_per: _opponents_met(scripted, tasks, draw_per) for draw_per in ("episode", "group")}
     assert all(len(names) == 1 for names in opponents["group"]) and len(set().union(*opponents["group"])) > 1
     assert all(len(names) > 1 for names in opponents["episode"])
 

@@ -3,14 +3,17 @@ logprobs against transformers' and torch's ops, forward and backward; the learne
 composite path (tries and padded batches); and what `fused_layers` routes, where, and puts back."""
 
 import pytest
+import test_learner_ops
 import torch
 import torch.nn.functional as F
-from test_learner_ops import bank, forward_backward, ppo_data  # noqa: F401 (bank: a fixture)
+from test_learner_ops import forward_backward, ppo_data
 from transformers import Qwen3Config, Qwen3ForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from sparring.engine import cpu_kernels
 from sparring.engine.learner_layers import RmsNorm, Rotary, SiluProduct, fused_layers
+
+bank = test_learner_ops.bank  # the fixture, shared with test_learner_ops
 
 needs_kernels = pytest.mark.skipif(not cpu_kernels.available(), reason="no x86 AVX2 CPU or C compiler here")
 
@@ -64,7 +67,7 @@ def test_silu_product_is_torchs_forward_and_backward(count):
     reference, reference_grads = gradients(lambda gate, up: F.silu(gate) * up, [gate, up], upstream)
     ours, our_grads = gradients(SiluProduct.apply, [gate, up], upstream)
     torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
-    for mine, theirs in zip(our_grads, reference_grads):
+    for mine, theirs in zip(our_grads, reference_grads, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
 
 
@@ -113,10 +116,10 @@ def test_the_learner_runs_its_layers_through_the_fused_ops_with_the_composites_r
     calls.clear()
     composite, composite_gradients = forward_backward(bank, data, fused=False, prefix_tree=prefix_tree)
     assert calls == []
-    for ours, reference in zip(fused.loss_fn_outputs, composite.loss_fn_outputs):
+    for ours, reference in zip(fused.loss_fn_outputs, composite.loss_fn_outputs, strict=True):
         torch.testing.assert_close(ours["logprobs"].to_torch(), reference["logprobs"].to_torch(), rtol=1e-5, atol=1e-5)
     assert all(gradient.abs().sum() > 0 for gradient in composite_gradients)
-    for ours, reference in zip(fused_gradients, composite_gradients):
+    for ours, reference in zip(fused_gradients, composite_gradients, strict=True):
         torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-5 * float(reference.abs().max()))
 
 

@@ -104,12 +104,12 @@ def test_the_fused_ops_give_the_composites_logprobs_and_gradients(bank, pack, mo
         for op, forward in originals.items():
             op.forward = forward
     assert fused.loss == pytest.approx(composite.loss, rel=1e-5)
-    for ours, reference in zip(fused.loss_fn_outputs, composite.loss_fn_outputs):
+    for ours, reference in zip(fused.loss_fn_outputs, composite.loss_fn_outputs, strict=True):
         torch.testing.assert_close(ours["logprobs"].to_torch(), reference["logprobs"].to_torch(), rtol=1e-5, atol=1e-5)
     assert len(fused_gradients) == len(composite_gradients) and all(
         gradient.abs().sum() > 0 for gradient in composite_gradients
     )
-    for ours, reference in zip(fused_gradients, composite_gradients):
+    for ours, reference in zip(fused_gradients, composite_gradients, strict=True):
         torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-5 * float(reference.abs().max()))
 
 
@@ -221,12 +221,12 @@ def test_without_untrained_logprobs_the_trained_positions_get_the_same_logprobs_
         runs.append((output, [parameter.grad.clone() for parameter in bank.parameters("policy")]))
     (every, every_gradients), (trained_only, trained_gradients) = runs
     assert trained_only.loss == pytest.approx(every.loss, rel=1e-6)
-    for datum, full, partial in zip(data, every.loss_fn_outputs, trained_only.loss_fn_outputs):
+    for datum, full, partial in zip(data, every.loss_fn_outputs, trained_only.loss_fn_outputs, strict=True):
         gate = datum.loss_fn_inputs["advantages" if loss_fn == "ppo" else "weights"].to_torch()
         trained_N = gate != 0
         assert trained_N.any() and not trained_N.all()
         torch.testing.assert_close(partial["logprobs"].to_torch()[trained_N], full["logprobs"].to_torch()[trained_N])
         assert partial["logprobs"].to_torch()[~trained_N].isnan().all()  # no LM-head pass there
         torch.testing.assert_close(partial["elementwise_loss"].to_torch(), full["elementwise_loss"].to_torch())
-    for ours, reference in zip(trained_gradients, every_gradients):
+    for ours, reference in zip(trained_gradients, every_gradients, strict=True):
         torch.testing.assert_close(ours, reference)

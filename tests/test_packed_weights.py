@@ -42,7 +42,7 @@ def test_sampling_folds_the_adapter_into_packed_copies_and_never_writes_the_base
     def sample(training_client) -> list[tuple[int, float]]:
         sampler = training_client.save_weights_and_get_sampling_client(kind="inflight")
         sequence = sampler.sample(types.ModelInput.from_ints(prompt), 1, params).result(timeout=60).sequences[0]
-        return list(zip(sequence.tokens, sequence.logprobs))
+        return list(zip(sequence.tokens, sequence.logprobs, strict=True))
 
     for _ in range(3):  # every optimizer step changes the LoRA matrices: the packed copies must follow
         outputs = []

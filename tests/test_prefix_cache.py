@@ -96,7 +96,9 @@ def test_cached_prefixes_give_the_same_tokens_and_logprobs_and_skip_their_prefil
         (chat(cached_client, "who is the seer?"), 2, choose),
         (chat(cached_client, "vote now"), 1, params),
     ]
-    shared = [next(i for i, (a, b) in enumerate(zip(first, prompt)) if a != b) for prompt, _, _ in batch[1:]]
+    shared = [
+        next(i for i, (a, b) in enumerate(zip(first, prompt, strict=False)) if a != b) for prompt, _, _ in batch[1:]
+    ]
     counts = both(clients, batch)
     assert counts.cached_tokens == len(first) - 1 + sum(shared)  # the others find what they share with `first`
     assert counts.prefilled_tokens == counts.prompt_tokens - counts.cached_tokens

@@ -66,13 +66,15 @@ def test_every_distinct_prefix_is_one_node_and_every_position_reads_its_own(budg
         members = [rows[i] for i in batch.indices]
         assert len(batch.tokens_N) == distinct_prefixes(members)
         assert len(batch.tokens_N) <= budget or len(members) == 1
-        for row, nodes_N in zip(members, batch.nodes_of):
+        for row, nodes_N in zip(members, batch.nodes_of, strict=True):
             assert batch.tokens_N[nodes_N].tolist() == row and batch.depths_N[nodes_N].tolist() == list(range(len(row)))
             assert (nodes_N[1:] > nodes_N[:-1]).all()  # each node after its parent
         for (row_a, nodes_a), (row_b, nodes_b) in zip(
-            zip(members, batch.nodes_of), list(zip(members, batch.nodes_of))[1:]
+            zip(members, batch.nodes_of, strict=True), list(zip(members, batch.nodes_of, strict=True))[1:], strict=False
         ):
-            common = next((k for k, (x, y) in enumerate(zip(row_a, row_b)) if x != y), min(len(row_a), len(row_b)))
+            common = next(
+                (k for k, (x, y) in enumerate(zip(row_a, row_b, strict=False)) if x != y), min(len(row_a), len(row_b))
+            )
             assert nodes_a[:common].tolist() == nodes_b[:common].tolist()  # the same prefix is the same nodes...
             assert common == min(len(row_a), len(row_b)) or nodes_a[common] != nodes_b[common]  # ...and no more
     (everything,) = plan_tree_batches(as_tensors(rows), 10_000)
@@ -191,14 +193,14 @@ def test_prefix_trees_give_the_same_loss_logprobs_and_gradients(bank, loss_fn, m
             > 128
         )
     assert shared.loss == pytest.approx(whole.loss, rel=1e-5, abs=1e-5)
-    for ours, reference in zip(shared.loss_fn_outputs, whole.loss_fn_outputs):
+    for ours, reference in zip(shared.loss_fn_outputs, whole.loss_fn_outputs, strict=True):
         torch.testing.assert_close(ours["logprobs"].to_torch(), reference["logprobs"].to_torch(), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(
             ours["elementwise_loss"].to_torch(), reference["elementwise_loss"].to_torch(), rtol=1e-5, atol=1e-5
         )
     assert any(gradient.abs().sum() > 0 for gradient in whole_gradients)
     for ours, reference in zip(
-        shared_gradients, whole_gradients
+        shared_gradients, whole_gradients, strict=True
     ):  # float32 sums in another order: 1e-4 of the largest entry
         torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-4 * float(reference.abs().max()))
 

@@ -92,7 +92,7 @@ def test_episodes_run_on_workers_and_come_back_as_in_process(cluster, models):
     pids = {int(episode.metrics["judge/pid"]) for episode in remote}
     assert os.getpid() not in pids and len(pids) >= 2, pids  # in other processes, more than one
     assert {int(episode.metrics["judge/pid"]) for episode in local} == {os.getpid()}
-    for here, there in zip(local, remote):
+    for here, there in zip(local, remote, strict=True):
         assert here.error is None and there.error is None, (here.error, there.error)
         assert there.metrics["judge/exact"] == 1.0  # the worker saw exactly what the trainer recorded
         assert (there.task, there.group, there.num_calls, there.roles) == (
@@ -117,7 +117,7 @@ def test_episodes_run_on_workers_and_come_back_as_in_process(cluster, models):
             "critic": [True],
             "helper": [False],
         }
-        for a, b in zip(here.timelines, there.timelines):
+        for a, b in zip(here.timelines, there.timelines, strict=True):
             assert (a.tokens, a.loss_mask, a.call_index) == (
                 b.tokens,
                 b.loss_mask,
@@ -167,7 +167,7 @@ def test_a_workflow_that_cannot_be_sent_fails_clearly(cluster, models, tmp_path)
 
 
 async def sometimes_fails(task, model, auxiliary_models):
-    said = await model([{"role": "user", "content": task["topic"]}])
+    await model([{"role": "user", "content": task["topic"]}])
     if task["topic"] == "raise":
         raise ValueError("scripted failure")
     if task["topic"] == "hang":

@@ -170,7 +170,7 @@ def test_the_report_holds_every_curve_the_evaluation_and_every_token_offline(tra
         timelines = [row for row in rows if "agent" in row]
         shown = [timeline for episode in step["episodes"] for timeline in episode["timelines"]]
         assert len(step["episodes"]) == 4 and len(shown) == len(timelines)
-        for row, timeline in zip(timelines, shown):
+        for row, timeline in zip(timelines, shown, strict=True):
             assert timeline["tokens"] == row["tokens"] and timeline["mask"] == row["loss_mask"]
             assert "".join(timeline["texts"]) == row["text"], "per-token texts: the page needs no tokenizer"
             assert timeline["logprobs"] == pytest.approx([round(value, 4) for value in row["logprobs"]])

@@ -60,10 +60,10 @@ def test_a_four_turn_agent_is_one_timeline_with_four_completions(policy_and_help
     assert merged["timeline/merge_rate"] == pytest.approx(0.75)
     assert merged["tokens/saved_by_merging"] > 0
     assert episode.rewards == {"policy": 1.0}
-    assert [index for index, mask in zip(timeline.call_index, timeline.loss_mask) if mask] == sorted(
+    assert [index for index, mask in zip(timeline.call_index, timeline.loss_mask, strict=True) if mask] == sorted(
         index for index in timeline.call_index if index >= 0
     ) and set(timeline.call_index) == {-1, 0, 1, 2, 3}
-    assert all((index >= 0) == bool(mask) for index, mask in zip(timeline.call_index, timeline.loss_mask))
+    assert all((index >= 0) == bool(mask) for index, mask in zip(timeline.call_index, timeline.loss_mask, strict=True))
 
 
 def test_turn_rewards_reach_the_episode_and_bad_ones_become_error_episodes(policy_and_helper):
@@ -251,11 +251,11 @@ def test_a_forced_tool_call_is_prompt_prefill_plus_trained_arguments_and_its_res
     assert timeline.tokens[prompt_length:first_end] == replies[0].tokens and timeline.loss_mask[
         prompt_length:first_end
     ] == [1] * len(replies[0].tokens)
-    trained = [(t, lp) for t, m, lp in zip(timeline.tokens, timeline.loss_mask, timeline.logprobs) if m]
+    trained = [(t, lp) for t, m, lp in zip(timeline.tokens, timeline.loss_mask, timeline.logprobs, strict=True) if m]
     assert trained == list(
-        zip(replies[0].tokens + replies[1].tokens, replies[0].logprobs + replies[1].logprobs)
+        zip(replies[0].tokens + replies[1].tokens, replies[0].logprobs + replies[1].logprobs, strict=True)
     )  # exactly the sampled tokens
-    assert "RESULT" in renderer.decode([t for t, m in zip(timeline.tokens, timeline.loss_mask) if not m])
+    assert "RESULT" in renderer.decode([t for t, m in zip(timeline.tokens, timeline.loss_mask, strict=True) if not m])
     assert [t["trainable"] for t in episode.transcripts["helper"]] == [False]
 
 
@@ -352,6 +352,6 @@ def test_a_frozen_model_continues_its_own_sampled_tokens_across_calls(policy_and
         )
     )
     assert episodes[0].error is None and len(prompts) == 3
-    for (prompt, reply), (next_prompt, _) in zip(prompts, prompts[1:]):
+    for (prompt, reply), (next_prompt, _) in zip(prompts, prompts[1:], strict=False):
         assert next_prompt[: len(prompt) + len(reply)] == prompt + reply
     assert [timeline.agent for timeline in episodes[0].timelines] == ["policy"]  # still never trained

@@ -141,10 +141,10 @@ class HttpAgents(Workflow):
         results = await asyncio.gather(
             converse_with_sdk(sdk.base_url, sdk.api_key), converse_with_raw_http(raw_url, raw_key)
         )
-        for agent, calls in zip(("sdk", "raw"), results):
+        for agent, calls in zip(("sdk", "raw"), results, strict=True):
             CAPTURED[agent] += calls
         return WorkflowOutput(
-            reward={agent: float(calls[0][0] > -4.0) for agent, calls in zip(("sdk", "raw"), results)}
+            reward={agent: float(calls[0][0] > -4.0) for agent, calls in zip(("sdk", "raw"), results, strict=True)}
         )
 
 
@@ -243,8 +243,8 @@ def test_in_process_client_is_a_real_async_openai_and_its_datums_mask_prompts(mo
     advantages = datum.loss_fn_inputs["advantages"].tolist()
     assert advantages == [float(m) for m in timeline.loss_mask[1:]]
     renderer = models[0].renderer
-    unmasked = renderer.decode([t for t, m in zip(timeline.tokens, timeline.loss_mask) if not m])
-    masked = renderer.decode([t for t, m in zip(timeline.tokens, timeline.loss_mask) if m])
+    unmasked = renderer.decode([t for t, m in zip(timeline.tokens, timeline.loss_mask, strict=True) if not m])
+    masked = renderer.decode([t for t, m in zip(timeline.tokens, timeline.loss_mask, strict=True) if m])
     assert TOOL_RESULT in unmasked and FOLLOW_UP in unmasked and "lookup" in unmasked
     assert TOOL_RESULT not in masked and FOLLOW_UP not in masked
 
@@ -449,7 +449,7 @@ def test_a_forced_tool_call_over_http_merges_with_its_result(models):
     (timeline,) = episode.timelines
     assert timeline.num_calls == 2
     renderer = models[0].renderer
-    unmasked = renderer.decode([t for t, m in zip(timeline.tokens, timeline.loss_mask) if not m])
+    unmasked = renderer.decode([t for t, m in zip(timeline.tokens, timeline.loss_mask, strict=True) if not m])
     assert renderer.tool_call_prefill("lookup") in unmasked and TOOL_RESULT in unmasked
     assert sum(timeline.loss_mask) == sum(entry["completion_tokens"] for entry in episode.transcripts["carol"])
 

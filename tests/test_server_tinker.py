@@ -73,7 +73,7 @@ def assert_same(got, want, where: str = "") -> None:
             assert_same(got[key], want[key], f"{where}.{key}")
     elif isinstance(want, list):
         assert isinstance(got, list) and len(got) == len(want), f"{where}: {got} != {want}"
-        for index, (g, w) in enumerate(zip(got, want)):
+        for index, (g, w) in enumerate(zip(got, want, strict=True)):
             assert_same(g, w, f"{where}[{index}]")
     elif isinstance(want, float):
         assert math.isclose(got, want, rel_tol=1e-4, abs_tol=1e-5), f"{where}: {got} != {want}"
@@ -156,11 +156,18 @@ def test_bad_requests_get_json_errors_and_leave_other_models_alone(server, tiny_
 
         good = [datum([5, 6, 7], [6, 7, 8])]
         short = [datum([5, 6, 7], [6, 7])]
-        fb = lambda model, seq, data: call(
-            client,
-            "forward_backward",
-            {"model_id": model, "seq_id": seq, "forward_backward_input": {"data": data, "loss_fn": "cross_entropy"}},
-        )  # noqa: E731
+
+        def fb(model, seq, data):
+            return call(
+                client,
+                "forward_backward",
+                {
+                    "model_id": model,
+                    "seq_id": seq,
+                    "forward_backward_input": {"data": data, "loss_fn": "cross_entropy"},
+                },
+            )
+
         failed = result(client, fb(models[0], 1, short))
         assert failed["category"] == "user" and "datum 0" in failed["error"] and "target_tokens" in failed["error"]
         schema = fb(models[0], 2, [{"model_input": {"chunks": "x"}}])

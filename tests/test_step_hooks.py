@@ -90,7 +90,7 @@ def test_a_hook_sees_every_step_start_and_end_in_order_and_its_metrics_are_logge
     result = job(tiny_model_dir, tmp_path / "run", max_staleness).tune(hooks=[recorder])
     befores = [event for event in recorder.events if event[0] == "before"]
     afters = [event for event in recorder.events if event[0] == "after"]
-    assert befores == [("before", step, version, 2) for step, version in zip(range(3), versions)]
+    assert befores == [("before", step, version, 2) for step, version in zip(range(3), versions, strict=True)]
     assert afters == [("after", step, 4, True) for step in range(3)]
     for step in range(3):  # a step's rollout begins before it ends; with staleness the next may begin earlier
         assert recorder.events.index(befores[step]) < recorder.events.index(afters[step])

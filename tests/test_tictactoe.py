@@ -583,7 +583,7 @@ def test_the_supervised_ceiling_trains_on_the_perfect_moves_and_saves_adapters(t
         weighted = [
             token
             for token, weight in zip(
-                datum.loss_fn_inputs["target_tokens"].tolist(), datum.loss_fn_inputs["weights"].tolist()
+                datum.loss_fn_inputs["target_tokens"].tolist(), datum.loss_fn_inputs["weights"].tolist(), strict=True
             )
             if weight
         ]
@@ -661,7 +661,9 @@ def test_the_supervised_benchmark_keeps_held_out_positions_out_of_training(tiny_
         capsys.readouterr().out
     )  # the saved adapter scores as it did when its training stopped; untrained as at step 0
     rescored = [tuple(map(float, found.groups())) for found in re.finditer(pattern, printed)]
-    assert len(rescored) == 2 and all(got == pytest.approx(trained, abs=2e-3) for got, trained in zip(rescored, scores))
+    assert len(rescored) == 2 and all(
+        got == pytest.approx(trained, abs=2e-3) for got, trained in zip(rescored, scores, strict=True)
+    )
     client = ServiceClient().create_lora_training_client(base_model=str(tiny_model_dir), rank=4, seed=0)
     boards = tactical_positions()[:5]
     scores = asyncio.run(script.held_out_scores(client, client.get_renderer(), boards, "grid", True))

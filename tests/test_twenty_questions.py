@@ -130,7 +130,7 @@ def test_a_correct_guess_wins_and_fewer_questions_score_more():
     assert len(answerer.asked) == 1  # guesses are refereed in Python, not by the answerer
     assert answerer.asked[0] == [{"role": "user", "content": "Is a cat an animal? Answer Yes or No."}]
     # every turn continues the player's one conversation (so the game trains as one merged sequence)
-    for before, after in zip(player.asked, player.asked[1:]):
+    for before, after in zip(player.asked, player.asked[1:], strict=False):
         assert after[: len(before)] == before and after[len(before)]["role"] == "assistant"
     assert player.asked[1][-1]["content"] == "Yes. 4 questions left."
     quick, _, _ = play(["Is it a cat?"], max_questions=5)

@@ -43,7 +43,7 @@ def ready(obj):
 
 def batch(types, loss_fn: str) -> list:
     data = []
-    for completion, behaviour, advantage in zip(COMPLETIONS, SAMPLER_LOGPROBS, ADVANTAGES):
+    for completion, behaviour, advantage in zip(COMPLETIONS, SAMPLER_LOGPROBS, ADVANTAGES, strict=True):
         tokens = PROMPT + completion
         pad = [0.0] * (len(PROMPT) - 1)
         if loss_fn == "cross_entropy":
@@ -82,7 +82,7 @@ def run(types, service, base_model: str) -> dict:
     # Every loss, submitted back to back: the server must keep them in order.
     pending = [training.forward_backward(batch(types, name), name, config) for name, config in LOSSES]
     step = training.optim_step(types.AdamParams(learning_rate=0.05, weight_decay=0.01))
-    for (name, _), future in zip(LOSSES, pending):
+    for (name, _), future in zip(LOSSES, pending, strict=True):
         found[name] = outputs(future.result())
     found["grad_norm_all_losses"] = step.result().metrics["grad_norm"]
 

@@ -198,7 +198,7 @@ def compute_advantages(
                 f"advantage estimator {algorithm!r} returned {got}; it returns one advantage per reward, "
                 f"shape {list(rewards_G.shape)}"
             )
-        for (episode_index, agent, turn, _), advantage in zip(members, advantages_G.tolist()):
+        for (episode_index, agent, turn, _), advantage in zip(members, advantages_G.tolist(), strict=True):
             kept.append(advantage)
             if per_turn:
                 advantages.setdefault((episode_index, agent), [0.0] * num_calls[(episode_index, agent)])[turn] = (

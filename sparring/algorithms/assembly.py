@@ -98,7 +98,7 @@ def apply_kl_penalty(
         )
     penalized = []
     log_ratio_sum = sampled_count = constrained_count = 0.0
-    for index, (datum, base, mask) in enumerate(zip(datums, base_logprobs, sampled_masks)):
+    for index, (datum, base, mask) in enumerate(zip(datums, base_logprobs, sampled_masks, strict=True)):
         sampler_logprobs_N = datum.loss_fn_inputs["logprobs"].to_torch().double()
         advantages_N = datum.loss_fn_inputs["advantages"].to_torch().double()
         base_logprobs_N = torch.tensor(base, dtype=torch.float64)

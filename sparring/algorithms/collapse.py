@@ -28,7 +28,7 @@ def collapse_metrics(episodes: list[Episode]) -> dict[str, float]:
         -logprob
         for episode in episodes
         for timeline in episode.timelines
-        for logprob, sampled in zip(timeline.logprobs, timeline.loss_mask)
+        for logprob, sampled in zip(timeline.logprobs, timeline.loss_mask, strict=True)
         if sampled
     ]
     if not negative_logprobs:
@@ -40,7 +40,7 @@ def collapse_metrics(episodes: list[Episode]) -> dict[str, float]:
                 token
                 for timeline in episode.timelines
                 if timeline.agent == agent
-                for token, kept in zip(timeline.tokens, timeline.loss_mask)
+                for token, kept in zip(timeline.tokens, timeline.loss_mask, strict=True)
                 if kept
             )
             actions[(episode.group, episode.roles.get(agent, agent))].append(sampled)

@@ -169,7 +169,7 @@ class FastDecoder:
         signed_sin_B_T_1_D = torch.cat((-sin_B_T_1_D[..., :half], sin_B_T_1_D[..., half:]), dim=-1)
         kernel_attention = self.kernel_attention and steps == 1
         bias_B_1_T_S = None if kernel_attention else _attention_bias(cache.key_valid_B_S, start, end, hidden.dtype)
-        for parts, keys, values in zip(self.layers, cache.keys, cache.values):
+        for parts, keys, values in zip(self.layers, cache.keys, cache.values, strict=True):
             normed = self._rms_norm(parts.input_norm, hidden)
             q, k, v = (t.view(batch, steps, -1, self.head_dim) for t in parts.qkv_proj(normed))
             if parts.q_norm is not None:
@@ -211,7 +211,7 @@ class FastDecoder:
         cos_B_1_D, sin_B_1_D = self.backbone.rotary_emb(hidden_B_E[:, None], positions_B_1)
         cos_B_D, sin_B_D = cos_B_1_D[:, 0].contiguous(), sin_B_1_D[:, 0].contiguous()
         scratch = hidden_B_E.new_empty(self.kernel_layers[0].scratch_floats(len(hidden_B_E)))
-        for weights, keys, values in zip(self.kernel_layers, cache.keys, cache.values):
+        for weights, keys, values in zip(self.kernel_layers, cache.keys, cache.values, strict=True):
             decode_layer(hidden_B_E, weights, cos_B_D, sin_B_D, keys, values, cache.key_valid_B_S, slot, scratch)
         cache.length = slot + 1
         return self.lm_head(self._rms_norm(self.backbone.norm, hidden_B_E)).float()

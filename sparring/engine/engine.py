@@ -331,7 +331,7 @@ class Engine:
                     for request in requests:
                         _deliver(request.future, error=error)
                     continue
-                for request, result in zip(requests, results):
+                for request, result in zip(requests, results, strict=True):
                     _deliver(request.future, result)
 
     def close(self) -> None:
@@ -362,7 +362,7 @@ class Engine:
                     fused=self.config.fused_learner_ops,
                     pack_weights=self.config.pack_cpu_weights,
                 )
-            logprobs = {id(r): out["logprobs"].tolist() for r, out in zip(scored, output.loss_fn_outputs)}
+            logprobs = {id(r): out["logprobs"].tolist() for r, out in zip(scored, output.loss_fn_outputs, strict=True)}
         return [[None, *logprobs.get(id(r), [])][: len(r.tokens)] for r in requests]
 
     def _generate(self, adapter: str | None, requests: list[_SampleRequest]) -> list[SampleResponse]:

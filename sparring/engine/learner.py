@@ -113,7 +113,7 @@ def prepare_data(data: list[Datum], loss_fn: str, vocab_size: int) -> list[Prepa
         if allowed_N is not None and "target_tokens" in inputs:
             outside = [
                 p
-                for p, (entry, target) in enumerate(zip(allowed_N, inputs["target_tokens"].tolist()))
+                for p, (entry, target) in enumerate(zip(allowed_N, inputs["target_tokens"].tolist(), strict=True))
                 if not is_allowed(entry, target)
             ]
             if outside:
@@ -268,7 +268,7 @@ def run_forward(
                     batch_loss.backward()
             lengths = [len(member.tokens_N) for member in members]
             for index, logprobs_N, loss_N in zip(
-                batch.indices, logprobs_M.detach().split(lengths), elementwise_M.detach().split(lengths)
+                batch.indices, logprobs_M.detach().split(lengths), elementwise_M.detach().split(lengths), strict=True
             ):
                 outputs[index] = {
                     "logprobs": TensorData.from_torch(logprobs_N),

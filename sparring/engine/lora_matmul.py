@@ -50,7 +50,7 @@ class LoraMatmul(torch.autograd.Function):
         else:
             out_M_O = x_M_I @ weight.t() if bias is None else torch.addmm(bias, x_M_I, weight.t())
         hidden = []
-        for scaling, a_R_I, b_O_R in zip(scalings, lora[0::2], lora[1::2]):
+        for scaling, a_R_I, b_O_R in zip(scalings, lora[0::2], lora[1::2], strict=True):
             h_M_R = x_M_I @ a_R_I.t()
             out_M_O.addmm_(h_M_R, b_O_R.t(), alpha=scaling)
             hidden.append(h_M_R)
@@ -71,7 +71,7 @@ class LoraMatmul(torch.autograd.Function):
                 packed_matmul(grad_M_O, packed_frozen(weight, transposed=True)) if ctx.pack else grad_M_O @ weight
             )
         grads_lora = []
-        for scaling, a_R_I, b_O_R, h_M_R in zip(ctx.scalings, lora[0::2], lora[1::2], hidden):
+        for scaling, a_R_I, b_O_R, h_M_R in zip(ctx.scalings, lora[0::2], lora[1::2], hidden, strict=True):
             grad_h_M_R = grad_M_O @ b_O_R
             if grad_x_M_I is not None:
                 grad_x_M_I.addmm_(grad_h_M_R, a_R_I, alpha=scaling)

@@ -206,7 +206,7 @@ def _effective_stacked(
     out = buffer(shape)
     if out is None:
         out = torch.empty(shape, dtype=first.dtype, device=first.device)
-    for projection, block in zip(projections, out.split(rows)):
+    for projection, block in zip(projections, out.split(rows), strict=True):
         projection.write_effective(block)
     return out
 

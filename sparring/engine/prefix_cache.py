@@ -216,7 +216,7 @@ def _common_length(edge: tuple[int, ...], tokens: tuple[int, ...], start: int) -
     if tokens[start : start + len(edge)] == edge:
         return len(edge)
     common = 0
-    for expected, actual in zip(edge, tokens[start:]):
+    for expected, actual in zip(edge, tokens[start:], strict=False):
         if expected != actual:
             break
         common += 1

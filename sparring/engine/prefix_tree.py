@@ -80,7 +80,7 @@ def plan_tree_batches(tokens: list[torch.Tensor], node_budget: int) -> list[Tree
     order = sorted(range(len(lists)), key=lambda i: lists[i])
     groups: list[list[tuple[int, int]]] = []  # per batch: (datum, common prefix with the previous datum of the batch)
     nodes = 0
-    for previous, index in zip([None, *order], order):
+    for previous, index in zip([None, *order], order, strict=False):
         shared = 0 if previous is None else common_prefix_length([lists[previous], lists[index]])
         if groups and nodes + len(lists[index]) - shared <= node_budget:
             groups[-1].append((index, shared))
@@ -133,7 +133,7 @@ def _tree_attention(sees_N_N: torch.Tensor, chunk: int) -> TreeAttention:
     width = max(len(k) for k in keys)
     keys_Q_K = torch.zeros(len(keys), width, dtype=torch.long)
     sees_Q_C_K = torch.zeros(len(keys), chunk, width, dtype=torch.bool)
-    for q, (start, keys_K) in enumerate(zip(starts, keys)):
+    for q, (start, keys_K) in enumerate(zip(starts, keys, strict=True)):
         rows = sees_N_N[start : start + chunk]
         keys_Q_K[q, : len(keys_K)] = keys_K
         sees_Q_C_K[q, : len(rows), : len(keys_K)] = rows[:, keys_K]

@@ -34,6 +34,7 @@ Per-row parameters become tensors once, and again only when rows are dropped.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -187,7 +188,7 @@ def _constrain(
     allowed_C_V = allowed_masks(encoded, logits_R_V.shape[-1], logits_R_V.device)
     slots_C = torch.tensor(slots, device=logits_R_V.device)
     masked_C_V = logits_R_V.index_select(0, slots_C).masked_fill_(~allowed_C_V, float("-inf"))
-    return logits_R_V.index_put((slots_C,), masked_C_V), dict(zip(slots, encoded))
+    return logits_R_V.index_put((slots_C,), masked_C_V), dict(zip(slots, encoded, strict=True))
 
 
 def _invert_cdf(weights_R_V: torch.Tensor, uniform_R: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -294,14 +295,16 @@ def _prefill_from_store(
     found = [store.match(p[:-1]) for p in prompts]
     cached = [match.length for match in found]
     head_len = max(cached)
-    cache = decoder.allocate(len(prompts), head_len + max(len(p) - c for p, c in zip(prompts, cached)) + max_new)
+    cache = decoder.allocate(
+        len(prompts), head_len + max(len(p) - c for p, c in zip(prompts, cached, strict=True)) + max_new
+    )
     for row, match in enumerate(found):
         _write_prefix(cache, row, match)
     cache.length = head_len
-    counts.prefilled_tokens += sum(len(p) - c for p, c in zip(prompts, cached))
+    counts.prefilled_tokens += sum(len(p) - c for p, c in zip(prompts, cached, strict=True))
     logits_J_V, last_position_J = _prefill_rests(decoder, cache, prompts, cached, pad_token_id, device)
     for row, prompt in enumerate(prompts):
-        store.insert(prompt, lambda start, row=row, end=len(prompt): _row_kv(cache, row, start, end))
+        store.insert(prompt, functools.partial(_row_kv, cache, row, end=len(prompt)))
     return cache, logits_J_V, last_position_J
 
 
@@ -310,10 +313,10 @@ def _prefill_rests(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run each prompt's tokens after its first done[j] (already in the cache) right-aligned in the next slots;
     return the last-position logits and each prompt's last position."""
-    rest_len = max(len(p) - d for p, d in zip(prompts, done))
+    rest_len = max(len(p) - d for p, d in zip(prompts, done, strict=True))
     tokens_J_T = torch.full((len(prompts), rest_len), pad_token_id, dtype=torch.long)
     valid_J_T = torch.zeros((len(prompts), rest_len), dtype=torch.bool)
-    for index, (prompt, start) in enumerate(zip(prompts, done)):
+    for index, (prompt, start) in enumerate(zip(prompts, done, strict=True)):
         rest = prompt[start:]
         tokens_J_T[index, rest_len - len(rest) :] = torch.tensor(rest)
         valid_J_T[index, rest_len - len(rest) :] = True
@@ -335,7 +338,7 @@ def _write_prefix(cache: KVCache, row: int, match: PrefixMatch) -> None:
     if not match.length:
         return
     kv_L_2_H_N_D = match.kv_L_2_H_N_D()
-    for layer, (keys, values) in enumerate(zip(cache.keys, cache.values)):
+    for layer, (keys, values) in enumerate(zip(cache.keys, cache.values, strict=True)):
         keys[row, :, : match.length] = kv_L_2_H_N_D[layer, 0]
         values[row, :, : match.length] = kv_L_2_H_N_D[layer, 1]
     cache.key_valid_B_S[row, : match.length] = True
@@ -349,7 +352,7 @@ def _row_kv(cache: KVCache, row: int, start: int, end: int) -> torch.Tensor:
     return torch.stack(
         [
             torch.stack((keys[row].index_select(1, slots_N), values[row].index_select(1, slots_N)))
-            for keys, values in zip(cache.keys, cache.values)
+            for keys, values in zip(cache.keys, cache.values, strict=True)
         ]
     )
 
@@ -407,7 +410,7 @@ def generate(
         logprobs = logprobs_R.tolist()
         behaviours = logprobs if behaviour_R is None else behaviour_R.tolist()
         keep = []
-        for slot, (row_index, token, logprob) in enumerate(zip(live, tokens_R.tolist(), logprobs)):
+        for slot, (row_index, token, logprob) in enumerate(zip(live, tokens_R.tolist(), logprobs, strict=True)):
             row = rows[row_index]
             if row.stop_reason is not None:  # finished, but its cache row is not dropped yet
                 continue
@@ -475,4 +478,4 @@ def _store_rows(
     for slot, row_index in slots:
         row = rows[row_index]
         sequence = jobs[row.job].prompt_tokens + row.tokens[:-1]
-        store.insert(sequence, lambda start, slot=slot, end=len(sequence): _row_kv(cache, slot, start, end))
+        store.insert(sequence, functools.partial(_row_kv, cache, slot, end=len(sequence)))

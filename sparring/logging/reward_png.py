@@ -24,13 +24,13 @@ def write_reward_png(run_dir: str | Path, records: list[dict]) -> Path:
     """Write the reward curves of ``records`` to ``run_dir/reward.png``; returns its path."""
     figure, axes = pyplot.subplots(figsize=(6.4, 3.6), dpi=100)
     try:
-        for colour, series in zip(PALETTE, reward_series(records)):
+        for colour, series in zip(PALETTE, reward_series(records), strict=False):
             steps = [step for step, _ in series.points]
             axes.plot(
                 steps, [value for _, value in series.points], marker="o", markersize=3, color=colour, label=series.label
             )
             if series.band:
-                band_steps, lows, highs = zip(*series.band)
+                band_steps, lows, highs = zip(*series.band, strict=True)
                 axes.fill_between(band_steps, lows, highs, color=colour, alpha=0.2, linewidth=0)
         axes.set_xlabel("step")
         axes.set_ylabel("reward")

@@ -89,7 +89,9 @@ async def run_episodes(
 
     runs = [(task, group) for group, task in enumerate(tasks) for _ in range(settings.group_size)]
     seeds = [None if seed is None else derived_seed(seed, index) for index in range(len(runs))]
-    episodes = list(await asyncio.gather(*(bounded(task, group, seed) for (task, group), seed in zip(runs, seeds))))
+    episodes = list(
+        await asyncio.gather(*(bounded(task, group, seed) for (task, group), seed in zip(runs, seeds, strict=True)))
+    )
     warn_failures(episodes)
     return episodes
 

@@ -63,7 +63,7 @@ class ThreadProbe:
             return True
         # A thread that runs Python sleeps for a moment whenever it waits for the GIL (this thread holds it while it
         # looks), so only a thread seen asleep at every look, the GIL let go between them, sleeps in a call.
-        for look in range(STATE_LOOKS):
+        for _ in range(STATE_LOOKS):
             state = self.state()
             if state is None:
                 return True

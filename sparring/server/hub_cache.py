@@ -150,7 +150,7 @@ def with_chat_markers(files: dict[str, bytes]) -> tuple[dict[str, bytes], dict[s
         )
         return files, {}
     markers = {}
-    for marker, token in zip(missing, sorted(spare, key=lambda token: token["id"])[-len(missing) :]):
+    for marker, token in zip(missing, sorted(spare, key=lambda token: token["id"])[-len(missing) :], strict=True):
         old = token["content"]
         markers[marker] = token["id"]
         token["content"] = marker

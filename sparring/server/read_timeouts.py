@@ -73,7 +73,7 @@ def read_timeout_protocol(timeouts: ReadTimeouts) -> type:
             self._timer = None
             if self.transport.is_closing():
                 return
-            client = "%s:%d" % self.client if self.client else "a client"
+            client = "{}:{:d}".format(*self.client) if self.client else "a client"
             logger.info("closed the connection of %s: its request %s took over %g s", client, owed, seconds)
             self.transport.close()
 

@@ -29,7 +29,42 @@ _HOMES = {
 }
 """Each public name -> the module of this package it comes from."""
 
-__all__ = sorted(_HOMES)
+# Written out (not `sorted(_HOMES)`) so that tools see the names the TYPE_CHECKING imports re-export.
+__all__ = [
+    "AlgorithmConfig",
+    "CheckpointError",
+    "ConfigError",
+    "DatasetConfig",
+    "DatasetError",
+    "EpisodesFailingError",
+    "Job",
+    "LEAGUE_TASK_KEY",
+    "League",
+    "LeagueConfig",
+    "LoggingConfig",
+    "NonFiniteWeightsError",
+    "NothingTrainedError",
+    "OPPONENT_ARG",
+    "RunResult",
+    "StepEnd",
+    "StepHook",
+    "StepStart",
+    "TaskStream",
+    "TuneConfig",
+    "TunerModelConfig",
+    "ValidationConfig",
+    "WarmStartConfig",
+    "apply_overrides",
+    "dump_config",
+    "import_object",
+    "load_config_file",
+    "load_tasks",
+    "load_train_and_eval_tasks",
+    "run_training",
+    "run_training_async",
+    "split_eval",
+    "tune",
+]
 
 if TYPE_CHECKING:
     from .checkpoint_integrity import CheckpointError, NonFiniteWeightsError

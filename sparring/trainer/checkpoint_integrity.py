@@ -141,7 +141,11 @@ async def check_finite_weights(clients: dict, step: int) -> None:
             continue
         parameters = engine.bank.parameters
         finite = await asyncio.wrap_future(
-            engine.call(lambda adapter=client.adapter: all(bool(torch.isfinite(p).all()) for p in parameters(adapter)))
+            engine.call(
+                lambda adapter=client.adapter, parameters=parameters: all(
+                    bool(torch.isfinite(p).all()) for p in parameters(adapter)
+                )
+            )
         )
         if not finite:
             raise NonFiniteWeightsError(

@@ -121,7 +121,9 @@ def _card_config(directory: Path, name: str | None) -> dict[str, Any] | None:
     names = [str(config.get("config_name", "default")) for config in configs]
     if name is None:
         defaults = [config for config in configs if config.get("default")] or (configs if len(configs) == 1 else [])
-        defaults = defaults or [config for config, config_name in zip(configs, names) if config_name == "default"]
+        defaults = defaults or [
+            config for config, config_name in zip(configs, names, strict=True) if config_name == "default"
+        ]
         if not defaults:
             raise DatasetError(
                 f"{directory}: the dataset card lists configs {names} and none is the default; pick one with `name`"

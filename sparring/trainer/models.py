@@ -68,7 +68,7 @@ def sampler_learner_gap(datums: list[Datum], output: ForwardBackwardOutput) -> f
     reports no logprobs. Near 0 when the step trains the weights that sampled (float rounding only), constrained
     positions included: a learner that forgot a constraint's renormalisation shows up here."""
     gaps = []
-    for datum, record in zip(datums, output.loss_fn_outputs):
+    for datum, record in zip(datums, output.loss_fn_outputs, strict=True):
         if "logprobs" not in record:
             return None
         trained_N = datum.loss_fn_inputs["advantages"].to_torch() != 0
@@ -152,7 +152,7 @@ class TrainingModels:
         ]
         steps = [self.clients[key].optim_step(adam_params) for key in keys]
         metrics: dict[str, float] = {}
-        for key, output, step in zip(keys, await asyncio.gather(*passes), await asyncio.gather(*steps)):
+        for key, output, step in zip(keys, await asyncio.gather(*passes), await asyncio.gather(*steps), strict=True):
             prefix = "train" if len(self.clients) == 1 else f"train/{key}"
             metrics[f"{prefix}/loss"] = output.loss
             if "grad_norm" in step.metrics:  # a remote service need not report it

@@ -71,7 +71,7 @@ async def debate_duel(task: dict, model: ChatModel, auxiliary_models: dict[str, 
                 return arguments, passed[0] if passed else None, 0.0
         return arguments, *await judge_debate(judge, topic, arguments, orders)
 
-    played = dict(zip(SIDES, await asyncio.gather(*(debate(side) for side in SIDES))))
+    played = dict(zip(SIDES, await asyncio.gather(*(debate(side) for side in SIDES)), strict=True))
     reward = {
         side: rewards["tie_reward"] if winner is None else rewards["win_reward" if winner == side else "loss_reward"]
         for side, (_, winner, _) in played.items()

@@ -44,7 +44,7 @@ def feedback_direction(answer: str, guess: int, low: int, high: int) -> str | No
 def played_guesses(messages: list[dict], low: int, high: int) -> list[tuple[int | None, str]]:
     """Each earlier guess of the conversation (None when it named no number in range) with the referee's answer."""
     pairs = []
-    for reply, answer in zip(messages, messages[1:]):
+    for reply, answer in zip(messages, messages[1:], strict=False):
         if reply.get("role") == "assistant" and answer.get("role") == "user":
             pairs.append((rules.parse_guess(reply.get("content") or "", low, high), answer.get("content") or ""))
     return pairs

@@ -194,7 +194,7 @@ def game_metrics(
     moves = sum(record.moves_by(seat) for seat in trained)
     played = [
         (board, move)
-        for turn, (board, move) in zip(record.turns, replayed)
+        for turn, (board, move) in zip(record.turns, replayed, strict=True)
         if turn.seat in trained and move is not None
     ]
     metrics = {
@@ -211,7 +211,7 @@ def game_metrics(
         "missed_block_rate": share(played, missed_block),
         "threat_rate": share(played, threatened),
     }
-    metrics.update({f"agent/{seat}/win_rate": won for seat, won in zip(trained, wins)})
+    metrics.update({f"agent/{seat}/win_rate": won for seat, won in zip(trained, wins, strict=True)})
     return metrics
 
 
@@ -265,7 +265,7 @@ def move_credit(
     play (`value_given_away`) and `chance_credit` for every unit of expected score it gives away against random
     play (`score_given_away_to_chance`); 0 for a forfeited turn (its loss is the game's reward)."""
     rewards: dict[str, list[float]] = {seat: [] for seat in trained}
-    for turn, (board, move) in zip(record.turns, replayed):
+    for turn, (board, move) in zip(record.turns, replayed, strict=True):
         if turn.seat in rewards:
             reward = 0.0
             if move is not None:

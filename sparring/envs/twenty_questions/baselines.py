@@ -42,7 +42,7 @@ def halving_asker(messages: list[dict], rng: random.Random) -> str:
     opening = _opening_words(messages)
     words = frozenset(opening)
     candidates, wrong, unknowns = list(opening), set(), 0
-    for asked, feedback in zip(messages, messages[1:]):
+    for asked, feedback in zip(messages, messages[1:], strict=False):
         if asked.get("role") != "assistant" or feedback.get("role") != "user":
             continue
         text, said = asked.get("content") or "", feedback.get("content") or ""

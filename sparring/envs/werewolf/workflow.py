@@ -191,11 +191,11 @@ class Game:
             asyncio.gather(*(self._seer_check(seer) for seer in seers)),
         )
         parsed = [parse_target(text, good) for text in proposals]
-        for wolf, choice in zip(wolves, parsed):
+        for wolf, choice in zip(wolves, parsed, strict=True):
             wolf.invalid += choice is None
         victim = resolve_kill(state, parsed)
         self.tell(f"The werewolves chose to kill {victim}.", to=wolves)
-        for seer, checked in zip(seers, checks):
+        for seer, checked in zip(seers, checks, strict=True):
             role = state.player(checked).role
             finding = f"{checked} is {'a werewolf' if role == WEREWOLF else 'not a werewolf'}"
             self.tell(f"{finding}.", to=[seer])
@@ -246,7 +246,7 @@ class Game:
             self.tell(f"{seat.name}: {said}", to=[s for s in self.living_seats() if s is not seat])
         voters = self.living_seats()
         ballots = await asyncio.gather(*(self._vote(seat) for seat in voters))
-        votes = {seat.name: ballot for seat, ballot in zip(voters, ballots)}
+        votes = {seat.name: ballot for seat, ballot in zip(voters, ballots, strict=True)}
         self._credit_wolf_votes(votes)
         out = resolve_vote(state, votes)
         self._credit_eliminations(votes, out)

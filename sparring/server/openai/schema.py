@@ -301,7 +301,7 @@ def _wire_message(reply: ChatResponse) -> dict:
 
 def _logprob_entries(reply: ChatResponse, renderer) -> list[dict]:
     """One entry per sampled token (the end-of-turn token excluded, as OpenAI does)."""
-    pairs = list(zip(reply.tokens, reply.logprobs))
+    pairs = list(zip(reply.tokens, reply.logprobs, strict=True))
     stops = set(renderer.stop_token_ids) if renderer is not None else set()
     while pairs and pairs[-1][0] in stops:
         pairs.pop()
@@ -364,7 +364,7 @@ def _choice_deltas(reply: ChatResponse, logprobs: bool, renderer) -> list[tuple[
         grouped = [(content, entries)] if content or entries else []
     else:
         pending: list[dict] = []
-        for piece, entry in zip(pieces, entries):
+        for piece, entry in zip(pieces, entries, strict=True):
             pending.append(entry)
             if piece:
                 grouped.append((piece, pending))
