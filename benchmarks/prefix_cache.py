@@ -14,11 +14,10 @@ twenty_questions (a policy asks, a frozen answerer reads the growing conversatio
 conversations that share werewolf's rules, 5 turns each (a new message, then a seeded 16-token reply, which
 the cache leaves unchanged), the 7 calls of a turn batched.
 
-    .venv/bin/python benchmarks/prefix_cache.py [--games werewolf,twenty_questions,guess_number] [--tasks 4]
-    [--repeats 1] [--quick]
+    .venv/bin/python benchmarks/prefix_cache.py [--games werewolf,twenty_questions,guess_number] [--tasks 4] \\
+        [--repeats 1] [--quick]
     .venv/bin/python benchmarks/prefix_cache.py --games werewolf --set eval_dataset.workflow_args.full_history=true
-    .venv/bin/python benchmarks/prefix_cache.py --games werewolf --tasks 20 --cache-mib 1024   # another budget than
-    the config's
+    .venv/bin/python benchmarks/prefix_cache.py --games werewolf --tasks 20 --cache-mib 1024  # not the config's budget
     .venv/bin/python benchmarks/prefix_cache.py --games werewolf --train-steps 4 --repeats 2    # training steps instead
     python benchmarks/prefix_cache.py --device cuda --games werewolf --tasks 20    # on a GPU (bfloat16 weights)
 

@@ -10,8 +10,8 @@ on (the default) and off, alternating per step, best of `--repeats` after a
 warm-up. Reported per step: datum tokens, the tokens each layout runs (trie
 nodes; padded tokens), seconds, and the speed-up; then the totals.
 
-    .venv/bin/python benchmarks/recorded_steps.py [--run-dir runs/guess_number] [--steps 1 8 15] [--repeats 2]
-    [--model smollm2-135m-instruct]
+    .venv/bin/python benchmarks/recorded_steps.py [--run-dir runs/guess_number] [--steps 1 8 15] [--repeats 2] \\
+        [--model smollm2-135m-instruct]
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ that picks uniformly among the free cells: whether the model learns the rule or 
 'untrained'); with `--positions threats --held-out 200` the positions are the tic-tac-toe puzzles' eval split
 (`make_puzzles("eval", ...)`), which no puzzle file for training contains.
 
-    python benchmarks/tictactoe_supervised.py --positions threats --held-out 200 --score untrained
-    runs/tictactoe/checkpoints/lora-0/sampler_weights/best
+    python benchmarks/tictactoe_supervised.py --positions threats --held-out 200 --score untrained \\
+        runs/tictactoe/checkpoints/lora-0/sampler_weights/best
 
 Measured (docs/results.md): 45 minutes on one core leave the model at 0.16-0.20 non-loss against minimax, below
 the 80-step RL league (0.32): fitting the answers by cross-entropy is slow here (loss 0.60-0.73 per datum against

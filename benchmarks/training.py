@@ -31,8 +31,8 @@ copies (`EngineConfig.pack_cpu_weights = False`), with peft's LoRA layers and
 False`), and with every datum run whole (`learner_prefix_tree = False`),
 alternating.
 
-    .venv/bin/python benchmarks/training.py [--batch 8] [--prompt-tokens 192] [--completion-tokens 64] [--groups 4]
-    [--group-size 8] [--quick]
+    .venv/bin/python benchmarks/training.py [--batch 8] [--prompt-tokens 192] [--completion-tokens 64] [--groups 4] \\
+        [--group-size 8] [--quick]
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@
     sparring eval config.yaml --adapter A --adapter B ...   # several adapters (a run's snapshots) side by side
     sparring serve --model smollm2-135m-instruct --port 8000   # Tinker API under /api/v1, OpenAI chat under /v1
     sparring view RUN_DIR [-o report.html] [--serve]          # one HTML file: curves, evaluation, token-level rollouts
-    sparring export RUN_DIR OUT [--merged]                     # the trained adapter (or a merged model) for peft /
-    transformers / vLLM
+    sparring export RUN_DIR OUT [--merged]                     # the adapter or merged model, for peft/transformers/vLLM
     sparring new NAME [--dir PARENT]                           # a game of your own in NAME/, ready to train
 
 Wherever a config file goes, a game's name (`sparring.envs.GAMES`) may stand instead.

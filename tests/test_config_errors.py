@@ -3,8 +3,7 @@
 Each case starts from a valid job on the tiny model, breaks one thing (a field's type or bound, an
 unknown field, the file, the import path of the workflow, loss or advantage function, a dataset file, a
 model's path or name, a device) and runs `sparring train` (or `run` / `eval`) in a fresh folder. It must exit with
-code 2
-and print exactly one non-empty line on stderr that names the field or the file, with no
+code 2 and print exactly one non-empty line on stderr that names the field or the file, with no
 traceback, and leave the folder exactly as it was: no run directory behind. The errors are found
 before any model loads (but in the one case that is a folder which does not load as a model).
 Every case runs in process (an interpreter start costs seconds of CPU);

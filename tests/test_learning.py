@@ -5,8 +5,7 @@ in a small target set, 0 otherwise. The set is chosen from the base model's
 own first-token distribution (the tokens just below its five favourites,
 ~9 % of the mass), so the run starts near chance and a group of 8 often
 holds a rewarded episode. The optimum, reward 1, puts all mass on the set. The run goes through the same path a user
-takes (workflow function,
-in-memory tasks, TunerModelConfig on a model directory, GRPO), and the test
+takes (workflow function, in-memory tasks, TunerModelConfig on a model directory, GRPO), and the test
 checks both the logged per-step reward and, independently of the engine, the
 trained PEFT adapter's probability of the target set under plain
 transformers + peft. Broken advantages, loss sign, loss masks or optimizer

@@ -198,8 +198,7 @@ class PrefixStore:
 
     def _split(self, node: _Node, at: int) -> _Node:
         """Cut `node` after its first `at` tokens; return the new upper part (its parent now), the node keeping the
-        rest.
-        Both halves are copies, so evicting one frees its memory."""
+        rest. Both halves are copies, so evicting one frees its memory."""
         kv = node.kv_L_2_H_N_D
         upper = _Node(node.tokens[:at], kv[:, :, :, :at].clone(), parent=node.parent)
         node.parent.children[upper.tokens[0]] = upper

@@ -9,8 +9,7 @@ naming the first bad file in one line (`CheckpointError`). `check_training_state
 holds -- no more optimizer steps than the checkpoint's step, an adapter config that parses, finite adapter and
 optimizer tensors -- so a checkpoint written without a manifest (before manifests existed) is refused on the same
 grounds, and a NaN saved by a bug is never trained on. `check_finite_weights` runs after every optimizer step, so a
-NaN is named at the
-step that produced it and never reaches a saved adapter.
+NaN is named at the step that produced it and never reaches a saved adapter.
 """
 
 from __future__ import annotations

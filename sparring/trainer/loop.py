@@ -31,8 +31,7 @@ exactly. Adapter weights are checked finite after every update
 (`checkpoint_integrity.py`). A step that trained no token is warned about with its cause, and a
 run in which no step trained one raises `NothingTrainedError` at its end,
 without a "final" adapter (`training_signal.py`; opt out for dry runs). Failed episodes are data: a step trains its
-healthy episodes and
-logs the share of each error kind (`episode/error_kind/<kind>`); a step in
+healthy episodes and logs the share of each error kind (`episode/error_kind/<kind>`); a step in
 which every episode failed is warned about, `stop_after_failed_steps`
 of them in a row stop the run after a checkpoint, and a run whose every step
 failed whole raises at its end; neither writes a "final" adapter

@@ -3,8 +3,7 @@
 The game's folder: `workflow.py` (the episode and its opponents), `rules.py`
 (the board and the scripted movers), `baselines.py` (scripted players for the
 policy's seat), `tasks.py` (`make_tasks`; `make_puzzles`: one-move tactical positions; `make_move_examples`: their
-answers, for a
-warm start), `config.yaml` (the default job, a
+answers, for a warm start), `config.yaml` (the default job, a
 league: `sparring train tictactoe`) and `data/`.
 """
 

@@ -39,8 +39,7 @@ value: a drawn game thrown costs 1 x value_credit, a won game lost 2 x): a
 teacher's per-move reward, which only a solved game can give. `workflow_args.chance_credit` (0, off) charges
 each move the expected score it gives away against a uniformly random opponent (the mover playing on to
 maximise it): among the moves perfect play allows, it prefers the ones that win more often. Metrics: `win_rate` /
-`draw_rate` / `loss_rate` of the
-trained side, the same win rate as `role/player/win_rate`,
+`draw_rate` / `loss_rate` of the trained side, the same win rate as `role/player/win_rate`,
 `agent/<seat>/win_rate` and `vs_<opponent>/win_rate`, `invalid_action_rate`
 (illegal or unparsable replies per policy move), `forfeit_rate`, `turns`, `blunder_rate` (the share of the
 trained side's moves that give game value away under perfect play: what the policy plays, whoever it meets), and
