@@ -13,6 +13,7 @@ side with keys of their own); tracing is off, as nothing may reach the network.
 - `tool_user` has a function tool that `tool_choice="required"` forces (held to the tool's schema), then the same
   `output_type`: the SDK calls the tool with the parsed arguments, sends the call and its output back, and parses
   the final answer: two Responses calls merged into one timeline, the tool's output not trained on.
+- `streamer` is `answerer` run with `Runner.run_streamed` (`stream: true`, the Responses events).
 - `chained` is `tool_user` run with `auto_previous_response_id=True` (opt-in; the SDK's default resends the
   history): its second call sends only the tool's output and the first response's id, which the episode's
   endpoint continues, so the episode records the same one timeline.
@@ -38,8 +39,8 @@ from sparring.logging import read_rollouts  # noqa: E402
 from sparring.logging.rollouts import sampled_spans  # noqa: E402
 
 TOOL_RESULT = "TOOLRESULT"
-AGENTS = ("chatter", "answerer", "tool_user", "chained")
-SEEN: dict[str, list] = {"models": [], "tool_words": [], "final_outputs": [], "cut": [], "requests": []}
+AGENTS = ("chatter", "answerer", "streamer", "tool_user", "chained")
+SEEN: dict[str, list] = {"models": [], "tool_words": [], "final_outputs": [], "cut": [], "requests": [], "stream_events": []}
 
 
 class Word(BaseModel):
@@ -70,15 +71,19 @@ class AgentsSdkWorkflow(Workflow):
                 run_config = RunConfig(model_provider=OpenAIProvider(openai_client=client), tracing_disabled=True)
                 if name == "chatter":
                     agent = Agent(name=name, instructions="Chat.", model=endpoint.model)
-                elif name == "answerer":
+                elif name in ("answerer", "streamer"):
                     agent = Agent(name=name, instructions="Pick a word.", model=endpoint.model, output_type=Word, model_settings=ModelSettings(max_tokens=48))
                 else:  # tool_user, chained
                     settings = ModelSettings(tool_choice="required", max_tokens=48)
                     agent = Agent(name=name, instructions="Look a word up.", model=endpoint.model, tools=[lookup], output_type=Word, model_settings=settings)
                 SEEN["models"].append(type(run_config.model_provider.get_model(agent.model)))
                 try:
-                    chained = name == "chained"
-                    result = await Runner.run(agent, f"Topic: {task['topic']}", run_config=run_config, max_turns=4, auto_previous_response_id=chained)
+                    prompt, chained = f"Topic: {task['topic']}", name == "chained"
+                    if name == "streamer":
+                        result = Runner.run_streamed(agent, prompt, run_config=run_config, max_turns=4)
+                        SEEN["stream_events"].extend([event.type async for event in result.stream_events()])
+                    else:
+                        result = await Runner.run(agent, prompt, run_config=run_config, max_turns=4, auto_previous_response_id=chained)
                 except ModelBehaviorError as error:  # a reply cut by max_tokens: the SDK raises, the recorded turn still trains
                     SEEN["cut"].append(str(error))
                     rewards[name] = 0.0
@@ -114,9 +119,10 @@ def test_an_agents_sdk_agent_on_its_default_model_class_trains_two_steps(tiny_mo
             assert row["num_calls"] == 1 and len(spans) == 1
     assert len(SEEN["cut"]) == 8 and all("max_output_tokens" in error for error in SEEN["cut"])  # only chatter's
     assert len(SEEN["tool_words"]) == 16 and set(SEEN["tool_words"]) <= {"cat", "dog"}  # the SDK ran every forced call
-    assert len(SEEN["final_outputs"]) == 24 and all(isinstance(output, Word) for output in SEEN["final_outputs"])
+    assert len(SEEN["final_outputs"]) == 32 and "raw_response_event" in SEEN["stream_events"] and all(isinstance(output, Word) for output in SEEN["final_outputs"])
     for name, body in SEEN["requests"]:
         assert ("previous_response_id" in body) == (name == "chained" and body["input"][0].get("type") == "function_call_output")
+        assert body.get("stream", False) == (name == "streamer")
     assert sum("previous_response_id" in body for _, body in SEEN["requests"]) == 8  # each chained run's second call
     print(f"trained tokens over 2 steps: {trained}")
     assert all(trained.values())
