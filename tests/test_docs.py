@@ -86,7 +86,7 @@ def reference_rows(built_site: Path) -> dict[str, dict[str, str]]:
     sections = {}
     for section in re.split(r'<h2 id="', page)[1:]:
         name = re.match(r'[^"]+">([A-Za-z]+)', section)[1]
-        rows = re.findall(r"<tr>\s*<td><code>([^<]+)</code></td>(.*?)</tr>", section, re.DOTALL)
+        rows = re.findall(r"<tr>\s*<td><code>([^<]+)</code>(.*?)</tr>", section, re.DOTALL)
         sections[name] = {html.unescape(key): row for key, row in rows}
     return sections
 
