@@ -23,8 +23,8 @@ _HOMES = {
     **dict.fromkeys(
         (
             "AlgorithmConfig", "ConfigError", "DatasetConfig", "DatasetError", "Job", "LeagueConfig", "LoggingConfig", "RunResult",
-            "StepEnd", "StepHook", "StepStart", "TuneConfig", "TunerModelConfig", "ValidationConfig", "WarmStartConfig", "WorkflowArgs",
-            "load_config_file", "takes_args", "tune",
+            "StepEnd", "StepHook", "StepStart", "TuneConfig", "TunerModelConfig", "ValidationConfig", "WarmStartConfig",
+            "WorkflowArgs", "load_config_file", "takes_args", "tune",
         ),
         "sparring.trainer",
     ),

@@ -225,14 +225,14 @@ def test_an_opening_starts_every_game_of_a_seed_from_the_same_perfectly_played_p
     assert opening_position(TicTacToeArgs(), 3) == Board()
     with pytest.raises(ValueError, match="workflow_args.opening_plies: Input should be less than or equal to 4"):
         run_workflow({"seed": 0, "workflow_args": {"opening_plies": 5}}, Scripted([]))
-    with pytest.raises(ValueError, match="workflow_args.opening: Input should be 'minimax' or 'random' \\(got 'book'\\)"):
+    with pytest.raises(ValueError, match=r"workflow_args.opening: Input should be 'minimax' or 'random' \(got 'book'"):
         run_workflow({"seed": 0, "workflow_args": {"opening_plies": 2, "opening": "book"}}, Scripted([]))
 
 
 def test_the_policy_plays_on_from_the_opening_and_is_credited_there():
     args = {"opponent": "self", "opening_plies": 4, "value_credit": 1.0}
-    typed = TicTacToeArgs(**args)
-    seed, start = next((seed, board) for seed in range(100) if len((board := opening_position(typed, seed)).free()) == 6)
+    starts = ((seed, opening_position(TicTacToeArgs(**args), seed)) for seed in range(100))
+    seed, start = next((seed, board) for seed, board in starts if len(board.free()) == 6)
     policy = Scripted([str(cell) for cell in start.free()])  # both seats: the free cells in order
     out = run_workflow({"seed": seed, "workflow_args": args}, policy)
     assert policy.seen[0][-1]["content"].startswith(start.render())

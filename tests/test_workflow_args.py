@@ -21,7 +21,8 @@ def test_every_packaged_game_declares_its_args_and_its_config_and_tasks_fit_them
     config = load_game_config(game)
     record = declared_args(import_object(config.workflow))
     assert record is not None and issubclass(record, WorkflowArgs), f"{game}'s workflow declares no WorkflowArgs"
-    assert all(field.description for field in record.model_fields.values()), f"{record.__name__}: a field without a docstring"
+    undocumented = [name for name, field in record.model_fields.items() if not field.description]
+    assert not undocumented, f"{record.__name__}: fields without a docstring: {undocumented}"
     check_config_args(config, record)
     for tasks in load_train_and_eval_tasks(config.train_dataset, config.eval_dataset):
         check_task_args(record, tasks, "tasks")
@@ -29,7 +30,8 @@ def test_every_packaged_game_declares_its_args_and_its_config_and_tasks_fit_them
 
 def test_a_misspelt_key_names_the_closest_valid_one():
     config = load_game_config("werewolf", ["train_dataset.workflow_args.max_round=3"])
-    with pytest.raises(ConfigError, match=r"^train_dataset\.workflow_args\.max_round: unknown field; did you mean max_rounds\?$"):
+    misspelt = r"^train_dataset\.workflow_args\.max_round: unknown field; did you mean max_rounds\?$"
+    with pytest.raises(ConfigError, match=misspelt):
         check_config_args(config, declared_args(import_object(config.workflow)))
     with pytest.raises(ConfigError, match=r"^workflow_args\.opponnent: unknown field; did you mean opponent\?$"):
         import_object("sparring.envs.tictactoe:TicTacToeArgs").of({"workflow_args": {"opponnent": "random"}})
@@ -39,7 +41,7 @@ def test_a_wrong_type_or_value_names_the_key():
     config = load_game_config("guess_number", ["eval_dataset.workflow_args.max_turns=some"])
     with pytest.raises(ConfigError, match=r"^eval_dataset\.workflow_args\.max_turns: .*valid integer.*\(got 'some'\)$"):
         check_config_args(config, GuessNumberArgs)
-    with pytest.raises(ConfigError, match=r"workflow_args\.trainable_target: Input should be 'werewolf' or 'good_guy' \(got 'wolves'\)"):
+    with pytest.raises(ConfigError, match=r"workflow_args\.trainable_target: .*'good_guy' \(got 'wolves'\)"):
         import_object("sparring.envs.werewolf:WerewolfArgs").of({"workflow_args": {"trainable_target": "wolves"}})
     with pytest.raises(ConfigError, match=r"^workflow_args: low \(9\) must not be above high \(3\)$"):
         GuessNumberArgs.of({"workflow_args": {"low": 9, "high": 3}})
@@ -48,8 +50,9 @@ def test_a_wrong_type_or_value_names_the_key():
 def test_a_task_of_its_own_is_checked_with_its_index():
     record = declared_args(guess_number)
     check_task_args(record, [{"workflow_args": {"max_turns": 3}}], "train_dataset")
-    with pytest.raises(ConfigError, match=r"^train_dataset: task t1: workflow_args\.max_tunrs: unknown field; did you mean max_turns\?$"):
-        check_task_args(record, [{"task_id": "t0"}, {"task_id": "t1", "workflow_args": {"max_tunrs": 3}}], "train_dataset")
+    tasks = [{"task_id": "t0"}, {"task_id": "t1", "workflow_args": {"max_tunrs": 3}}]
+    with pytest.raises(ConfigError, match=r"^train_dataset: task t1: workflow_args\.max_tunrs: .*max_turns\?$"):
+        check_task_args(record, tasks, "train_dataset")
 
 
 def test_the_record_reads_typed_with_its_defaults():
@@ -90,8 +93,9 @@ def test_a_league_needs_the_opponent_field():
     config = load_game_config("tictactoe")
     assert config.league is not None
     check_config_args(config, declared_args(import_object(config.workflow)))
-    bare = {name: getattr(config, name).model_copy(update={"workflow_args": {}}) for name in ("train_dataset", "eval_dataset")}
-    with pytest.raises(ConfigError, match=r"^league: .*workflow_args\.opponent.*GuessNumberArgs has no field 'opponent'"):
+    sections = ("train_dataset", "eval_dataset")
+    bare = {name: getattr(config, name).model_copy(update={"workflow_args": {}}) for name in sections}
+    with pytest.raises(ConfigError, match=r"^league: .*workflow_args\.opponent.*GuessNumberArgs has no field"):
         check_config_args(config.model_copy(update={**bare, "validation": None}), GuessNumberArgs)
 
 
@@ -103,5 +107,5 @@ def test_a_scaffolded_game_declares_typed_args_that_its_config_fits(tmp_path):
     assert record.__name__ == "EchoGameArgs" and list(record.model_fields) == ["exact_bonus"]
     check_config_args(config, record)
     misspelt = load_config(folder / "config.yaml", ["train_dataset.workflow_args.exact_bonsu=1"])
-    with pytest.raises(ConfigError, match=r"train_dataset\.workflow_args\.exact_bonsu: unknown field; did you mean exact_bonus\?"):
+    with pytest.raises(ConfigError, match=r"train_dataset\.workflow_args\.exact_bonsu: .*did you mean exact_bonus\?"):
         check_config_args(misspelt, record)

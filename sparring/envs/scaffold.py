@@ -43,7 +43,8 @@ async def {name}(task, model, auxiliary_models):
     reply = await model([{{"role": "user", "content": PROMPT.format(word=task["word"])}}])
     said = reply.content or ""
     exact = said.strip().lower() == task["word"]
-    return WorkflowOutput(reward=score(said, task["word"]) + args.exact_bonus * exact, metrics={{"exact": float(exact)}})
+    reward = score(said, task["word"]) + args.exact_bonus * exact
+    return WorkflowOutput(reward=reward, metrics={{"exact": float(exact)}})
 ''',
     "rules.py": '''"""{name}'s rules: the prompt and the score (partial credit, so episodes differ and groups have something to compare)."""
 

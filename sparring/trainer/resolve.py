@@ -100,8 +100,9 @@ def resolve_run(
     stream = TaskStream.from_config(config.train_dataset, algorithm.batch_size, tasks=train_tasks) if training else None
     validation_tasks = load_section("validation.dataset", config.validation.dataset) if training and config.validation else []
     if args_record is not None:  # each task's own workflow_args, merged over the config's, fit the record too
-        for origin, tasks in (("train_dataset", train_tasks), ("eval_dataset", eval_tasks), ("validation.dataset", validation_tasks)):
-            check_task_args(args_record, tasks, origin)
+        check_task_args(args_record, train_tasks, "train_dataset")
+        check_task_args(args_record, eval_tasks, "eval_dataset")
+        check_task_args(args_record, validation_tasks, "validation.dataset")
     check_models(config)
     if checked is not None:
         checked()
@@ -117,7 +118,9 @@ def resolve_run(
     return ResolvedRun(config, episode_fn, judge, baselines, settings, train_tasks, eval_tasks, validation_tasks, stream, models, build_step_hooks(config.step_hooks))
 
 
-def _workflow_and_judge(config: TuneConfig, workflow: Any, judge: Any) -> tuple[EpisodeFn, Callable | None, type[WorkflowArgs] | None]:
+def _workflow_and_judge(
+    config: TuneConfig, workflow: Any, judge: Any
+) -> tuple[EpisodeFn, Callable | None, type[WorkflowArgs] | None]:
     """The workflow as a checked episode function, the judge (the objects given, else imported from the config) and
     the workflow's `WorkflowArgs` record (None when it declares none), the config's `workflow_args` checked against
     it."""

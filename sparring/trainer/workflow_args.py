@@ -77,7 +77,8 @@ def check_workflow_args(record: type[WorkflowArgs], args: Any, where: str) -> Wo
         return record.model_validate(dict(args))
     except ValidationError as err:
         lines = describe_validation_error(err, record)  # one per error, starting with its location when it has one
-        problems = [f"{where}.{line}" if error["loc"] else f"{where}: {line}" for error, line in zip(err.errors(), lines)]
+        placed = zip(err.errors(), lines)
+        problems = [f"{where}.{line}" if error["loc"] else f"{where}: {line}" for error, line in placed]
         raise ConfigError("; ".join(problems), problems) from None
 
 

@@ -77,7 +77,10 @@ class Debate(Workflow):
         args = DebateArgs.of(task)
         topic = task["topic"]
         if args.judge not in tuner.auxiliary_models:
-            raise ValueError(f"the debate needs a frozen judge: add auxiliary_models: {{{args.judge}: {{model_path: ...}}}} (have {sorted(tuner.auxiliary_models)})")
+            raise ValueError(
+                f"the debate needs a frozen judge: add auxiliary_models: {{{args.judge}: {{model_path: ...}}}} "
+                f"(have {sorted(tuner.auxiliary_models)})"
+            )
         arguments = await argue(topic, debaters(tuner), args.rounds)
         judge = tuner.auxiliary_models[args.judge].as_agent("judge", role="judge")
         winner, unparsable = await judge_debate(judge, topic, arguments, args.judge_orders)

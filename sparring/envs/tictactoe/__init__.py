@@ -11,4 +11,14 @@ from .baselines import fallible_minimax, minimax, random_legal
 from .tasks import make_move_examples, make_puzzles, make_tasks
 from .workflow import TicTacToe, TicTacToeArgs, tictactoe
 
-__all__ = ["TicTacToe", "TicTacToeArgs", "fallible_minimax", "make_move_examples", "make_puzzles", "make_tasks", "minimax", "random_legal", "tictactoe"]
+__all__ = [
+    "TicTacToe",
+    "TicTacToeArgs",
+    "fallible_minimax",
+    "make_move_examples",
+    "make_puzzles",
+    "make_tasks",
+    "minimax",
+    "random_legal",
+    "tictactoe",
+]

@@ -362,7 +362,8 @@ async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, Cha
         winner = await game.play(max_rounds)
     except Exception:  # noqa: BLE001 - a game that cannot continue is scored, as in the AgentScope example
         log.warning("werewolf game of task %s could not continue", task.get("task_id"), exc_info=True)
-        return WorkflowOutput(reward={n: args.broken_reward for n in trained}, metrics={**game_metrics(None, game, target, max_rounds), "broken": 1.0})
+        metrics = {**game_metrics(None, game, target, max_rounds), "broken": 1.0}
+        return WorkflowOutput(reward={n: args.broken_reward for n in trained}, metrics=metrics)
     reward = float(winner == target)
     turn_rewards = {seat.name: seat.turn_rewards for seat in game.seats.values() if seat.trained and seat.turn_rewards} if game.vote_credit or game.elimination_credit else None
     return WorkflowOutput(reward={n: reward for n in trained}, metrics={**game_metrics(winner, game, target, max_rounds), "broken": 0.0}, response=winner, turn_rewards=turn_rewards)
