@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/sparring train guess_number --overwrite
 
 test: $(STAMP)
+	$(MAKE) --no-print-directory docs
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -23,8 +23,8 @@ _HOMES = {
     **dict.fromkeys(
         (
             "AlgorithmConfig", "ConfigError", "DatasetConfig", "DatasetError", "Job", "LeagueConfig", "LoggingConfig", "RunResult",
-            "StepEnd", "StepHook", "StepStart", "TuneConfig", "TunerModelConfig", "ValidationConfig", "WarmStartConfig", "load_config_file",
-            "tune",
+            "StepEnd", "StepHook", "StepStart", "TuneConfig", "TunerModelConfig", "ValidationConfig", "WarmStartConfig",
+            "WorkflowArgs", "load_config_file", "takes_args", "tune",
         ),
         "sparring.trainer",
     ),
@@ -66,12 +66,14 @@ __all__ = [
     "ValidationConfig",
     "WarmStartConfig",
     "Workflow",
+    "WorkflowArgs",
     "WorkflowOutput",
     "WorkflowTask",
     "agentscope_model",
     "load_config_file",
     "read_metrics",
     "read_rollouts",
+    "takes_args",
     "tune",
     "types",
 ]
@@ -86,8 +88,8 @@ if TYPE_CHECKING:
     from .rollout import ChatModel, ChatResponse, FrozenChatModel, JudgeOutput, OpenAIChatModel, ScriptedChatModel, ScriptedPolicy, Workflow, WorkflowOutput, WorkflowTask
     from .trainer import (
         AlgorithmConfig, ConfigError, DatasetConfig, DatasetError, Job, LoggingConfig, RunResult, StepEnd, StepHook, StepStart, TuneConfig, TunerModelConfig,
-        ValidationConfig, WarmStartConfig,
-        load_config_file, tune,
+        ValidationConfig, WarmStartConfig, WorkflowArgs,
+        load_config_file, takes_args, tune,
     )
 
 

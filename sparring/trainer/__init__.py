@@ -25,6 +25,7 @@ _HOMES = {
     **dict.fromkeys(("StepEnd", "StepHook", "StepStart"), "step_hooks"),
     "NothingTrainedError": "training_signal",
     "tune": "tune",
+    **dict.fromkeys(("WorkflowArgs", "takes_args"), "workflow_args"),
 }
 """Each public name -> the module of this package it comes from."""
 
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from .tune import tune
     from .validation_config import ValidationConfig
     from .warm_start_config import WarmStartConfig
+    from .workflow_args import WorkflowArgs, takes_args
 
 
 def __getattr__(name: str):

@@ -30,7 +30,6 @@ JUDGE_EXAMPLE = [
     {"role": "user", "content": JUDGE_PROMPT.format(topic="Cats are better pets than dogs.", stance1="for", speech1="Cats are quiet, clean and happy alone all day.", stance2="against", speech2="Dogs are nice.")},
     {"role": "assistant", "content": "1"},
 ]
-DEFAULT_REWARDS = {"win_reward": 1.0, "loss_reward": -0.5, "tie_reward": 0.0}
 _VERDICT = re.compile(r"[12]")
 _WORD = re.compile(r"[a-z]+")
 _LINE_END = re.compile(r"[\n.!?]+")

@@ -9,6 +9,16 @@ league: `sparring train tictactoe`) and `data/`.
 
 from .baselines import fallible_minimax, minimax, random_legal
 from .tasks import make_move_examples, make_puzzles, make_tasks
-from .workflow import TicTacToe, tictactoe
+from .workflow import TicTacToe, TicTacToeArgs, tictactoe
 
-__all__ = ["TicTacToe", "fallible_minimax", "make_move_examples", "make_puzzles", "make_tasks", "minimax", "random_legal", "tictactoe"]
+__all__ = [
+    "TicTacToe",
+    "TicTacToeArgs",
+    "fallible_minimax",
+    "make_move_examples",
+    "make_puzzles",
+    "make_tasks",
+    "minimax",
+    "random_legal",
+    "tictactoe",
+]
