@@ -21,8 +21,10 @@ $(STAMP): pyproject.toml requirements/lock.txt
 demo: $(STAMP)
 	$(VENV)/bin/sparring train guess_number --overwrite
 
-# ruff first (pyproject.toml's [tool.ruff]): a finding, or a file the formatter would change, fails before the suite.
+# The docs build strictly first, then ruff (pyproject.toml's [tool.ruff]): a finding, or a file the formatter would
+# change, fails before the suite.
 test: $(STAMP)
+	$(MAKE) --no-print-directory docs
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q

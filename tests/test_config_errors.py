@@ -181,6 +181,28 @@ CASES = [
         put("workflow", "no_such_module_xyz:play"),
         ["run", "job.yaml"],
     ),
+    # the workflow's typed arguments (its WorkflowArgs record)
+    Case(
+        "workflow_arg_misspelt",
+        ("train_dataset.workflow_args.max_turn", "did you mean max_turns?"),
+        put("train_dataset.workflow_args", {"max_turn": 2}),
+    ),
+    Case(
+        "workflow_arg_wrong_type",
+        ("eval_dataset.workflow_args.max_turns", "valid integer", "'two'"),
+        put("eval_dataset.workflow_args.max_turns", "two"),
+    ),
+    Case(
+        "workflow_arg_in_a_task",
+        ("train_dataset: task 1: workflow_args.hihg", "did you mean high?"),
+        tasks_file('{"secret": 3}\n{"secret": 9, "workflow_args": {"hihg": 20}}\n'),
+    ),
+    Case(
+        "workflow_arg_misspelt_in_run",
+        ("train_dataset.workflow_args.max_turn", "did you mean max_turns?"),
+        put("train_dataset.workflow_args", {"max_turn": 2}),
+        ["run", "job.yaml"],
+    ),
     # loss and advantage function import paths
     Case(
         "loss_fn_module_missing",

@@ -23,7 +23,8 @@ from sparring import (
 )
 from sparring.logging import read_rollouts
 from sparring.logging.rollouts import sampled_spans
-from sparring.rollout import FrozenChatModel
+from sparring.rollout import EpisodeRecorder, FrozenChatModel, merge_calls
+from sparring.server.openai.episode_keys import EpisodeKeys
 from sparring.server.openai.episode_server import openai_http_library
 from sparring.server.openai.routes import openai_router
 from sparring.server.openai.served_models import ServedModels
@@ -179,6 +180,7 @@ def test_a_streamed_function_call_comes_back_whole(served_app):
         ({"input": "hi"}, "model"),
         ({"model": "tiny", "input": []}, "input"),
         ({"model": "tiny", "input": "hi", "previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"model": "tiny", "input": "hi", "conversation": "conv_1"}, "conversation"),
         ({"model": "tiny", "input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"model": "tiny", "input": [{"type": "function_call", "name": "f"}]}, "input"),
         ({"model": "tiny", "input": "hi", "text": {"format": {"type": "json_schema"}}}, "text"),
@@ -195,6 +197,101 @@ def test_bad_responses_requests_get_an_openai_error_naming_the_field(served_app,
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param and error["message"].startswith(param)
+
+
+def test_previous_response_id_on_sparring_serve_says_to_send_the_history_as_input_items(served_app):
+    async def ask():
+        async with sdk(served_app) as client:
+            first = await client.responses.create(model="tiny", input="Hello", max_output_tokens=3)
+            with pytest.raises(openai.BadRequestError) as refused:
+                await client.responses.create(
+                    model="tiny", input="And?", previous_response_id=first.id, max_output_tokens=3
+                )
+            return first, refused.value
+
+    first, refused = asyncio.run(ask())
+    assert first.store is False  # sparring serve keeps nothing
+    error = refused.body
+    assert refused.status_code == 400 and error["param"] == "previous_response_id"
+    assert (
+        "keeps no responses" in error["message"] and "send the conversation so far as input items" in error["message"]
+    )
+
+
+def test_previous_response_id_within_an_episode_records_the_timeline_the_whole_history_would(policy_and_helper):
+    """Two episodes, same seeds: one continues with previous_response_id, the other resends every item."""
+    policy, _ = policy_and_helper
+    episodes = EpisodeKeys()
+    app = FastAPI()
+    app.include_router(openai_router(None, episodes))
+    chained, resent = EpisodeRecorder(), EpisodeRecorder()
+    keys = {id(chained): episodes.issue(policy, chained), id(resent): episodes.issue(policy, resent)}
+
+    def client_of(recorder) -> openai.AsyncOpenAI:
+        transport = http.AsyncClient(transport=http.ASGITransport(app=app), base_url="http://test")
+        return openai.AsyncOpenAI(
+            base_url="http://test/v1", api_key=keys[id(recorder)], http_client=transport, max_retries=0
+        )
+
+    opening = [{"role": "user", "content": "Say a word."}]
+    forced = dict(model="policy", tools=[TOOL], tool_choice="required", max_output_tokens=24, extra_body={"seed": 1})
+    then = dict(model="policy", tools=[TOOL], max_output_tokens=5, extra_body={"seed": 2})
+
+    def answer(first) -> list[dict]:
+        call = next(item for item in first.output if item.type == "function_call")
+        return [
+            {"type": "function_call_output", "call_id": call.call_id, "output": TOOL_RESULT},
+            {"role": "user", "content": FOLLOW_UP},
+        ]
+
+    async def converse():
+        async with client_of(chained) as client:
+            first = await client.responses.create(input=opening, **forced)
+            second = await client.responses.create(input=answer(first), previous_response_id=first.id, **then)
+            third = await client.responses.create(input="Once more.", previous_response_id=second.id, **then)
+            with pytest.raises(openai.BadRequestError) as unknown:
+                await client.responses.create(input="hi", previous_response_id="resp_unknown", **then)
+        async with client_of(resent) as client:
+            again = await client.responses.create(input=opening, **forced)
+            history = [*opening, *[item.model_dump(exclude_none=True) for item in again.output], *answer(again)]
+            second_whole = await client.responses.create(input=history, **then)
+            history += [
+                *[item.model_dump(exclude_none=True) for item in second_whole.output],
+                {"role": "user", "content": "Once more."},
+            ]
+            await client.responses.create(input=history, **then)
+        return first, second, third, unknown.value
+
+    first, second, third, unknown = asyncio.run(converse())
+    assert first.store and second.previous_response_id == first.id and third.previous_response_id == second.id
+    assert (
+        unknown.status_code == 400
+        and unknown.body["param"] == "previous_response_id"
+        and "resp_unknown" in unknown.body["message"]
+    )
+    (chained_timeline,), (resent_timeline,) = merge_calls(chained.calls), merge_calls(resent.calls)
+    assert chained_timeline.num_calls == resent_timeline.num_calls == 3
+    assert chained_timeline.tokens == resent_timeline.tokens and chained_timeline.loss_mask == resent_timeline.loss_mask
+    assert (
+        second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    )  # the kept history was prompt
+    chained.close()
+    assert len(episodes) == 1  # the key, and the responses kept with it, go with its episode
+
+
+def test_a_json_schema_format_leaves_a_forced_tool_call_to_its_tool(served_app):
+    """The Agents SDK sends an agent's output_type as text.format with every call, forced ones too."""
+    text = {"format": {"type": "json_schema", "name": "vote", "schema": VOTE_SCHEMA, "strict": True}}
+
+    async def ask():
+        async with sdk(served_app) as client:
+            return await client.responses.create(
+                model="tiny", input="Look it up.", tools=[TOOL], tool_choice="required", text=text, max_output_tokens=32
+            )
+
+    response = asyncio.run(ask())
+    (call,) = [item for item in response.output if item.type == "function_call"]
+    assert json.loads(call.arguments)["word"] in ("cat", "dog")
 
 
 def test_sparring_serve_app_answers_the_responses_api(tiny_model_dir, tmp_path):

@@ -53,7 +53,7 @@ from sparring.envs.tictactoe.rules import (
     value_given_away,
 )
 from sparring.envs.tictactoe.tasks import hold_out
-from sparring.envs.tictactoe.workflow import opening_position
+from sparring.envs.tictactoe.workflow import TicTacToeArgs, opening_position
 from sparring.logging import read_metrics, read_rollouts
 from sparring.models.renderer import get_renderer
 from sparring.rollout import FrozenChatModel
@@ -296,23 +296,24 @@ def test_value_credit_charges_the_move_that_throws_the_draw():
 
 
 def test_an_opening_starts_every_game_of_a_seed_from_the_same_perfectly_played_position():
-    starts = {seed: opening_position({"opening_plies": 4}, seed) for seed in range(40)}
+    starts = {seed: opening_position(TicTacToeArgs(opening_plies=4), seed) for seed in range(40)}
     assert {9 - len(board.free()) for board in starts.values()} == {0, 1, 2, 3, 4}
-    assert all(opening_position({"opening_plies": 4}, seed) == board for seed, board in starts.items())
+    assert all(opening_position(TicTacToeArgs(opening_plies=4), seed) == board for seed, board in starts.items())
     for board in starts.values():  # a minimax opening gives nothing away: perfect play from there draws
         while not board.is_over():
             board = board.play(minimax_move(board, random.Random(0)))
         assert board.winner() is None
-    assert opening_position({}, 3) == Board()
-    with pytest.raises(ValueError, match="opening_plies must be 0-4"):
-        opening_position({"opening_plies": 5}, 0)
-    with pytest.raises(ValueError, match="opening must be one of"):
-        opening_position({"opening_plies": 2, "opening": "book"}, 0)
+    assert opening_position(TicTacToeArgs(), 3) == Board()
+    with pytest.raises(ValueError, match="workflow_args.opening_plies: Input should be less than or equal to 4"):
+        run_workflow({"seed": 0, "workflow_args": {"opening_plies": 5}}, Scripted([]))
+    with pytest.raises(ValueError, match=r"workflow_args.opening: Input should be 'minimax' or 'random' \(got 'book'"):
+        run_workflow({"seed": 0, "workflow_args": {"opening_plies": 2, "opening": "book"}}, Scripted([]))
 
 
 def test_the_policy_plays_on_from_the_opening_and_is_credited_there():
     args = {"opponent": "self", "opening_plies": 4, "value_credit": 1.0}
-    seed, start = next((seed, board) for seed in range(100) if len((board := opening_position(args, seed)).free()) == 6)
+    starts = ((seed, opening_position(TicTacToeArgs(**args), seed)) for seed in range(100))
+    seed, start = next((seed, board) for seed, board in starts if len(board.free()) == 6)
     policy = Scripted([str(cell) for cell in start.free()])  # both seats: the free cells in order
     out = run_workflow({"seed": seed, "workflow_args": args}, policy)
     assert policy.seen[0][-1]["content"].startswith(start.render())

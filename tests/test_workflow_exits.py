@@ -89,6 +89,6 @@ def test_threads_a_workflow_leaves_running_are_named_and_do_not_keep_the_process
 def test_os_exit_ending_the_run_in_process_is_documented_with_the_runner_that_contains_it():
     """`os._exit` raises nothing to catch: in process it ends the run. The docs say so and name `runner: ray`, where
     it ends only the episode's worker (tests/test_ray_runner.py shows that)."""
-    docs = (Path(__file__).parent.parent / "docs" / "workflows.md").read_text()
+    docs = (Path(__file__).parent.parent / "docs" / "run-outputs.md").read_text()
     said = docs[docs.index("`os._exit(...)`") - 200 :][:1200]
     assert "ends the whole run" in said and "algorithm.runner: ray" in said and "WorkerCrashedError" in said, said

@@ -116,12 +116,13 @@ def record_markdown(section: RecordSection) -> str:
     places = ", ".join(f"`{prefix}`" if prefix else "the top level of a job file" for prefix in section.prefixes)
     lines = [f"## {record.__name__}", "", prose(record.__doc__), "", f"Found at: {places}.", ""]
     lines += ['<div class="config-reference" markdown>', ""]
-    lines += ["| YAML key | type and bounds | default | what it is for |", "| --- | --- | --- | --- |"]
+    # Two columns, the key over its type, bounds and default, so the text column keeps room at 1280 px.
+    lines += ["| YAML key: type, bounds, default | what it is for |", "| --- | --- |"]
     prefix = section.prefixes[0]
     for name, info in record.model_fields.items():
         key = f"{prefix}.{name}" if prefix else name
         kind = " ".join(filter(None, [f"`{type_text(info.annotation)}`", bounds_text(info)]))
-        lines.append(f"| `{key}` | {kind} | {default_text(info)} | {prose(info.description)} |")
+        lines.append(f"| `{key}`<br>{kind}<br>default {default_text(info)} | {prose(info.description)} |")
     return "\n".join([*lines, "", "</div>"]) + "\n"
 
 

@@ -9,8 +9,8 @@ says when the completion is complete with nothing allowed after it
 the constraint accepts it, so the reply is a whole, closed turn.
 
 - `ChoiceTrie`: a trie of the choices' token ids (each choice tokenised as
-  the tokenizer writes it alone). Measured fastest on CPU (see docs/workflows.md,
-  "Constrained actions") and exact by construction; a node's allowed list is
+  the tokenizer writes it alone). Measured fastest on CPU (see
+  docs/constrained-actions.md) and exact by construction; a node's allowed list is
   computed once.
 - `GrammarConstraint`: regexes and JSON schemas through llguidance's
   `LLMatcher` (per-row state is a copy of one compiled matcher; the mask is

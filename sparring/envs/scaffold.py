@@ -4,12 +4,14 @@
 holds -- `workflow.py` (the episode), `rules.py` (prompt and score),
 `tasks.py` (`make_tasks(split, count, seed)`), `baselines.py` (scripted
 players), `config.yaml` (the job) and `data/` (train and eval tasks made by
-`make_tasks`) -- as plain files to edit. The starter game asks the model to
-repeat a word and scores the reply by its similarity to the word, a reward
-with partial credit, so even an untrained model's episodes differ and the
-first run trains (a reward of only 0 and 1 often gives a small model nothing
-to compare). The config names the workflow, baselines and data by files
-beside it (they resolve against its folder), so it runs from any directory.
+`make_tasks`) -- as plain files to edit. Its workflow declares its
+`workflow_args` as a typed record, as the packaged games do. The starter
+game asks the model to repeat a word and scores the reply by its similarity
+to the word, a reward with partial credit, so even an untrained model's
+episodes differ and the first run trains (a reward of only 0 and 1 often
+gives a small model nothing to compare). The config names the workflow,
+baselines and data by files beside it (they resolve against its folder), so
+it runs from any directory.
 """
 
 from __future__ import annotations
@@ -25,15 +27,26 @@ comes."""
 
 from rules import PROMPT, score
 
-from sparring import WorkflowOutput
+from sparring import WorkflowArgs, WorkflowOutput, takes_args
 
 
+class {record}(WorkflowArgs):
+    """The game's `workflow_args` (config.yaml's `train_dataset.workflow_args`): one field per argument, with its
+    type, default and what it does. A misspelt key or a wrong type is an error when the config loads."""
+
+    exact_bonus: float = 0.0
+    """Added to the reward of a reply that is the word exactly (0: the similarity alone)."""
+
+
+@takes_args({record})
 async def {name}(task, model, auxiliary_models):
     """One episode: one model call, scored by `rules.score` (edit both to make the game yours)."""
+    args = {record}.of(task)
     reply = await model([{{"role": "user", "content": PROMPT.format(word=task["word"])}}])
     said = reply.content or ""
-    exact = float(said.strip().lower() == task["word"])
-    return WorkflowOutput(reward=score(said, task["word"]), metrics={{"exact": exact}})
+    exact = said.strip().lower() == task["word"]
+    reward = score(said, task["word"]) + args.exact_bonus * exact
+    return WorkflowOutput(reward=reward, metrics={{"exact": float(exact)}})
 ''',
     "rules.py": '''"""{name}'s rules: the prompt and the score (partial credit, so episodes differ and groups have
 something to compare)."""
@@ -102,6 +115,7 @@ algorithm:                     # the defaults, chosen on the learning suite (doc
 train_dataset:
   path: data/train.jsonl
   total_steps: 8
+  workflow_args: {{exact_bonus: 0.0}}   # workflow.py's {record}: a field there is a key here
 eval_dataset:
   path: data/eval.jsonl
   shuffle: false
@@ -109,9 +123,15 @@ logging:
   tensorboard: false
 """,
 }
-"""File name -> its text, with `{name}` (the game) and `{folder}` (where it is) filled in."""
+"""File name -> its text, with `{name}` (the game), `{record}` (its `WorkflowArgs` record) and `{folder}` (where it
+is) filled in."""
 TASK_FILES = {"train": ("train.jsonl", 64, 1), "eval": ("eval.jsonl", 16, 2)}
 """Split -> (file in data/, tasks, seed) that `new_game` writes with the new game's own `make_tasks`."""
+
+
+def args_record_name(name: str) -> str:
+    """The class name of game `name`'s `WorkflowArgs` record: 'echo_game' -> 'EchoGameArgs'."""
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_")) + "Args"
 
 
 def new_game(name: str, parent: Path = Path(".")) -> Path:
@@ -126,7 +146,8 @@ def new_game(name: str, parent: Path = Path(".")) -> Path:
         raise ConfigError(f"{folder} exists and is not empty; choose another name or --dir")
     (folder / "data").mkdir(parents=True, exist_ok=True)
     for file_name, template in TEMPLATES.items():
-        (folder / file_name).write_text(template.format(name=name, folder=folder.as_posix()), encoding="utf-8")
+        text = template.format(name=name, record=args_record_name(name), folder=folder.as_posix())
+        (folder / file_name).write_text(text, encoding="utf-8")
     make_tasks = import_object(f"{folder / 'tasks.py'}:make_tasks")
     for split, (file_name, count, seed) in TASK_FILES.items():
         lines = "".join(json.dumps(task) + "\n" for task in make_tasks(split, count, seed))

@@ -61,6 +61,9 @@ class Workflow:
 
     trainable_targets: list[str] | None = None
     """Tags of the agents that learn; None trains every agent."""
+    workflow_args: type | None = None
+    """The `sparring.WorkflowArgs` record of this workflow's `workflow_args`, checked when a run is resolved and read
+    with ``MyArgs.of(task)``; None: they stay a plain dict."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # AgentJet's workflows are pydantic models: `trainable_targets: List[str] | None = Field(default=[...])`.

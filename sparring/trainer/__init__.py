@@ -26,6 +26,7 @@ _HOMES = {
     **dict.fromkeys(("StepEnd", "StepHook", "StepStart"), "step_hooks"),
     "NothingTrainedError": "training_signal",
     "tune": "tune",
+    **dict.fromkeys(("WorkflowArgs", "takes_args"), "workflow_args"),
 }
 """Each public name -> the module of this package it comes from."""
 
@@ -54,6 +55,7 @@ __all__ = [
     "TunerModelConfig",
     "ValidationConfig",
     "WarmStartConfig",
+    "WorkflowArgs",
     "apply_overrides",
     "dump_config",
     "import_object",
@@ -63,6 +65,7 @@ __all__ = [
     "run_training",
     "run_training_async",
     "split_eval",
+    "takes_args",
     "tune",
 ]
 
@@ -85,6 +88,7 @@ if TYPE_CHECKING:
     from .tune import tune
     from .validation_config import ValidationConfig
     from .warm_start_config import WarmStartConfig
+    from .workflow_args import WorkflowArgs, takes_args
 
 
 def __getattr__(name: str):

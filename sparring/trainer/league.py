@@ -35,9 +35,8 @@ from ..rollout.outcomes import EpisodeFault
 from ..rollout.workflow import EpisodeFn, ModelRouter
 from .imports import import_object
 from .league_config import SNAPSHOT_PREFIX, LeagueConfig
+from .workflow_args import OPPONENT_ARG
 
-OPPONENT_ARG = "opponent"
-"""The workflow argument that names an episode's drawn opponent (its chat model is the auxiliary model of that name)."""
 LEAGUE_TASK_KEY = "league"
 """A task with `"league": false` is no game against the pool (a puzzle, a drill mixed into the training data): the
 league draws it no opponent and counts it in no record."""

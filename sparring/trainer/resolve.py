@@ -37,6 +37,7 @@ from .models import TrainingModels
 from .models_from_config import build_models, check_models
 from .schema import ConfigError
 from .step_hooks import StepHook, build_step_hooks
+from .workflow_args import WorkflowArgs, check_config_args, check_task_args, declared_args
 
 
 class WorkflowError(ConfigError, TypeError):
@@ -93,7 +94,7 @@ def resolve_run(
     everything but loading the models has been checked, before anything is
     written (the run-folder check: a config error is reported first).
     """
-    episode_fn, judge = _workflow_and_judge(config, workflow, judge)
+    episode_fn, judge, args_record = _workflow_and_judge(config, workflow, judge)
     algorithm = config.algorithm
     player = make_player(
         algorithm, episode_fn
@@ -115,6 +116,10 @@ def resolve_run(
     validation_tasks = (
         load_section("validation.dataset", config.validation.dataset) if training and config.validation else []
     )
+    if args_record is not None:  # each task's own workflow_args, merged over the config's, fit the record too
+        check_task_args(args_record, train_tasks, "train_dataset")
+        check_task_args(args_record, eval_tasks, "eval_dataset")
+        check_task_args(args_record, validation_tasks, "validation.dataset")
     check_models(config)
     if checked is not None:
         checked()
@@ -146,8 +151,12 @@ def resolve_run(
     )
 
 
-def _workflow_and_judge(config: TuneConfig, workflow: Any, judge: Any) -> tuple[EpisodeFn, Callable | None]:
-    """The workflow as a checked episode function and the judge: the objects given, else imported from the config."""
+def _workflow_and_judge(
+    config: TuneConfig, workflow: Any, judge: Any
+) -> tuple[EpisodeFn, Callable | None, type[WorkflowArgs] | None]:
+    """The workflow as a checked episode function, the judge (the objects given, else imported from the config) and
+    the workflow's `WorkflowArgs` record (None when it declares none), the config's `workflow_args` checked against
+    it."""
     if workflow is None:
         if not config.workflow:
             raise WorkflowError(
@@ -162,6 +171,10 @@ def _workflow_and_judge(config: TuneConfig, workflow: Any, judge: Any) -> tuple[
             f"judge: {config.judge or judge!r} is a {type(judge).__name__}, not a function that scores an episode"
         )
     try:
-        return as_episode_fn(workflow), judge  # a bad signature fails here, before any data or model loads
+        episode_fn = as_episode_fn(workflow)  # a bad signature fails here, before any data or model loads
     except WorkflowSignatureError as error:
         raise WorkflowError(f"workflow: {error}") from None
+    record = declared_args(workflow)
+    if record is not None:
+        check_config_args(config, record)
+    return episode_fn, judge, record

@@ -7,6 +7,6 @@ motions). No baselines: a scripted debater would argue both sides at once.
 """
 
 from .tasks import make_tasks
-from .workflow import Debate
+from .workflow import Debate, DebateArgs
 
-__all__ = ["Debate", "make_tasks"]
+__all__ = ["Debate", "DebateArgs", "make_tasks"]

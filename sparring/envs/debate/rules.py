@@ -42,7 +42,6 @@ JUDGE_EXAMPLE = [
     },
     {"role": "assistant", "content": "1"},
 ]
-DEFAULT_REWARDS = {"win_reward": 1.0, "loss_reward": -0.5, "tie_reward": 0.0}
 _VERDICT = re.compile(r"[12]")
 _WORD = re.compile(r"[a-z]+")
 _LINE_END = re.compile(r"[\n.!?]+")

@@ -31,9 +31,35 @@ Rewards (`workflow_args`): the winner `win_reward` (1), the loser
 
 from __future__ import annotations
 
-from sparring import ChatModel, TunerHandle, Workflow, WorkflowOutput
+from typing import Literal
 
-from .rules import DEFAULT_REWARDS, SIDES, argue, judge_debate
+from pydantic import Field
+
+from sparring import ChatModel, TunerHandle, Workflow, WorkflowArgs, WorkflowOutput
+
+from .rules import SIDES, argue, judge_debate
+
+
+class DebateArgs(WorkflowArgs):
+    """The debate's `workflow_args` (the debate duel's add to them)."""
+
+    rounds: int = Field(2, ge=1)
+    """Rounds of speeches (pro speaks, then con); each side's speeches are one conversation, one training sequence."""
+    judge_orders: Literal[1, 2] = 2
+    """2 asks the judge in both speaker orders, which cancels a small judge's taste for a position; 1 asks once,
+    in an order set by a hash of the arguments."""
+    judge: str = "judge"
+    """The name of the frozen auxiliary model that judges."""
+    win_reward: float = 1.0
+    """The winner's reward."""
+    loss_reward: float = -0.5
+    """The loser's reward."""
+    tie_reward: float = 0.0
+    """Both sides' reward when the judge decides nothing."""
+
+    def reward(self, side: str, winner: str | None) -> float:
+        """`side`'s reward when `winner` won (None: a tie)."""
+        return self.tie_reward if winner is None else self.win_reward if winner == side else self.loss_reward
 
 
 def debaters(tuner: TunerHandle) -> dict[str, ChatModel]:
@@ -47,32 +73,20 @@ class Debate(Workflow):
     """Pro and con argue `rounds` rounds about `task["topic"]`; the auxiliary model `judge` decides."""
 
     trainable_targets = None
+    workflow_args = DebateArgs
 
     async def execute(self, task: dict, tuner: TunerHandle) -> WorkflowOutput:
-        args = task.get("workflow_args", {})
+        args = DebateArgs.of(task)
         topic = task["topic"]
-        rounds, orders = int(args.get("rounds", 2)), int(args.get("judge_orders", 2))
-        if rounds < 1 or orders not in (1, 2):
+        if args.judge not in tuner.auxiliary_models:
             raise ValueError(
-                f"rounds must be >= 1 and judge_orders 1 or 2 (got rounds={rounds}, judge_orders={orders})"
+                f"the debate needs a frozen judge: add auxiliary_models: {{{args.judge}: {{model_path: ...}}}} "
+                f"(have {sorted(tuner.auxiliary_models)})"
             )
-        judge_name = str(args.get("judge", "judge"))
-        if judge_name not in tuner.auxiliary_models:
-            raise ValueError(
-                f"the debate needs a frozen judge: add auxiliary_models: {{{judge_name}: {{model_path: "
-                f"...}}}} (have {sorted(tuner.auxiliary_models)})"
-            )
-        rewards = {key: float(args.get(key, default)) for key, default in DEFAULT_REWARDS.items()}
-        arguments = await argue(topic, debaters(tuner), rounds)
-        winner, unparsable = await judge_debate(
-            tuner.auxiliary_models[judge_name].as_agent("judge", role="judge"), topic, arguments, orders
-        )
-        reward = {
-            side: rewards["tie_reward"]
-            if winner is None
-            else rewards["win_reward" if side == winner else "loss_reward"]
-            for side in SIDES
-        }
+        arguments = await argue(topic, debaters(tuner), args.rounds)
+        judge = tuner.auxiliary_models[args.judge].as_agent("judge", role="judge")
+        winner, unparsable = await judge_debate(judge, topic, arguments, args.judge_orders)
+        reward = {side: args.reward(side, winner) for side in SIDES}
         words = [len(text.split()) for side in SIDES for text in arguments[side]]
         metrics = {f"agent/{side}/win_rate": float(winner == side) for side in SIDES}
         metrics.update(

@@ -7,6 +7,6 @@ and the judge are the debate game's (`sparring.envs.debate.rules`), and so is `m
 
 from ..debate.tasks import make_tasks
 from .baselines import restate
-from .workflow import debate_duel
+from .workflow import DebateDuelArgs, debate_duel
 
-__all__ = ["debate_duel", "make_tasks", "restate"]
+__all__ = ["DebateDuelArgs", "debate_duel", "make_tasks", "restate"]

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import asyncio
 
-from sparring import ChatModel, WorkflowOutput
+from pydantic import Field
 
-from ..debate.rules import DEFAULT_REWARDS, SIDES, argue, judge_debate, speech_fault
+from sparring import ChatModel, WorkflowOutput, takes_args
+
+from ..debate.rules import SIDES, argue, judge_debate, speech_fault
+from ..debate.workflow import DebateArgs
 
 OTHER = {"pro": "con", "con": "pro"}
 
@@ -44,18 +47,25 @@ def _auxiliary(auxiliary_models: dict[str, ChatModel], name: str, what: str) -> 
     return auxiliary_models[name]
 
 
+class DebateDuelArgs(DebateArgs):
+    """The duel's `workflow_args`: the debate's, one round by default, with the opponent and the speech check."""
+
+    rounds: int = Field(1, ge=1)
+    """Rounds of speeches in each of the two debates (one speech each by default)."""
+    opponent: str = "opponent"
+    """The name of the frozen auxiliary model the policy debates."""
+    speech_check: bool = False
+    """A side whose speeches fail `debate.rules.speech_fault` (off the subject, the motion quoted back, one line
+    repeated) loses without the judge being asked: what a small judge would otherwise reward."""
+
+
+@takes_args(DebateDuelArgs)
 async def debate_duel(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput:
-    args = task.get("workflow_args", {})
+    args = DebateDuelArgs.of(task)
     topic = task["topic"]
-    rounds, orders = int(args.get("rounds", 1)), int(args.get("judge_orders", 2))
-    if rounds < 1 or orders not in (1, 2):
-        raise ValueError(f"rounds must be >= 1 and judge_orders 1 or 2 (got rounds={rounds}, judge_orders={orders})")
-    opponent = _auxiliary(auxiliary_models, str(args.get("opponent", "opponent")), "a frozen opponent")
-    judge = _auxiliary(auxiliary_models, str(args.get("judge", "judge")), "a frozen judge").as_agent(
-        "judge", role="judge"
-    )
-    rewards = {key: float(args.get(key, default)) for key, default in DEFAULT_REWARDS.items()}
-    checked = bool(args.get("speech_check", False))
+    rounds, orders, checked = args.rounds, args.judge_orders, args.speech_check
+    opponent = _auxiliary(auxiliary_models, args.opponent, "a frozen opponent")
+    judge = _auxiliary(auxiliary_models, args.judge, "a frozen judge").as_agent("judge", role="judge")
     faults: dict[str, dict[str, str | None]] = {}  # the policy's side -> each speaker's fault
 
     async def debate(side: str) -> tuple[dict[str, list[str]], str | None, float]:
@@ -72,10 +82,7 @@ async def debate_duel(task: dict, model: ChatModel, auxiliary_models: dict[str, 
         return arguments, *await judge_debate(judge, topic, arguments, orders)
 
     played = dict(zip(SIDES, await asyncio.gather(*(debate(side) for side in SIDES)), strict=True))
-    reward = {
-        side: rewards["tie_reward"] if winner is None else rewards["win_reward" if winner == side else "loss_reward"]
-        for side, (_, winner, _) in played.items()
-    }
+    reward = {side: args.reward(side, winner) for side, (_, winner, _) in played.items()}
     won = {side: float(winner == side) for side, (_, winner, _) in played.items()}
     metrics = {f"agent/{side}/win_rate": value for side, value in won.items()}
     metrics["win_rate"] = sum(won.values()) / len(SIDES)

@@ -7,6 +7,6 @@ score), `baselines.py` (scripted players), `tasks.py` (`make_tasks`),
 
 from .baselines import binary_search, random_valid
 from .tasks import make_tasks
-from .workflow import guess_number
+from .workflow import GuessNumberArgs, guess_number
 
-__all__ = ["binary_search", "guess_number", "make_tasks", "random_valid"]
+__all__ = ["GuessNumberArgs", "binary_search", "guess_number", "make_tasks", "random_valid"]

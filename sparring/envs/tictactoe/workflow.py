@@ -65,8 +65,11 @@ through its result. `tasks.make_puzzles` draws them from the tactical positions.
 from __future__ import annotations
 
 import random
+from typing import Literal
 
-from sparring import ChatModel, WorkflowOutput
+from pydantic import Field
+
+from sparring import ChatModel, WorkflowArgs, WorkflowOutput, takes_args
 
 from ..common import Bot, GameRecord, TwoPlayerGame, play_game
 from .rules import (
@@ -89,7 +92,54 @@ PROMPT = "{board}\nPick one of these free cells: {free}."
 VIEWS = ("grid", "lines")
 PUZZLE_KEY = "puzzle"
 """A task with a position here (`Board.compact`'s text) is a puzzle: the mover there makes one move, no opponent."""
-DEFAULT_REWARDS = {"win_reward": 1.0, "draw_reward": 0.0, "loss_reward": -1.0, "illegal_reward": -1.0}
+
+
+class TicTacToeArgs(WorkflowArgs):
+    """The game's `workflow_args`."""
+
+    opponent: str = "self"
+    """Who plays against the policy: 'self' (the policy plays both seats), 'random' or 'minimax' (a Python bot), or
+    an auxiliary model's name (a league's drawn opponent arrives here)."""
+    side: Literal["x", "o"] | None = None
+    """The policy's seat against an opponent when the task names none; None: X for even seeds, O for odd ones."""
+    memory: Literal["full", "turn"] = "full"
+    """'full': a player sees its earlier turns (one merged training sequence per player); 'turn': only the current
+    position."""
+    board_view: Literal["grid", "lines"] = "grid"
+    """'lines' adds the columns and diagonals written like rows under the grid, so two marks on a line sit in
+    adjacent tokens."""
+    example: bool = True
+    """Keep the worked example exchange before the game (what makes a 135M model answer with a bare number)."""
+    free_text: bool = False
+    """Let replies be free text (the first free cell named is the move) instead of constraining them to the free
+    cells."""
+    win_reward: float = 1.0
+    """A seat's reward for a win."""
+    draw_reward: float = 0.0
+    """A seat's reward for a draw."""
+    loss_reward: float = -1.0
+    """A seat's reward for a loss."""
+    illegal_reward: float = -1.0
+    """The reward of a seat whose free-text reply names no free cell (the game ends, the other side wins)."""
+    move_credit: float = 0.0
+    """Turn reward for each trained move that takes a win or blocks the opponent's (0: off)."""
+    value_credit: float = 0.0
+    """Charge each trained move this times the game value it gives away under perfect play (0: off)."""
+    chance_credit: float = 0.0
+    """Charge each trained move this times the expected score it gives away against a random opponent (0: off)."""
+    opening_plies: int = Field(0, ge=0, le=4)
+    """A curriculum over positions: a scripted opening plays 0 to this many plies first (at most 4: a line can be
+    completed from the 5th ply on)."""
+    opening: Literal["minimax", "random"] = "minimax"
+    """Who plays the scripted opening: perfect play for both sides, or random moves."""
+
+    def seat_reward(self, record: GameRecord, seat: str) -> float:
+        """`seat`'s reward for the game `record`."""
+        if record.forfeit == seat:
+            return self.illegal_reward
+        if record.winner is None:
+            return self.draw_reward
+        return self.win_reward if record.winner == seat else self.loss_reward
 
 
 class TicTacToe(TwoPlayerGame):
@@ -172,14 +222,6 @@ def opponent_player(
         f"unknown opponent {name!r}: use 'self', {', '.join(repr(n) for n in SCRIPTED)} or an auxiliary "
         f"model ({sorted(auxiliary_models)})"
     )
-
-
-def seat_reward(record: GameRecord, seat: str, rewards: dict[str, float]) -> float:
-    if record.forfeit == seat:
-        return rewards["illegal_reward"]
-    if record.winner is None:
-        return rewards["draw_reward"]
-    return rewards["win_reward"] if record.winner == seat else rewards["loss_reward"]
 
 
 def game_metrics(
@@ -275,17 +317,12 @@ def move_credit(
     return rewards
 
 
-def opening_position(args: dict, seed: int) -> Board:
+def opening_position(args: TicTacToeArgs, seed: int) -> Board:
     """The position the game starts from: the empty board, or after a scripted opening of 0 to `opening_plies`
     plies drawn from the seed."""
-    plies, opening = int(args.get("opening_plies", 0)), str(args.get("opening", "minimax"))
-    if not 0 <= plies <= 4:
-        raise ValueError(f"opening_plies must be 0-4 (a line can be completed from the 5th ply on), got {plies}")
-    if opening not in SCRIPTED:
-        raise ValueError(f"opening must be one of {sorted(SCRIPTED)}, got {opening!r}")
     rng, board = random.Random(f"opening/{seed}"), Board()
-    for _ in range(rng.randint(0, plies)):
-        board = board.play(SCRIPTED[opening](board, rng))
+    for _ in range(rng.randint(0, args.opening_plies)):
+        board = board.play(SCRIPTED[args.opening](board, rng))
     return board
 
 
@@ -294,8 +331,8 @@ def other_seat(seat: str) -> str:
     return "o" if seat == "x" else "x"
 
 
-def policy_side(task: dict, args: dict, seed: int) -> str:
-    side = str(task.get("side") or args.get("side") or ("x" if seed % 2 == 0 else "o")).lower()
+def policy_side(task: dict, args: TicTacToeArgs, seed: int) -> str:
+    side = str(task.get("side") or args.side or ("x" if seed % 2 == 0 else "o")).lower()
     if side not in SEATS:
         raise ValueError(f"side must be 'x' or 'o', got {side!r}")
     return side
@@ -304,20 +341,18 @@ def policy_side(task: dict, args: dict, seed: int) -> str:
 async def solve_puzzle(task: dict, model: ChatModel) -> WorkflowOutput:
     """One move from the task's position: reward 1 for a perfect move (`best_moves`), 0 for another, the
     `illegal_reward` for a free-text reply that names no free cell."""
-    args, board = task.get("workflow_args", {}), Board.from_compact(str(task[PUZZLE_KEY]))
+    args, board = TicTacToeArgs.of(task), Board.from_compact(str(task[PUZZLE_KEY]))
     if board.is_over():
         raise ValueError(f"puzzle {task[PUZZLE_KEY]!r} is a finished game: there is no move to make")
     seat = board.to_move.lower()
-    game = OneMove(
-        board, not args.get("free_text", False), str(args.get("board_view", "grid")), bool(args.get("example", True))
-    )
+    game = OneMove(board, not args.free_text, args.board_view, args.example)
     # The game ends before the other seat's turn: its bot never plays.
     record = await play_game(
         game, {seat: model.as_agent(seat, role=ROLE), other_seat(seat): lambda game: None}, memory="turn"
     )
     move = record.turns[0].move
     solved = move is not None and move in best_moves(board)
-    reward = float(args.get("illegal_reward", DEFAULT_REWARDS["illegal_reward"])) if move is None else float(solved)
+    reward = args.illegal_reward if move is None else float(solved)
     return WorkflowOutput(
         reward={seat: reward},
         metrics={"puzzle_solved_rate": float(solved), "invalid_action_rate": float(move is None)},
@@ -325,13 +360,13 @@ async def solve_puzzle(task: dict, model: ChatModel) -> WorkflowOutput:
     )
 
 
+@takes_args(TicTacToeArgs)
 async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput:
     if PUZZLE_KEY in task:
         return await solve_puzzle(task, model)
-    args = task.get("workflow_args", {})
-    opponent = str(args.get("opponent", "self"))
+    args = TicTacToeArgs.of(task)
+    opponent = args.opponent
     seed = int(task.get("seed", 0))
-    rewards = {key: float(args.get(key, default)) for key, default in DEFAULT_REWARDS.items()}
     if opponent == "self":
         trained = list(SEATS)
         players: dict = {seat: model.as_agent(seat, role=ROLE) for seat in SEATS}
@@ -344,16 +379,12 @@ async def tictactoe(task: dict, model: ChatModel, auxiliary_models: dict[str, Ch
             other: opponent_player(opponent, other, auxiliary_models, random.Random(seed)),
         }
     start = opening_position(args, seed)
-    game = TicTacToe(
-        start, not args.get("free_text", False), str(args.get("board_view", "grid")), bool(args.get("example", True))
-    )
-    record = await play_game(game, players, memory=args.get("memory", "full"))
-    credit, value_credit, chance_credit = (
-        float(args.get(key, 0.0)) for key in ("move_credit", "value_credit", "chance_credit")
-    )
+    game = TicTacToe(start, not args.free_text, args.board_view, args.example)
+    record = await play_game(game, players, memory=args.memory)
+    credit, value_credit, chance_credit = args.move_credit, args.value_credit, args.chance_credit
     replayed = positions(record, start)
     return WorkflowOutput(
-        reward={seat: seat_reward(record, seat, rewards) for seat in trained},
+        reward={seat: args.seat_reward(record, seat) for seat in trained},
         metrics=game_metrics(record, replayed, trained, opponent),
         response=[(turn.seat, turn.move) for turn in record.turns],
         turn_rewards=move_credit(record, replayed, trained, credit, value_credit, chance_credit)

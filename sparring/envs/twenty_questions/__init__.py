@@ -8,6 +8,6 @@ answerer), `tasks.py` (`make_tasks`), `config.yaml` (the default job:
 
 from .baselines import halving_asker, membership_answerer
 from .tasks import make_tasks
-from .workflow import twenty_questions
+from .workflow import TwentyQuestionsArgs, twenty_questions
 
-__all__ = ["halving_asker", "make_tasks", "membership_answerer", "twenty_questions"]
+__all__ = ["TwentyQuestionsArgs", "halving_asker", "make_tasks", "membership_answerer", "twenty_questions"]

@@ -27,7 +27,7 @@ guess rules out, each once: the one answer the referee knows to be true,
 where a 135M answerer's yes/no is right about 0.6-0.7 of the time. The word list
 ships with the package (`data/words.txt` in this folder) with a fixed train /
 eval split, so the held-out words are never seen in training.
-`workflow_args`: `max_questions` (default 20), `candidates` (show the player
+`workflow_args` (`TwentyQuestionsArgs`): `max_questions` (default 20), `candidates` (show the player
 that many possible words, the secret among them; 0 = none, the classic game;
 small models need a few), `answer_tokens`, `question_bonus`, `guess_bonus`,
 `answerer` (the auxiliary model's name).
@@ -38,8 +38,11 @@ small models need a few), `answer_tokens`, `question_bonus`, `guess_bonus`,
 from __future__ import annotations
 
 import random
+from typing import Literal
 
-from sparring import ChatModel, WorkflowOutput
+from pydantic import Field
+
+from sparring import ChatModel, WorkflowArgs, WorkflowOutput, takes_args
 
 from .rules import (
     ANSWER_CHOICES,
@@ -60,6 +63,26 @@ from .rules import (
 
 FINAL_GUESS_TOKENS = 16
 """Room for the longest word's tokens and the end of the turn."""
+
+
+class TwentyQuestionsArgs(WorkflowArgs):
+    """The game's `workflow_args`."""
+
+    max_questions: int = Field(20, ge=1)
+    """Questions (and guesses) before the final, constrained guess."""
+    candidates: int = Field(0, ge=0)
+    """Show the player this many possible words, the secret among them; 0 shows none (the classic game); small
+    models need a few."""
+    answer_tokens: int = Field(4, ge=1)
+    """The answerer's reply budget: room for "yes" or "no" and the end of the turn."""
+    question_bonus: float = 0.1
+    """Shaping spread over the valid questions."""
+    guess_bonus: float = 0.0
+    """Shaping spread over the shown candidates a wrong guess rules out, each once (0: off)."""
+    answerer: str = "answerer"
+    """The name of the frozen auxiliary model that answers."""
+    split: Literal["train", "eval"] = "train"
+    """The word list a task without a `word` draws its secret from."""
 
 
 def _answerer(auxiliary_models: dict[str, ChatModel], name: str) -> ChatModel:
@@ -91,17 +114,15 @@ async def _final_guess(model: ChatModel, history: list[dict], choices: list[str]
     return turn
 
 
+@takes_args(TwentyQuestionsArgs)
 async def twenty_questions(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput:
-    args = task.get("workflow_args", {})
-    max_questions = int(args.get("max_questions", 20))
-    if max_questions < 1:
-        raise ValueError(f"workflow_args.max_questions must be at least 1, got {max_questions}")
-    answer_tokens = int(args.get("answer_tokens", 4))
-    answerer = _answerer(auxiliary_models, str(args.get("answerer", "answerer")))
+    args = TwentyQuestionsArgs.of(task)
+    max_questions, answer_tokens = args.max_questions, args.answer_tokens
+    answerer = _answerer(auxiliary_models, args.answerer)
     rng = random.Random(f"{task.get('seed', 0)}:{task.get('word', '')}")
-    secret = str(task["word"]).lower() if "word" in task else rng.choice(load_words(args.get("split", "train")))
+    secret = str(task["word"]).lower() if "word" in task else rng.choice(load_words(args.split))
     words = vocabulary() | {secret}
-    shown = _candidates(secret, int(args["candidates"]), rng) if int(args.get("candidates", 0)) > 0 else []
+    shown = _candidates(secret, args.candidates, rng) if args.candidates > 0 else []
     prompt = RULES.format(max_questions=max_questions) + (CANDIDATES.format(words=", ".join(shown)) if shown else "")
     history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt + FIRST}]
     turns: list[Turn] = []
@@ -132,7 +153,5 @@ async def twenty_questions(task: dict, model: ChatModel, auxiliary_models: dict[
         history += [reply.message, {"role": "user", "content": feedback}]
     if not (turns[-1].kind == "guess" and turns[-1].answer == "Yes"):
         turns.append(await _final_guess(model, history, shown or sorted(words), secret))
-    metrics = score(
-        turns, secret, max_questions, float(args.get("question_bonus", 0.1)), shown, float(args.get("guess_bonus", 0.0))
-    )
+    metrics = score(turns, secret, max_questions, args.question_bonus, shown, args.guess_bonus)
     return WorkflowOutput(reward=metrics.pop("reward"), metrics=metrics, response=[(t.text, t.answer) for t in turns])

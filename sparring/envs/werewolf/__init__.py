@@ -8,6 +8,6 @@ werewolf`) and `data/`.
 
 from .baselines import coordinated_werewolves, random_valid
 from .tasks import make_tasks
-from .workflow import werewolf
+from .workflow import WerewolfArgs, werewolf
 
-__all__ = ["coordinated_werewolves", "make_tasks", "random_valid", "werewolf"]
+__all__ = ["WerewolfArgs", "coordinated_werewolves", "make_tasks", "random_valid", "werewolf"]

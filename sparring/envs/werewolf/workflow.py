@@ -42,7 +42,7 @@ constraint, a scripted player) is read leniently (a player's name anywhere in
 it) and an unreadable one falls back by rule; `invalid_action_rate` counts
 those. Reward per trained player: 1 if its side
 won, 0 otherwise (the good side wins when it survives `max_rounds`), and
-`broken_reward` (-0.1) if the game could not continue. `workflow_args`:
+`broken_reward` (-0.1) if the game could not continue. `workflow_args` (`WerewolfArgs`):
 `trainable_target`, `max_rounds` (5), `speech_tokens` (24),
 `full_history` (false), `vote_credit` (0), `elimination_credit` (0), `train_speech` (true),
 `participant` (the auxiliary model's name), `broken_reward`.
@@ -55,8 +55,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Literal
 
-from sparring import ChatModel, WorkflowOutput
+from pydantic import Field
+
+from sparring import ChatModel, WorkflowArgs, WorkflowOutput, takes_args
 
 from .rules import (
     GOOD_GUY,
@@ -352,37 +355,49 @@ def game_metrics(winner: str | None, game: Game, trainable_target: str, max_roun
     return metrics
 
 
+class WerewolfArgs(WorkflowArgs):
+    """The game's `workflow_args`."""
+
+    trainable_target: Literal["werewolf", "good_guy"] = WEREWOLF
+    """The side that learns; the other side's players are the frozen participant model."""
+    max_rounds: int = Field(5, ge=1)
+    """Rounds (a night and a day each) the good side must survive to win."""
+    speech_tokens: int = Field(24, ge=1)
+    """The reply budget of a day speech."""
+    full_history: bool = False
+    """Keep the whole game in each player's one conversation instead of a fresh one per round from a one-line
+    record (the prefix cache makes it cost about what the short prompts cost)."""
+    vote_credit: float = 0.0
+    """Turn reward for a trained werewolf's vote that names the good player its living mate voted (0: off)."""
+    elimination_credit: float = 0.0
+    """Turn reward for a trained werewolf's vote that names the good player the vote puts out (0: off)."""
+    train_speech: bool = True
+    """false has the participant model make the trained side's speeches, so only its decisions train."""
+    participant: str = "participant"
+    """The name of the frozen auxiliary model that plays the untrained side."""
+    broken_reward: float = -0.1
+    """Every trained player's reward when the game could not continue."""
+
+
+@takes_args(WerewolfArgs)
 async def werewolf(task: dict, model: ChatModel, auxiliary_models: dict[str, ChatModel]) -> WorkflowOutput:
-    args = task.get("workflow_args", {})
-    target = args.get("trainable_target", WEREWOLF)
-    if target not in (WEREWOLF, GOOD_GUY):
-        raise ValueError(f"workflow_args.trainable_target must be 'werewolf' or 'good_guy', got {target!r}")
-    name = str(args.get("participant", "participant"))
+    args = WerewolfArgs.of(task)
+    target, name, max_rounds = args.trainable_target, args.participant, args.max_rounds
     if name not in auxiliary_models:
         raise KeyError(
             f"werewolf needs a frozen model auxiliary_models[{name!r}] for the untrained players (have "
             f"{sorted(auxiliary_models)})"
         )
     state = GameState.deal(int(task["seed"]))
-    max_rounds = int(args.get("max_rounds", 5))
-    seats = seat_players(state, target, model, auxiliary_models[name], max_rounds, bool(args.get("train_speech", True)))
-    game = Game(
-        state,
-        seats,
-        int(args.get("speech_tokens", 24)),
-        bool(args.get("full_history", False)),
-        float(args.get("vote_credit", 0.0)),
-        float(args.get("elimination_credit", 0.0)),
-    )
+    seats = seat_players(state, target, model, auxiliary_models[name], max_rounds, args.train_speech)
+    game = Game(state, seats, args.speech_tokens, args.full_history, args.vote_credit, args.elimination_credit)
     trained = [seat.name for seat in game.seats.values() if seat.trained]
     try:
         winner = await game.play(max_rounds)
     except Exception:  # noqa: BLE001 - a game that cannot continue is scored, as in the AgentScope example
         log.warning("werewolf game of task %s could not continue", task.get("task_id"), exc_info=True)
-        broken = float(args.get("broken_reward", -0.1))
-        return WorkflowOutput(
-            reward={n: broken for n in trained}, metrics={**game_metrics(None, game, target, max_rounds), "broken": 1.0}
-        )
+        metrics = {**game_metrics(None, game, target, max_rounds), "broken": 1.0}
+        return WorkflowOutput(reward={n: args.broken_reward for n in trained}, metrics=metrics)
     reward = float(winner == target)
     turn_rewards = (
         {seat.name: seat.turn_rewards for seat in game.seats.values() if seat.trained and seat.turn_rewards}

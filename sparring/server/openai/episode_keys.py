@@ -15,9 +15,10 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...rollout import ChatModel, EpisodeRecorder
+from .responses_body import ResponseStore
 
 EPISODE_KEY_PREFIX = "sk-sparring-episode-"
 
@@ -30,6 +31,8 @@ class EpisodeBinding:
     """The agent's model, already routed (trainable policy or debug model) and named after the agent."""
     recorder: EpisodeRecorder
     """The episode's recorder: every call made with the key is recorded here."""
+    responses: ResponseStore = field(default_factory=ResponseStore, compare=False)
+    """The Responses API's replies given with the key, which `previous_response_id` continues (dropped with the key)."""
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,21 @@ the openai SDK's `responses.stream(...)` / `create(stream=True)` consume, in Ope
 `response.created`, `response.in_progress`, per item `output_item.added`, its content or arguments as deltas
 and `.done`s, `output_item.done`, then `response.completed` (or `response.incomplete`). The engine samples a
 reply whole, so the events follow once it is sampled, carrying exactly the non-streamed body's items.
+
+`ResponseStore` keeps the responses given with one episode key, so a later request's `previous_response_id`
+continues one: each response keeps the id it continued and the items it added (its own input items, then its
+output items), so a conversation is kept once, not once per turn, and only until the episode ends.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
 
 from ...rollout import ChatResponse
-from .responses_schema import ResponsesRequest
+from .responses_schema import InputItem, ResponsesRequest
 from .schema import _content_pieces
 
 
@@ -61,6 +66,7 @@ def response_body(request: ResponsesRequest, reply: ChatResponse, renderer) -> d
         "max_output_tokens": request.max_output_tokens,
         "metadata": request.metadata or {},
         "store": False,
+        "previous_response_id": request.previous_response_id,
         "usage": usage,
     }
 
@@ -112,3 +118,32 @@ def _text_pieces(text: str, reply: ChatResponse, renderer) -> list[str]:
 
 def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class ResponseStore:
+    """The responses given with one episode key, by id, so `previous_response_id` can continue one."""
+
+    def __init__(self) -> None:
+        self._turns: dict[str, tuple[str | None, list[InputItem]]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, body: dict, previous_id: str | None, own_input: list[InputItem]) -> None:
+        """Keep `body` (a `response_body` object) as the turn after `previous_id` that sent `own_input`."""
+        output = [InputItem.model_validate(item) for item in body["output"]]
+        with self._lock:
+            self._turns[body["id"]] = (previous_id, [*own_input, *output])
+
+    def history(self, response_id: str) -> list[InputItem] | None:
+        """The whole conversation `response_id` ended (every input and output item, oldest first); None if unknown."""
+        turns = []
+        with self._lock:
+            if response_id not in self._turns:
+                return None
+            while response_id is not None:
+                response_id, items = self._turns[response_id]
+                turns.append(items)
+        return [item for items in reversed(turns) for item in items]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._turns)

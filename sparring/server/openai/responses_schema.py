@@ -12,8 +12,11 @@ Responses call is answered, bounded, recorded and trained by exactly the chat-co
 - function `tools` (flat, as the Responses API spells them) and `tool_choice` (`{"type": "function", "name"}`);
 - `text.format` (text, json_object, json_schema) becomes `response_format`; `max_output_tokens` `max_tokens`.
 
-What cannot be honoured is refused by name: built-in tools, `previous_response_id` / `conversation` (this
-server stores nothing: send the whole input), `background`, `top_logprobs`.
+`previous_response_id` continues a response given earlier with the same episode key (the route keeps an
+episode's responses, `ResponseStore`, and `continued()` puts that conversation's items before this input, so
+the turns are recorded exactly as if the whole history had been sent); `sparring serve` keeps none, so there it
+is a 400 saying to send the history as input items. Also refused by name: built-in tools, `conversation`,
+`background`, `top_logprobs`.
 """
 
 from __future__ import annotations
@@ -24,9 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from .schema import ChatCompletionRequest
 
+HISTORY_AS_INPUT = (
+    "send the conversation so far as input items instead (the earlier input items, each reply's output items, "
+    "then the new ones)"
+)
 _REFUSED = {
-    "previous_response_id": "this server stores no responses: send the whole conversation as input",
-    "conversation": "this server stores no conversations: send the whole conversation as input",
+    "conversation": f"this server keeps no conversations: {HISTORY_AS_INPUT}; an episode's endpoint also takes "
+    "previous_response_id",
     "background": "only foreground responses",
     "prompt": "stored prompt templates are not supported",
     "top_logprobs": "this server returns no alternatives per token",
@@ -136,7 +143,8 @@ class ResponsesRequest(BaseModel):
     seed: int | None = None
     """Same seed and input, same reply (an extension, as in chat completions)."""
     previous_response_id: str | None = None
-    """Not supported: send the whole conversation as input."""
+    """A response given earlier with the same episode key, whose conversation this input continues (episode keys
+    only)."""
     conversation: Any = None
     """Not supported: send the whole conversation as input."""
     background: bool | None = None
@@ -148,7 +156,8 @@ class ResponsesRequest(BaseModel):
     parallel_tool_calls: bool | None = None
     """Accepted; the model may emit several calls either way."""
     store: bool | None = None
-    """Accepted and ignored: nothing is stored."""
+    """Accepted; an episode's endpoint keeps its responses until the episode ends (for previous_response_id),
+    `sparring serve` none."""
     include: list[str] | None = None
     """Accepted and ignored."""
     metadata: dict | None = None
@@ -197,6 +206,16 @@ class ResponsesRequest(BaseModel):
         if text is not None and text.get("format") is not None:
             _response_format(text["format"])  # raises naming what is wrong
         return text
+
+    def input_items(self) -> list[InputItem]:
+        """The input as items (a text input is one user message)."""
+        if isinstance(self.input, str):
+            return [InputItem(type="message", role="user", content=self.input)]
+        return list(self.input)
+
+    def continued(self, history: list[InputItem]) -> ResponsesRequest:
+        """This request with `history` (a stored conversation's items) put before its own input."""
+        return self.model_copy(update={"input": [*history, *self.input_items()]})
 
     def chat_request(self) -> ChatCompletionRequest:
         """The chat-completions request this Responses request stands for (raises pydantic's ValidationError)."""

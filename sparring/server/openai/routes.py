@@ -25,7 +25,10 @@ engine samples a reply whole, so the chunks follow once it is sampled.
 `/v1/responses` (the Responses API) is translated into a chat-completions
 request (`responses_schema`) and answered by the same path (same bounds, same
 recording and timelines); only its reply and events are shaped apart
-(`responses_body`).
+(`responses_body`). With an episode key each response is kept until the
+episode ends, so `previous_response_id` continues it: the kept conversation
+is put before the new input, and the call is recorded as if the whole
+history had been sent.
 
 The routes are module-level functions of their request and the
 `ChatService` they answer from (the `Chat` dependency), declared once on
@@ -55,7 +58,7 @@ from ..provided import Provide, provided
 from .chat_service import ChatService, OpenAIError, unauthorised
 from .episode_keys import EpisodeKeys
 from .responses_body import response_body, response_events
-from .responses_schema import ResponsesRequest
+from .responses_schema import HISTORY_AS_INPUT, ResponsesRequest
 from .schema import ChatCompletionRequest, completion_body, stream_chunks, validation_error_body
 from .served_models import ServedModels
 
@@ -144,16 +147,39 @@ async def responses(request: Request, service: Chat):
     try:
         binding = service.episode_of(request.headers.get("authorization", ""))
         asked = ResponsesRequest.model_validate(await _json_body(request))
+        own_input = asked.input_items()
+        if asked.previous_response_id is not None:
+            asked = asked.continued(_stored_conversation(binding, asked.previous_response_id))
         target, (reply,) = await _answer(request, service, binding, asked.chat_request())
     except OpenAIError as error:
         return error.response()
     except ValidationError as error:
         return JSONResponse(validation_error_body(error), status_code=400)
     body = response_body(asked, reply, target.chat_model.renderer)
+    if binding is not None:
+        binding.responses.add(body, asked.previous_response_id, own_input)
+        body["store"] = True
     if not asked.stream:
         return body
     events = response_events(body, reply, target.chat_model.renderer)
     return StreamingResponse(_sse_events(events), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _stored_conversation(binding, response_id: str) -> list:
+    """The conversation a `previous_response_id` names: kept per episode key, so only an episode's endpoint has one."""
+    if binding is None:
+        message = (
+            "previous_response_id: this server keeps no responses (an episode's endpoint keeps its own): "
+            f"{HISTORY_AS_INPUT}"
+        )
+        raise OpenAIError(400, message, param="previous_response_id")
+    history = binding.responses.history(response_id)
+    if history is None:
+        message = (
+            f"previous_response_id: no response {response_id!r} was given with this episode key: {HISTORY_AS_INPUT}"
+        )
+        raise OpenAIError(400, message, param="previous_response_id")
+    return history
 
 
 async def _answer(request: Request, service: ChatService, binding, chat: ChatCompletionRequest) -> tuple[_Target, list]:

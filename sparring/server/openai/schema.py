@@ -175,7 +175,7 @@ class ChatCompletionRequest(BaseModel):
     """Not supported (only an empty map is accepted)."""
     response_format: dict | None = None
     """{'type': 'text'}, {'type': 'json_object'} or {'type': 'json_schema', 'json_schema': {'name', 'schema'}}: the
-    reply is sampled to be valid JSON (of the schema)."""
+    reply is sampled to be valid JSON (of the schema); a forced tool call is held to its tool's schema instead."""
     guided_choice: list[str] | None = Field(default=None, min_length=1)
     """The reply is exactly one of these strings (vLLM's extra-body spelling)."""
     guided_regex: str | None = None
@@ -260,11 +260,23 @@ class ChatCompletionRequest(BaseModel):
             "stop": self.stop,
             "choices": self.guided_choice,
             "regex": self.guided_regex,
-            "response_format": self.response_format
-            if self.guided_json is None
-            else {"type": "json_schema", "json_schema": {"name": "guided_json", "schema": self.guided_json}},
+            "response_format": self._text_format(),
         }
         return {name: value for name, value in given.items() if value is not None}
+
+    def forces_call(self) -> bool:
+        """Whether `tool_choice` forces a tool call ('required' or a named function; validated against `tools`)."""
+        return bool(self.tools) and ToolChoice.of(self.tool_choice, self.tool_dicts()).forces_call
+
+    def _text_format(self) -> dict | None:
+        """The constraint on the reply's text: `guided_json`, or `response_format` unless a tool call is forced.
+
+        As in OpenAI's API, `response_format` shapes the text a model writes, not a tool call: a forced call is
+        the whole reply, held to its tool's schema, and the format has nothing to apply to (the OpenAI Agents
+        SDK sends an agent's `output_type` with every request, `tool_choice="required"` ones included)."""
+        if self.guided_json is not None:
+            return {"type": "json_schema", "json_schema": {"name": "guided_json", "schema": self.guided_json}}
+        return None if self.forces_call() else self.response_format
 
 
 def error_body(
