@@ -32,8 +32,9 @@ from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from transformers import PretrainedConfig
 
-from ..models import LoadedModel, load_base_model
+from ..models import LoadedModel, ModelSpec, load_base_model
 from ..types import Datum, ModelInput, SampleResponse, SamplingParams
 from .adapters import AdapterBank
 from .constraints import ConstraintCompiler
@@ -161,6 +162,26 @@ class Engine:
     @property
     def max_context(self) -> int:
         return int(getattr(self.loaded.model.config, "max_position_embeddings", 4096))
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        """Where the base model came from (catalogue name or path, and its kind)."""
+        return self.loaded.spec
+
+    @property
+    def model_config(self) -> PretrainedConfig:
+        """The base model's transformers config."""
+        return self.loaded.model.config
+
+    @property
+    def model_dir(self) -> str:
+        """The base model's `name_or_path`: the directory its weights and tokenizer were read from."""
+        return str(self.loaded.model.name_or_path)
+
+    @property
+    def linear_groups(self) -> dict[str, set[str]]:
+        """The base model's linear layers by the group adapters train them in ('attn', 'mlp', 'unembed')."""
+        return self.bank.linear_groups
 
     @property
     def _merge(self) -> bool:
