@@ -298,3 +298,20 @@ def test_where_the_kernel_cannot_be_built_the_reason_is_logged_and_onednn_multip
     finally:
         monkeypatch.undo()
         kernel._library.cache_clear()
+
+
+def test_the_attention_limits_reach_the_c_only_from_the_python(tmp_path):
+    """cpu_kernels.c defines no limits of its own: it is built with ATTENTION_LIMITS, and refuses to build without."""
+    source = kernel._SOURCE.read_text()
+    assert "#define MAX_GROUP" not in source and "#define MAX_HEAD_DIM" not in source
+    limits = kernel.ATTENTION_LIMITS
+    assert {f"-DMAX_GROUP={limits['group']}", f"-DMAX_HEAD_DIM={limits['head_dim']}"} <= set(kernel._FLAGS)
+    if kernel._unsupported() is not None:
+        pytest.skip(kernel._unsupported())
+    import subprocess
+
+    bare = [flag for flag in kernel._FLAGS if not flag.startswith("-D")]
+    built = subprocess.run(
+        [kernel._compiler(), *bare, "-fsyntax-only", str(kernel._SOURCE)], capture_output=True, text=True
+    )
+    assert built.returncode != 0 and "ATTENTION_LIMITS" in built.stderr

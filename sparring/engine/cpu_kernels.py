@@ -60,7 +60,21 @@ from ..models.catalogue import sparring_home
 log = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("cpu_kernels.c")
-_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
+
+# What `decode_attention` holds per query group on its stack: the build passes them to the C as MAX_GROUP and
+# MAX_HEAD_DIM, and the decoder runs the kernel only within them.
+ATTENTION_LIMITS = {"group": 16, "head_dim": 256}
+
+_FLAGS = [
+    "-O3",
+    "-mavx2",
+    "-mfma",
+    "-fopenmp",
+    "-shared",
+    "-fPIC",
+    f"-DMAX_GROUP={ATTENTION_LIMITS['group']}",
+    f"-DMAX_HEAD_DIM={ATTENTION_LIMITS['head_dim']}",
+]
 
 
 def available() -> bool:
@@ -92,10 +106,6 @@ def rms_norm(x: torch.Tensor, weight_I: torch.Tensor, eps: float) -> torch.Tenso
     out_M_I = torch.empty_like(x_M_I)
     _library().rms_norm(x_M_I.data_ptr(), weight_I.data_ptr(), out_M_I.data_ptr(), len(x_M_I), x_M_I.shape[1], eps)
     return out_M_I.view(x.shape)
-
-
-# What `decode_attention` holds per query group on its stack (cpu_kernels.c's MAX_GROUP, MAX_HEAD_DIM).
-ATTENTION_LIMITS = {"group": 16, "head_dim": 256}
 
 
 def decode_attention(
