@@ -142,9 +142,14 @@ class MovedAlgorithmKeys(ConfigRecord):
         given = self.moved_values()
         if given and not self._noted:
             self._noted = True
-            renamed = ", ".join(f"algorithm.{old} -> {'.'.join(MOVED_KEYS[old])}" for old in given)
-            log.warning("deprecated config keys, read until the next release; write them as %s", renamed)
+            note_moved_keys(list(given))
         return self
+
+
+def note_moved_keys(old_keys: list[str]) -> None:
+    """Log the one line that says the old `algorithm:` keys `old_keys` are deprecated and names their new keys."""
+    renamed = ", ".join(f"algorithm.{old} -> {'.'.join(MOVED_KEYS[old])}" for old in old_keys)
+    log.warning("deprecated config keys, read until the next release; write them as %s", renamed)
 
 
 def move_into_sections(algorithm: MovedAlgorithmKeys, sections: dict[str, ConfigRecord]) -> dict[str, ConfigRecord]:
