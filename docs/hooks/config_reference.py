@@ -119,7 +119,8 @@ def record_markdown(section: RecordSection) -> str:
     # Two columns, the key over its type, bounds and default, so the text column keeps room at 1280 px.
     lines += ["| YAML key: type, bounds, default | what it is for |", "| --- | --- |"]
     prefix = section.prefixes[0]
-    for name, info in record.model_fields.items():
+    deprecated_last = sorted(record.model_fields.items(), key=lambda item: item[1].description.startswith("Deprecated"))
+    for name, info in deprecated_last:
         key = f"{prefix}.{name}" if prefix else name
         kind = " ".join(filter(None, [f"`{type_text(info.annotation)}`", bounds_text(info)]))
         lines.append(f"| `{key}`<br>{kind}<br>default {default_text(info)} | {prose(info.description)} |")

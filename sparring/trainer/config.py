@@ -170,7 +170,7 @@ class TunerModelConfig(ConfigRecord):
         }
 
 
-class AlgorithmConfig(MovedAlgorithmKeys):
+class AlgorithmConfig(ConfigRecord, MovedAlgorithmKeys):
     """The RL algorithm: advantage estimation, loss, optimizer and rollout budget."""
 
     algorithm_type: str = "multi_step_grpo"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from ..runner_defaults import EPISODE_TIMEOUT_S, ERROR_REWARD, MAX_CONCURRENCY
 from .config_limits import (
@@ -111,8 +111,9 @@ def _moved(old: str) -> str:
     return f"Deprecated, read until the next release: write `{section}.{key}` instead."
 
 
-class MovedAlgorithmKeys(ConfigRecord):
-    """The old `algorithm:` keys of the run's mechanics (`MOVED_KEYS`), still accepted; None when not given."""
+class MovedAlgorithmKeys(BaseModel):
+    """The old `algorithm:` keys of the run's mechanics (`MOVED_KEYS`), still accepted; None when not given. A part of
+    `AlgorithmConfig` (the `ConfigRecord`), not a section of its own."""
 
     runner: Backend | None = Field(default=None, exclude=True, description=_moved("runner"))
     ray_address: str | None = Field(default=None, exclude=True, description=_moved("ray_address"))
