@@ -45,6 +45,7 @@ def test_old_keys_in_yaml_land_in_their_sections_with_one_line_naming_the_new_ke
     saved = yaml.safe_load(dump_config(config, tmp_path / "saved.yaml").read_text())
     assert not set(saved["algorithm"]) & set(MOVED_KEYS), "the saved config writes the new keys only"
     assert saved["checkpoints"]["interval_steps"] == 3 and saved["runner"]["episode_timeout_s"] == 42.0
+    assert load_config_file(tmp_path / "saved.yaml") == config, "the old keys leave nothing behind in `algorithm`"
 
 
 def test_old_keyword_arguments_of_algorithm_config_keep_working(caplog):

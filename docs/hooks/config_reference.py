@@ -14,7 +14,7 @@ import json
 import re
 import types
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel
@@ -72,6 +72,8 @@ def type_text(annotation: Any) -> str:
         return "Any"
     if origin is Literal:
         return " | ".join(repr(arg) for arg in args)
+    if origin is Annotated:  # a bounded type inside a union (an old key's `Steps | None`): the type, bounds apart
+        return type_text(args[0])
     if origin in (Union, types.UnionType):
         return " | ".join(type_text(arg) for arg in args)
     if origin is not None:

@@ -354,6 +354,8 @@ class TuneConfig(ConfigRecord):
         sections = {"runner": self.runner, "evaluation": self.evaluation, "checkpoints": self.checkpoints}
         for name, record in move_into_sections(self.algorithm, sections).items():
             setattr(self, name, record)
+        if self.algorithm.moved_values():
+            self.algorithm = self.algorithm.without_moved_keys()  # the values live in the sections now
         for name in self.baselines:
             if not _MODEL_NAME_PATTERN.match(name) or name in ("untrained", "trained"):
                 raise ValueError(

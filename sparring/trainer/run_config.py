@@ -138,6 +138,11 @@ class MovedAlgorithmKeys(BaseModel):
             and (getattr(self, old) is not None or SECTIONS[section].model_fields[key].default is None)
         }
 
+    def without_moved_keys(self) -> MovedAlgorithmKeys:
+        """A copy with the old keys unset (once `TuneConfig` has moved their values into the sections)."""
+        kept = {name: value for name, value in self.__dict__.items() if name not in MOVED_KEYS}
+        return type(self).model_construct(_fields_set=self.model_fields_set - set(MOVED_KEYS), **kept)
+
     @model_validator(mode="after")
     def _deprecation_note(self) -> MovedAlgorithmKeys:
         given = self.moved_values()
