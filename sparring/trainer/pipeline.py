@@ -137,7 +137,7 @@ class RolloutPipeline:
     def version_of(self, step: int) -> int:
         """The weights version that samples the rollout of `step`: `max_staleness` behind, never before an
         evaluation step."""
-        interval = self.algorithm.eval_interval_steps if self.sequence.held_out.evaluates else 0
+        interval = self.sequence.run.config.evaluation.interval_steps if self.sequence.held_out.evaluates else 0
         last_evaluation = step - step % interval if interval else 0
         return max(step - self.algorithm.max_staleness, last_evaluation, self.oldest_version)
 
