@@ -32,7 +32,7 @@ def train(
     eval_tasks: int | None = typer.Option(
         None,
         "--eval-tasks",
-        help="Evaluate on at most this many held-out tasks (the same as --set algorithm.eval_tasks=N).",
+        help="Evaluate on at most this many held-out tasks (the same as --set evaluation.max_tasks=N).",
     ),
     conf: Path | None = typer.Option(
         None,
@@ -68,7 +68,7 @@ def train(
             )
             raise typer.Exit(2)
         config = resume / "config.yaml"
-    shortcuts = {"train_dataset.total_steps": steps, "algorithm.eval_tasks": eval_tasks}
+    shortcuts = {"train_dataset.total_steps": steps, "evaluation.max_tasks": eval_tasks}
     overrides = [*overrides, *(f"{field}={value}" for field, value in shortcuts.items() if value is not None)]
     if config is None:
         typer.echo(f"error: give a config file or a game's name ({', '.join(GAMES)}), or --resume RUN_DIR", err=True)
