@@ -307,13 +307,16 @@ class RunLoop:
 
     def _forget_before(self, version: int) -> bool:
         """Drop the versions older than `version` (no later rollout samples them) that the latest checkpoint does not
-        name, and delete their saved weights unless a snapshot opponent uses them (in play, in a resume point, or in
-        the latest checkpoint); True when it deleted any."""
+        name, and delete their saved weights unless a snapshot opponent or a league snapshot uses them (in play, in a
+        resume point, or in the latest checkpoint); True when it deleted any."""
         deleted = False
         in_play = {snapshot.path for snapshot in self.models.snapshots.values()} | self._checkpointed_snapshots
-        in_play |= {
-            snapshot["path"] for point in self.sequence.points.reached.values() for snapshot in point.snapshots.values()
-        }
+        league = self.models.league
+        in_play |= {snapshot.path for snapshot in league.snapshots} if league is not None else set()
+        for point in self.sequence.points.reached.values():
+            in_play |= {
+                snapshot["path"] for snapshot in [*point.snapshots.values(), *point.league.get("snapshots", [])]
+            }
         for old in [v for v in self.versions if v < version and v not in self._checkpointed]:
             frozen = self.versions.pop(old)
             self._ready.pop(old, None)
