@@ -119,8 +119,6 @@ def main() -> None:
             batch_size=2,
             learning_rate=1e-4,
             drop_zero_variance_groups=False,
-            save_interval_steps=0,
-            eval_interval_steps=0,
         ),
         run_dir=args.run_dir,
         logging=LoggingConfig(tensorboard=False),

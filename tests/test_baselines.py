@@ -40,6 +40,7 @@ from sparring.logging import read_metrics
 from sparring.rollout import EpisodeRecorder, as_episode_fn, recording, run_episodes
 from sparring.rollout.runner import RunnerSettings
 from sparring.trainer import ConfigError, TuneConfig, load_train_and_eval_tasks
+from sparring.trainer.config_names import check_names
 from sparring.trainer.evaluation import estimates_of
 
 QUIET = LoggingConfig(console=False, tensorboard=False, save_rollouts=False)
@@ -392,7 +393,7 @@ def test_baselines_in_the_config_are_checked_when_it_is_built():
         ("sparring.envs.guess_number.rules:RULES", "baselines.b: .*is a str, not a policy function"),
     ]:
         with pytest.raises(ConfigError, match=message):
-            TuneConfig(baselines={"b": bad})
+            check_names(TuneConfig(baselines={"b": bad}))
     with pytest.raises(ConfigError, match="baselines.trained: .*not 'untrained' or 'trained'"):
         TuneConfig(baselines={"trained": "sparring.envs.guess_number:binary_search"})
 

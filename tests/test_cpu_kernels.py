@@ -298,3 +298,57 @@ def test_where_the_kernel_cannot_be_built_the_reason_is_logged_and_onednn_multip
     finally:
         monkeypatch.undo()
         kernel._library.cache_clear()
+
+
+def test_the_declared_kernel_parameters_are_the_cs_and_ctypes_takes_them_from_the_declaration():
+    source = kernel._SOURCE.read_text()
+    assert kernel.prototype_mismatches(source) == []
+    added = source.replace("long slot, float scale", "long slot, long extra, float scale")
+    retyped = source.replace("long M, long N, long K, int threads", "long M, long N, int K, int threads")
+    renamed = source.replace("void rotary(", "void rotate(")
+    (layer,) = kernel.prototype_mismatches(added)
+    assert layer.startswith("decode_layer takes (") and "long extra" in layer
+    (matmul,) = kernel.prototype_mismatches(retyped)
+    assert matmul.startswith("row_matmul takes (") and "int K" in matmul
+    assert kernel.prototype_mismatches(renamed) == [
+        "rotary is declared in KERNEL_PARAMETERS but not defined",
+        "rotate is defined but not declared in KERNEL_PARAMETERS",
+    ]
+    if kernel.available():
+        for name, parameters in kernel.KERNEL_PARAMETERS.items():
+            assert len(getattr(kernel._library(), name).argtypes) == len(parameters.split(","))
+
+
+def test_a_source_that_disagrees_with_the_declaration_turns_the_kernels_off_with_the_reason(
+    tmp_path, monkeypatch, caplog
+):
+    changed = tmp_path / "cpu_kernels.c"
+    changed.write_text(kernel._SOURCE.read_text().replace("long M, long K, float eps)", "long M, float eps)"))
+    monkeypatch.setattr(kernel, "_SOURCE", changed)
+    monkeypatch.setenv("SPARRING_HOME", str(tmp_path / "home"))
+    kernel._library.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger=kernel.__name__):
+            assert not kernel.available()
+        assert "cpu_kernels.c and KERNEL_PARAMETERS disagree: rms_norm takes (" in caplog.text
+        assert not (tmp_path / "home" / "kernels").exists()  # refused before anything was built
+    finally:
+        monkeypatch.undo()
+        kernel._library.cache_clear()
+
+
+def test_the_attention_limits_reach_the_c_only_from_the_python(tmp_path):
+    """cpu_kernels.c defines no limits of its own: it is built with ATTENTION_LIMITS, and refuses to build without."""
+    source = kernel._SOURCE.read_text()
+    assert "#define MAX_GROUP" not in source and "#define MAX_HEAD_DIM" not in source
+    limits = kernel.ATTENTION_LIMITS
+    assert {f"-DMAX_GROUP={limits['group']}", f"-DMAX_HEAD_DIM={limits['head_dim']}"} <= set(kernel._FLAGS)
+    if kernel._unsupported() is not None:
+        pytest.skip(kernel._unsupported())
+    import subprocess
+
+    bare = [flag for flag in kernel._FLAGS if not flag.startswith("-D")]
+    built = subprocess.run(
+        [kernel._compiler(), *bare, "-fsyntax-only", str(kernel._SOURCE)], capture_output=True, text=True
+    )
+    assert built.returncode != 0 and "ATTENTION_LIMITS" in built.stderr

@@ -31,6 +31,7 @@ from sparring.logging import read_metrics
 from sparring.rollout.types import Episode, Timeline
 from sparring.server import create_app
 from sparring.trainer import ConfigError, TuneConfig
+from sparring.trainer.config_names import check_names
 from sparring.types import Datum, ModelInput
 
 LOSS = "custom_algorithms:plain_policy_gradient"
@@ -87,15 +88,16 @@ def test_a_loss_spec_by_import_path_brings_its_own_config_keys():
     config = TuneConfig(
         algorithm={"loss_fn": "custom_algorithms:scaled_policy_gradient", "loss_fn_config": {"scale": 2.0}}
     )
+    check_names(config)
     assert config.algorithm.loss_fn_config == {"scale": 2.0}
     with pytest.raises(
         ConfigError,
         match=r"algorithm\.loss_fn_config: loss_fn_config keys \['scale'\] are not used by "
         r"'custom_algorithms:plain_policy_gradient'",
     ):
-        TuneConfig(algorithm={"loss_fn": LOSS, "loss_fn_config": {"scale": 2.0}})
-    TuneConfig(
-        algorithm={"loss_fn": LOSS, "loss_fn_config": {"entropy_coef": 0.01}}
+        check_names(TuneConfig(algorithm={"loss_fn": LOSS, "loss_fn_config": {"scale": 2.0}}))
+    check_names(
+        TuneConfig(algorithm={"loss_fn": LOSS, "loss_fn_config": {"entropy_coef": 0.01}})
     )  # the entropy term rides along any RL loss
 
 
@@ -143,7 +145,7 @@ def test_a_loss_spec_by_import_path_brings_its_own_config_keys():
 )
 def test_a_bad_import_path_is_a_config_error_naming_the_field_and_the_problem(field, path, problem):
     with pytest.raises(ConfigError) as caught:
-        TuneConfig(algorithm={field: path})
+        check_names(TuneConfig(algorithm={field: path}))
     message = str(caught.value)
     assert message.startswith(f"algorithm.{field}: ") and problem in message and "\n" not in message, message
 
@@ -157,11 +159,13 @@ def test_a_custom_loss_cannot_train_on_a_tinker_service():
 
 
 def test_what_a_custom_function_returns_is_checked_where_it_is_used():
-    TuneConfig(
-        algorithm={
-            "loss_fn": "custom_algorithms:summed_loss",
-            "algorithm_type": "custom_algorithms:one_number_estimator",
-        }
+    check_names(
+        TuneConfig(
+            algorithm={
+                "loss_fn": "custom_algorithms:summed_loss",
+                "algorithm_type": "custom_algorithms:one_number_estimator",
+            }
+        )
     )
     logprobs_M = torch.tensor([-1.0, -2.0, -0.5])
     inputs = {

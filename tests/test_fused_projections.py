@@ -93,3 +93,28 @@ def test_packed_weights_follow_merges_and_match_the_weights_themselves(tiny_mode
         packed, plain = engine.call(lambda: sample(True)).result(), engine.call(lambda: sample(False)).result()
         assert [token for token, _ in packed] == [token for token, _ in plain]
         torch.testing.assert_close([lp for _, lp in packed], [lp for _, lp in plain], rtol=0, atol=1e-4)
+
+
+def test_the_engine_decides_its_decoder_path_once_and_sampling_and_merging_follow_it(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    from sparring.engine import decoder as decoder_module
+
+    client = ServiceClient(base_dir=tmp_path).create_lora_training_client(str(tiny_model_dir), rank=4, seed=3)
+    engine = client.engine
+    path = engine.decoder_path
+    assert path.fast and path.folds_adapter == decoder_module.packable([torch.zeros(1)])
+    assert engine._merge == (not path.folds_adapter and engine.loaded.dtype == torch.float32)
+
+    def asked_again(*args):
+        raise AssertionError("the decoder path was decided again")
+
+    built, build = [], decoder_module.DecoderPath.build
+    monkeypatch.setattr(decoder_module.FastDecoder, "supports", staticmethod(asked_again))
+    monkeypatch.setattr(
+        decoder_module.DecoderPath, "build", lambda self, model: built.append(self) or build(self, model)
+    )
+    sampler = client.save_weights_and_get_sampling_client("decided")
+    params = types.SamplingParams(max_tokens=2, seed=1)
+    assert len(sampler.sample(types.ModelInput.from_ints([5, 9, 13]), 1, params).result(timeout=60).sequences) == 1
+    assert built == [path]

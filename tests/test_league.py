@@ -29,6 +29,7 @@ from sparring.integrations import TunerHandle
 from sparring.logging import read_metrics, render_report
 from sparring.rollout import PolicyChatModel, RunnerSettings, ScriptedChatModel, as_episode_fn, run_episodes
 from sparring.trainer import ConfigError, TuneConfig
+from sparring.trainer.config_names import check_names
 from sparring.trainer.league import LEAGUE_TASK_KEY, League
 from sparring.trainer.league_config import LeagueConfig
 
@@ -126,7 +127,7 @@ def test_the_entropy_bonus_is_a_term_off_by_default_and_only_on_trained_tokens()
     with pytest.raises(ValueError, match="a term added to a loss"):
         get_loss("entropy_bonus")
     with pytest.raises(ConfigError, match="loss_fn 'entropy_bonus'"):
-        AlgorithmConfig(loss_fn="entropy_bonus")
+        check_names(TuneConfig(algorithm=AlgorithmConfig(loss_fn="entropy_bonus")))
 
 
 def test_the_learner_adds_the_entropy_bonus_when_its_coefficient_is_set(tiny_model_dir, tmp_path):
@@ -169,7 +170,7 @@ def test_training_rollouts_sample_at_the_temperature_floor_or_above():
 )
 def test_a_bad_league_is_a_config_error_naming_the_field(league, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-        TuneConfig.from_dict({"league": league})
+        check_names(TuneConfig.from_dict({"league": league}))
 
 
 def test_a_league_needs_the_local_runner_and_works_at_any_staleness():

@@ -355,3 +355,34 @@ def test_a_frozen_model_continues_its_own_sampled_tokens_across_calls(policy_and
     for (prompt, reply), (next_prompt, _) in zip(prompts, prompts[1:], strict=False):
         assert next_prompt[: len(prompt) + len(reply)] == prompt + reply
     assert [timeline.agent for timeline in episodes[0].timelines] == ["policy"]  # still never trained
+
+
+def test_an_openai_chat_model_keeps_one_client_across_calls(monkeypatch):
+    import pickle
+    from types import SimpleNamespace
+
+    from sparring.rollout import OpenAIChatModel
+
+    made = []
+
+    class FakeClient:
+        def __init__(self, **options):
+            made.append(options)
+            self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+        async def create(self, model, messages, **options):
+            message = SimpleNamespace(model_dump=lambda exclude_none: {"role": "assistant", "content": "hi"})
+            return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason="stop")], usage=None)
+
+    monkeypatch.setattr(openai, "AsyncOpenAI", FakeClient)
+    model = OpenAIChatModel(model="m", base_url="http://127.0.0.1:1/v1")
+
+    async def three_calls():
+        return [(await model([{"role": "user", "content": "hello"}])).content for _ in range(3)]
+
+    assert asyncio.run(three_calls()) == ["hi"] * 3
+    assert made == [{"base_url": "http://127.0.0.1:1/v1", "api_key": "EMPTY"}]
+    assert asyncio.run(three_calls()) == ["hi"] * 3  # a new event loop: the old client's connections died with it
+    assert len(made) == 2
+    shipped = pickle.loads(pickle.dumps(model))  # to a worker, without its client
+    assert "_client_on_loop" not in vars(shipped) and shipped.base_url == model.base_url

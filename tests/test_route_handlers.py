@@ -3,19 +3,20 @@ bare app (no `create_app`, no other route), and answers as it does inside the se
 
 import asyncio
 import json
+from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import Depends, FastAPI
 from starlette.requests import Request
 
-from sparring import ServiceClient, types
+from sparring import SamplingClient, ServiceClient, types
 from sparring.rollout import FrozenChatModel
 from sparring.server.openai import routes as openai_routes
 from sparring.server.openai.chat_service import ChatService
 from sparring.server.openai.served_models import ServedModels
 from sparring.server.provided import Provide
-from sparring.server.tinker import FutureStore, TinkerService, WireError
+from sparring.server.tinker import FutureStore, TinkerService, WireError, wire
 from sparring.server.tinker import routes as tinker_routes
 
 PROMPT = [5, 9, 13, 17, 21]
@@ -132,3 +133,37 @@ def test_a_handler_mounted_without_its_service_names_the_fix():
         RuntimeError, match=r"no 'chat_service' on this request; mount the route with dependencies=\[Depends\(Provide"
     ):
         asyncio.run(listed())
+
+
+class EngineSurface:
+    """An engine whose internals (`loaded`, `bank`) are off limits: only its public surface answers."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def __getattr__(self, name):
+        if name in ("loaded", "bank"):
+            raise AssertionError(f"the Tinker service reached into engine.{name}")
+        return getattr(self._engine, name)
+
+
+def test_the_tinker_service_asks_its_client_and_never_reaches_into_the_engine(tiny_model_dir, service, monkeypatch):
+    base = service.create_sampling_client(base_model=str(tiny_model_dir))
+    guarded = SamplingClient(EngineSurface(base.engine), None, base.base_model)
+    monkeypatch.setattr(service, "create_sampling_client", lambda **options: guarded)
+    tinker = TinkerService(str(tiny_model_dir), service, FutureStore(), served_names=["tiny"])
+    same_model = f"{tiny_model_dir}/."  # another spelling of the served model's path
+    assert tinker.check_base_model(same_model) == same_model
+
+    async def scenario():
+        session_id = (await tinker_routes.create_session(request_of({"sdk_version": "test"}), tinker))["session_id"]
+        request = {"session_id": session_id, "model_seq_id": 0, "base_model": "tiny", "lora_config": {"rank": 2}}
+        model_id = tinker.create_model(wire.CreateModelRequest(**request))["model_id"]
+        info = await tinker.get_info(model_id)
+        client = await tinker.model(model_id).lane.client
+        return info, client.save_state("surface").result(timeout=60).path
+
+    info, saved = asyncio.run(scenario())
+    assert info["model_data"]["tokenizer_id"] == base.engine.model_dir and info["lora_rank"] == 2
+    assert info["model_data"]["arch"] == base.engine.model_config.model_type
+    assert tinker._lora_shape(Path(saved))["rank"] == 2

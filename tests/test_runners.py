@@ -1,4 +1,4 @@
-"""The runner registry: `algorithm.runner` names exactly the runners there are, 'local' plays in this process, a
+"""The runner registry: `runner.backend` names exactly the runners there are, 'local' plays in this process, a
 name that is none fails naming the choices, and Ray stays an optional extra (never imported unless chosen)."""
 
 import subprocess
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparring import AlgorithmConfig
+from sparring import RunnerConfig
 from sparring.rollout import as_episode_fn
 from sparring.rollout.player import play_in_process
 from sparring.runners import RUNNERS, make_player
@@ -22,21 +22,21 @@ async def workflow(task, model, auxiliary_models):
 
 @dataclass
 class Choice:
-    runner: str
+    backend: str
     ray_address: str | None = None
     ray_num_cpus: float = 1.0
 
 
 def test_the_config_names_every_runner_and_no_other():
-    assert set(typing.get_args(AlgorithmConfig.model_fields["runner"].annotation)) == set(RUNNERS)
+    assert set(typing.get_args(RunnerConfig.model_fields["backend"].annotation)) == set(RUNNERS)
 
 
 def test_local_plays_in_process():
-    assert make_player(AlgorithmConfig(runner="local"), as_episode_fn(workflow)) is play_in_process
+    assert make_player(RunnerConfig(backend="local"), as_episode_fn(workflow)) is play_in_process
 
 
 def test_an_unknown_runner_names_the_runners_there_are():
-    with pytest.raises(ValueError, match="algorithm.runner: no runner 'slurm'; use one of 'local', 'ray'"):
+    with pytest.raises(ValueError, match="runner.backend: no runner 'slurm'; use one of 'local', 'ray'"):
         make_player(Choice("slurm"), as_episode_fn(workflow))
 
 
@@ -54,15 +54,15 @@ def test_ray_is_imported_only_when_chosen():
         sys.meta_path.insert(0, NoRay())
         from sparring.rollout import as_episode_fn
         from sparring.runners import make_player
-        from sparring.trainer.config import AlgorithmConfig
+        from sparring.trainer.config import RunnerConfig
 
         async def workflow(task, model, auxiliary_models):
             return None
 
-        make_player(AlgorithmConfig(runner="local"), as_episode_fn(workflow))
+        make_player(RunnerConfig(backend="local"), as_episode_fn(workflow))
         assert not any(name == "ray" or name.startswith("ray.") for name in sys.modules), "ray was imported"
         try:
-            make_player(AlgorithmConfig(runner="ray"), as_episode_fn(workflow))
+            make_player(RunnerConfig(backend="ray"), as_episode_fn(workflow))
         except ImportError as error:
             print(error)
         """
@@ -75,6 +75,4 @@ def test_ray_is_imported_only_when_chosen():
         cwd=Path(__file__).resolve().parent.parent,
     )
     assert done.returncode == 0, done.stderr
-    assert (
-        done.stdout.strip() == "algorithm.runner 'ray' needs Ray, which is not installed: pip install 'sparring[ray]'"
-    )
+    assert done.stdout.strip() == "runner.backend 'ray' needs Ray, which is not installed: pip install 'sparring[ray]'"

@@ -20,6 +20,7 @@ from sparring import (
 )
 from sparring.logging import read_metrics
 from sparring.trainer import ConfigError, TuneConfig
+from sparring.trainer.config_names import check_names
 
 TASKS = [{"topic": f"topic {i}"} for i in range(4)]
 EVAL_TASKS = [{"topic": "held out"}]
@@ -132,5 +133,5 @@ def test_a_config_names_a_hook_by_import_path_and_tune_adds_its_own(tiny_model_d
 )
 def test_a_bad_hook_in_a_config_is_a_config_error_naming_it(path, message):
     with pytest.raises(ConfigError, match=message) as raised:
-        TuneConfig.from_dict({"step_hooks": [path]})
+        check_names(TuneConfig.from_dict({"step_hooks": [path]}))
     assert "\n" not in str(raised.value)

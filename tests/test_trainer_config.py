@@ -10,6 +10,7 @@ import yaml
 
 from sparring.trainer.config import AlgorithmConfig, DatasetConfig, TuneConfig, TunerModelConfig
 from sparring.trainer.config_file import apply_overrides, dump_config, load_config_file
+from sparring.trainer.config_names import check_names
 from sparring.trainer.imports import import_object, importable_path
 from sparring.trainer.job import Job
 from sparring.trainer.schema import ConfigError
@@ -88,7 +89,7 @@ def test_eval_fraction_conflicts_with_eval_dataset():
 
 def test_loss_fn_config_keys_are_checked_against_the_loss():
     with pytest.raises(ConfigError, match=r"algorithm\.loss_fn_config: .*'clip_low_threshold'"):
-        TuneConfig(algorithm={"loss_fn_config": {"epsilon": 0.2}})
+        check_names(TuneConfig(algorithm={"loss_fn_config": {"epsilon": 0.2}}))
     assert AlgorithmConfig(loss_fn="cispo", loss_fn_config={"clip_high_threshold": 1.5}).loss_fn_config == {
         "clip_high_threshold": 1.5
     }

@@ -91,4 +91,4 @@ def test_os_exit_ending_the_run_in_process_is_documented_with_the_runner_that_co
     it ends only the episode's worker (tests/test_ray_runner.py shows that)."""
     docs = (Path(__file__).parent.parent / "docs" / "run-outputs.md").read_text()
     said = docs[docs.index("`os._exit(...)`") - 200 :][:1200]
-    assert "ends the whole run" in said and "algorithm.runner: ray" in said and "WorkerCrashedError" in said, said
+    assert "ends the whole run" in said and "runner.backend: ray" in said and "WorkerCrashedError" in said, said

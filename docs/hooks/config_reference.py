@@ -14,7 +14,7 @@ import json
 import re
 import types
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel
@@ -72,6 +72,8 @@ def type_text(annotation: Any) -> str:
         return "Any"
     if origin is Literal:
         return " | ".join(repr(arg) for arg in args)
+    if origin is Annotated:  # a bounded type inside a union (an old key's `Steps | None`): the type, bounds apart
+        return type_text(args[0])
     if origin in (Union, types.UnionType):
         return " | ".join(type_text(arg) for arg in args)
     if origin is not None:
@@ -119,7 +121,8 @@ def record_markdown(section: RecordSection) -> str:
     # Two columns, the key over its type, bounds and default, so the text column keeps room at 1280 px.
     lines += ["| YAML key: type, bounds, default | what it is for |", "| --- | --- |"]
     prefix = section.prefixes[0]
-    for name, info in record.model_fields.items():
+    deprecated_last = sorted(record.model_fields.items(), key=lambda item: item[1].description.startswith("Deprecated"))
+    for name, info in deprecated_last:
         key = f"{prefix}.{name}" if prefix else name
         kind = " ".join(filter(None, [f"`{type_text(info.annotation)}`", bounds_text(info)]))
         lines.append(f"| `{key}`<br>{kind}<br>default {default_text(info)} | {prose(info.description)} |")

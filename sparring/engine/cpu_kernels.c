@@ -132,8 +132,10 @@ void rms_norm(const float* x, const float* weight, float* y, long M, long K, flo
  * tokens (the last slot, the query's own, always counts). q [B, H, D] and out [B, H, D] contiguous; keys and values
  * [B, H_kv, S, D] (S >= length); valid [B, S]. Query head h reads key head h / (H / H_kv). One pass over the slots
  * with a running maximum (softmax rescaled as it grows), each key and value read once for its group's query heads. */
-#define MAX_GROUP 16
-#define MAX_HEAD_DIM 256
+/* MAX_GROUP and MAX_HEAD_DIM come from the build (cpu_kernels.py's ATTENTION_LIMITS, passed as -D flags). */
+#if !defined(MAX_GROUP) || !defined(MAX_HEAD_DIM)
+#error "build with -DMAX_GROUP=... -DMAX_HEAD_DIM=... (cpu_kernels.py passes ATTENTION_LIMITS)"
+#endif
 void decode_attention(const float* q, const float* keys, const float* values, const unsigned char* valid, float* out,
                       long B, long H, long H_kv, long S, long D, long length, float scale, int threads) {
     long group = H / H_kv;

@@ -37,6 +37,10 @@ runs dozens of tiny ops whose every call costs more than its arithmetic.
   `sparring_home()/kernels` (~1 s). Where there is no x86 AVX2 CPU or no
   compiler, or the build fails, the sampler keeps oneDNN's packed copies and
   torch's ops, and the reason is logged once.
+- `KERNEL_PARAMETERS`: every kernel's C parameters, declared once; ctypes
+  takes the argument lists from it, and the source's definitions are checked
+  against it before the build (`prototype_mismatches`: a difference turns the
+  kernels off, naming it). `ATTENTION_LIMITS` reach the C as -D flags.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -60,7 +65,63 @@ from ..models.catalogue import sparring_home
 log = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("cpu_kernels.c")
-_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
+
+# What `decode_attention` holds per query group on its stack: the build passes them to the C as MAX_GROUP and
+# MAX_HEAD_DIM, and the decoder runs the kernel only within them.
+ATTENTION_LIMITS = {"group": 16, "head_dim": 256}
+
+_FLAGS = [
+    "-O3",
+    "-mavx2",
+    "-mfma",
+    "-fopenmp",
+    "-shared",
+    "-fPIC",
+    f"-DMAX_GROUP={ATTENTION_LIMITS['group']}",
+    f"-DMAX_HEAD_DIM={ATTENTION_LIMITS['head_dim']}",
+]
+
+# Every kernel cpu_kernels.c exports, with its parameters as the C defines them: the one declaration of their
+# argument lists. ctypes takes each kernel's argtypes from it, and loading the library first checks it against the
+# source's definitions (`prototype_mismatches`), so an argument added, dropped or retyped on either side turns the
+# kernels off with the difference named instead of passing misread arguments.
+KERNEL_PARAMETERS = {
+    "row_matmul": "const float* x, const float* w, const float* bias, float* y, long M, long N, long K, int threads",
+    "rms_norm": "const float* x, const float* weight, float* y, long M, long K, float eps",
+    "decode_attention": (
+        "const float* q, const float* keys, const float* values, const unsigned char* valid, float* out, long B, "
+        "long H, long H_kv, long S, long D, long length, float scale, int threads"
+    ),
+    "decode_layer": (
+        "float* hidden, long B, long E, const float* input_norm, const float* post_norm, float eps, "
+        "const float* w_qkv, const float* b_qkv, const float* w_o, const float* b_o, const float* w_gate_up, "
+        "const float* b_gate_up, const float* w_down, const float* b_down, long I, const float* cos, "
+        "const float* sin, float* keys, float* values, const unsigned char* valid, long H, long H_kv, long S, "
+        "long D, long slot, float scale, float* scratch, int threads"
+    ),
+    "rms_norm_rows": (
+        "const float* x, const float* weight, float* y, float* inverse, long M, long K, float eps, int threads"
+    ),
+    "rms_norm_backward": (
+        "const float* grad, const float* x, const float* weight, const float* inverse, float* grad_x, long M, long K, "
+        "int threads"
+    ),
+    "rotary": (
+        "const float* x, float* out, const float* cos, const float* sin, long B, long T, long H, long D, int inverse, "
+        "int threads"
+    ),
+    "silu_product_rows": "const float* gate, const float* up, float* out, long count, int threads",
+    "silu_product_backward": (
+        "const float* grad, const float* gate, const float* up, float* grad_gate, float* grad_up, long count, "
+        "int threads"
+    ),
+    "log_sum_exp_rows": "const float* x, float* out, long M, long V, int threads",
+    "target_logprob_gradient": (
+        "const float* x, const float* lse, const float* grad, const long* targets, float* out, long M, long V, "
+        "int threads"
+    ),
+}
+_SCALARS = {"long": ctypes.c_long, "int": ctypes.c_int, "float": ctypes.c_float}
 
 
 def available() -> bool:
@@ -92,10 +153,6 @@ def rms_norm(x: torch.Tensor, weight_I: torch.Tensor, eps: float) -> torch.Tenso
     out_M_I = torch.empty_like(x_M_I)
     _library().rms_norm(x_M_I.data_ptr(), weight_I.data_ptr(), out_M_I.data_ptr(), len(x_M_I), x_M_I.shape[1], eps)
     return out_M_I.view(x.shape)
-
-
-# What `decode_attention` holds per query group on its stack (cpu_kernels.c's MAX_GROUP, MAX_HEAD_DIM).
-ATTENTION_LIMITS = {"group": 16, "head_dim": 256}
 
 
 def decode_attention(
@@ -349,7 +406,7 @@ def _require_contiguous(**tensors: torch.Tensor | None) -> None:
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    reason = _unsupported()
+    reason = _unsupported() or _mismatch_reason()
     if reason is None:
         try:
             library = ctypes.CDLL(str(_built()))
@@ -358,41 +415,10 @@ def _library() -> ctypes.CDLL | None:
         except OSError as error:
             reason = f"could not build or load {_SOURCE.name}: {error}"
         else:
-            library.row_matmul.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3 + [ctypes.c_int]
-            library.rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 2 + [ctypes.c_float]
-            library.decode_attention.argtypes = (
-                [ctypes.c_void_p] * 5 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int]
-            )
-            pointer, size = ctypes.c_void_p, ctypes.c_long
-            library.decode_layer.argtypes = (
-                [pointer, size, size, pointer, pointer, ctypes.c_float]
-                + [pointer] * 8
-                + [size]
-                + [pointer] * 5
-                + [size] * 5
-                + [ctypes.c_float, pointer, ctypes.c_int]
-            )
-            library.rms_norm_rows.argtypes = [pointer] * 4 + [size] * 2 + [ctypes.c_float, ctypes.c_int]
-            library.rms_norm_backward.argtypes = [pointer] * 5 + [size] * 2 + [ctypes.c_int]
-            library.rotary.argtypes = [pointer] * 4 + [size] * 4 + [ctypes.c_int] * 2
-            library.silu_product_rows.argtypes = [pointer] * 3 + [size, ctypes.c_int]
-            library.silu_product_backward.argtypes = [pointer] * 5 + [size, ctypes.c_int]
-            library.log_sum_exp_rows.argtypes = [pointer] * 2 + [size] * 2 + [ctypes.c_int]
-            library.target_logprob_gradient.argtypes = [pointer] * 5 + [size] * 2 + [ctypes.c_int]
-            for function in (
-                library.row_matmul,
-                library.rms_norm,
-                library.decode_attention,
-                library.decode_layer,
-                library.rms_norm_rows,
-                library.rms_norm_backward,
-                library.rotary,
-                library.silu_product_rows,
-                library.silu_product_backward,
-                library.log_sum_exp_rows,
-                library.target_logprob_gradient,
-            ):
-                function.restype = None
+            for name, parameters in KERNEL_PARAMETERS.items():
+                kernel = getattr(library, name)
+                kernel.argtypes = [_ctype(parameter) for parameter in _split(parameters)]
+                kernel.restype = None
             return library
     log.warning(
         "sparring's CPU kernels are off (%s); decode steps run on oneDNN and torch's ops, and the "
@@ -400,6 +426,43 @@ def _library() -> ctypes.CDLL | None:
         reason,
     )
     return None
+
+
+def prototype_mismatches(source: str) -> list[str]:
+    """Where `KERNEL_PARAMETERS` and the kernels the C `source` exports (its non-static `void` functions) disagree:
+    one line per kernel missing on either side or defined with other parameters; empty when they agree."""
+    defined = {
+        name: _split(parameters)
+        for name, parameters in re.findall(r"^void\s+(\w+)\s*\(([^)]*)\)\s*\{", source, flags=re.MULTILINE)
+    }
+    problems = [
+        f"{name} is declared in KERNEL_PARAMETERS but not defined" for name in KERNEL_PARAMETERS if name not in defined
+    ]
+    problems += [
+        f"{name} is defined but not declared in KERNEL_PARAMETERS" for name in defined if name not in KERNEL_PARAMETERS
+    ]
+    for name, parameters in KERNEL_PARAMETERS.items():
+        if name in defined and _split(parameters) != defined[name]:
+            problems.append(
+                f"{name} takes ({', '.join(defined[name])}), KERNEL_PARAMETERS says ({', '.join(_split(parameters))})"
+            )
+    return problems
+
+
+def _mismatch_reason() -> str | None:
+    problems = prototype_mismatches(_SOURCE.read_text())
+    return f"{_SOURCE.name} and KERNEL_PARAMETERS disagree: {'; '.join(problems)}" if problems else None
+
+
+def _split(parameters: str) -> list[str]:
+    """C parameters, one string each, spaces normalised ("const float *x" and "const float* x" alike)."""
+    return [" ".join(part.replace("*", "* ").split()).replace(" *", "*") for part in parameters.split(",")]
+
+
+def _ctype(parameter: str) -> type:
+    """The ctypes type a C parameter is passed as: any pointer as void*, else its scalar type."""
+    kind = parameter.rsplit(" ", 1)[0]
+    return ctypes.c_void_p if kind.endswith("*") else _SCALARS[kind]
 
 
 def _unsupported() -> str | None:

@@ -19,10 +19,9 @@ logits, and `cache.keep_rows` to drop finished rows):
   gate/up, SiLU, no q/k norms) run each layer of a decode step in one call
   (`cpu_kernels.decode_layer`); with `cpu_kernels=False`, or where they
   cannot be built, oneDNN's packed copies and torch's ops (timings of each
-  path: benchmarks/README.md). Elsewhere (CUDA,
-  bfloat16, `pack_weights=False`) the
-  fused weights are made to lie back to back in one buffer once
-  (`_shared_buffer`), values unchanged, so a merged adapter, written into the
+  path: benchmarks/README.md). Elsewhere (CUDA, bfloat16, `pack_weights=False`)
+  the fused weights are made to lie back to back in one buffer once
+  (the `projections` module), values unchanged, so a merged adapter, written into the
   weights in place, lands in the fused weight too; there, on CPU, a few rows
   are projected as W @ x^T. A decode step builds its
   additive mask once, from the new slot only; queries and keys are rotated
@@ -31,35 +30,37 @@ logits, and `cache.keep_rows` to drop finished rows):
 - `HFDecoder` falls back to the model's own forward and `DynamicCache` for any
   other causal LM: slower, but general.
 
+`DecoderPath.of(model, ...)` decides once which of them runs (`make_decoder`).
+
 Every row's prompt ends in the same slot (padding goes before it, or between
 a prefix shared by all rows and the rest); `key_valid_B_S` masks the padding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import DynamicCache
 
 from ..models.cache_argument import cache_kwargs
-from .cpu_kernels import ATTENTION_LIMITS, DecodeLayerWeights, decode_attention, decode_layer, row_matmul
+from .cpu_kernels import ATTENTION_LIMITS, DecodeLayerWeights, decode_attention, decode_layer
 from .cpu_kernels import available as cpu_kernels_available
 from .cpu_kernels import rms_norm as kernel_rms_norm
-from .packed_weights import ProjectionWeights, packable, packed, packed_matmul
+from .packed_weights import packable
+from .projections import (
+    Packing,
+    Projection,
+    Projections,
+    RowProjection,
+    Split,
+    head_projection,
+    projection,
+    projections,
+)
 
 FAST_ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}
-
-Projection = Callable[[torch.Tensor], torch.Tensor]
-# Several linear layers applied to one input: their outputs, in order.
-Projections = Callable[[torch.Tensor], tuple[torch.Tensor, ...]]
-# Up to this many rows, CPU projections multiply W @ x^T (see `_projection`).
-_FEW_ROWS = 64
-# Bytes: where the CPU allocator starts every tensor, and where `_shared_buffer` wants weights to start.
-_ALIGNMENT = 64
 
 
 @dataclass
@@ -130,8 +131,8 @@ class FastDecoder:
         self.kernel_attention = (
             self.kernels and group <= ATTENTION_LIMITS["group"] and self.head_dim <= ATTENTION_LIMITS["head_dim"]
         )
-        self.packing = _Packing(rows=self.kernels) if pack_weights else None
-        self.lm_head = _head_projection(causal_lm.get_output_embeddings(), self.packing)
+        self.packing = Packing(rows=self.kernels) if pack_weights else None
+        self.lm_head = head_projection(causal_lm.get_output_embeddings(), self.packing)
         self.layers = [_LayerParts.of(layer, fuse_projections, self.packing) for layer in self.backbone.layers]
         kernel_layers = (
             [_kernel_layer(parts, config, self.head_dim) for parts in self.layers]
@@ -236,197 +237,31 @@ class _LayerParts:
     act_fn: torch.nn.Module
 
     @classmethod
-    def of(cls, layer: torch.nn.Module, fuse: bool, pack: _Packing | None) -> _LayerParts:
+    def of(cls, layer: torch.nn.Module, fuse: bool, pack: Packing | None) -> _LayerParts:
         attn, mlp = layer.self_attn, layer.mlp
         return cls(
             input_norm=layer.input_layernorm,
-            qkv_proj=_projections([attn.q_proj, attn.k_proj, attn.v_proj], fuse, pack),
-            o_proj=_projection(attn.o_proj, pack),
+            qkv_proj=projections([attn.q_proj, attn.k_proj, attn.v_proj], fuse, pack),
+            o_proj=projection(attn.o_proj, pack),
             q_norm=getattr(attn, "q_norm", None),
             k_norm=getattr(attn, "k_norm", None),
             scaling=attn.scaling,
             post_attention_norm=layer.post_attention_layernorm,
-            gate_up_proj=_projections([mlp.gate_proj, mlp.up_proj], fuse, pack),
-            down_proj=_projection(mlp.down_proj, pack),
+            gate_up_proj=projections([mlp.gate_proj, mlp.up_proj], fuse, pack),
+            down_proj=projection(mlp.down_proj, pack),
             act_fn=mlp.act_fn,
         )
-
-
-@dataclass(frozen=True)
-class _Packing:
-    """How projections multiply by packed copies of their weights (`packed_weights`); None where they use the
-    weights."""
-
-    rows: bool
-    """Plain copies through `cpu_kernels.row_matmul` (few rows at a time: a decode step), else oneDNN-packed ones."""
-
-
-def _unwrapped(linear: torch.nn.Module) -> torch.nn.Module:
-    """The plain layer under a peft LoRA layer whose forward would only call it (adapters merged, or disabled), else
-    the layer."""
-    if isinstance(linear, BaseTunerLayer) and linear.merged != linear.disable_adapters:
-        return linear.get_base_layer()
-    return linear
-
-
-def _projection(linear: torch.nn.Module, pack: _Packing | None) -> Projection:
-    """A linear layer as a function (see `_projections`)."""
-    part = ProjectionWeights.of(linear) if pack else None
-    if part is not None and packable(part.tensors()):
-        return _packed_projection([part], pack)
-    return _plain_projection(_unwrapped(linear))
-
-
-def _projections(linears: list[torch.nn.Module], fuse: bool, pack: _Packing | None) -> Projections:
-    """Linear layers that read the same input, as one matmul over their weights stacked (when `fuse`), else one
-    at a time; a layer that is neither plain nor LoRA over plain runs as its module.
-
-    Packed (`packed_weights`) where every weight is float32 on CPU and the layers are plain or LoRA layers whose
-    active adapters' deltas can be folded in. Otherwise through the weights themselves, fused only when all are
-    plain `nn.Linear` (merged or no adapter), made one buffer (`_shared_buffer`); there, on CPU, a few rows are
-    multiplied as W @ x^T: with the weight as the left ("tall") operand, MKL streams it 1.2-2.3x faster for 2-32
-    rows than the x @ W^T that `F.linear` runs, and as fast for one row (the 2-core AMD machine, fp32, 2
-    threads); more rows (a prefill) go through `F.linear`.
-    """
-    parts = [ProjectionWeights.of(linear) for linear in linears] if pack else []
-    packs = bool(parts) and all(parts) and packable([t for part in parts for t in part.tensors()])
-    layers = [part.linear for part in parts] if packs else [_unwrapped(linear) for linear in linears]
-    if fuse and all(type(layer) is torch.nn.Linear for layer in layers) and _compatible(layers):
-        project = (
-            _packed_projection(parts, pack)
-            if packs
-            else _plain_matmul(_shared_buffer([layer.weight for layer in layers]), _stacked_bias(layers))
-        )
-        return _Split(project, [layer.weight.shape[0] for layer in layers])
-    separate = (
-        [_packed_projection([part], pack) for part in parts]
-        if packs
-        else [_plain_projection(layer) for layer in layers]
-    )
-    return lambda x: tuple(project(x) for project in separate)
-
-
-def _compatible(linears: list[torch.nn.Linear]) -> bool:
-    """Whether the layers can be one matmul: one device, dtype and input width; each with a bias or none."""
-    weights = [linear.weight for linear in linears]
-    return (
-        len({(w.device, w.dtype, w.shape[1]) for w in weights}) == 1
-        and len({linear.bias is None for linear in linears}) == 1
-    )
-
-
-def _stacked_bias(linears: list[torch.nn.Linear]) -> torch.Tensor | None:
-    return None if linears[0].bias is None else torch.cat([linear.bias.detach() for linear in linears])
-
-
-@dataclass(frozen=True)
-class _Split:
-    """Projections that read the same input as one matmul, its output split back into theirs."""
-
-    project: Projection
-    """The matmul over their weights stacked by rows."""
-    sizes: list[int]
-    """Each projection's output width, in order."""
-
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.project(x).split(self.sizes, dim=-1)
-
-
-@dataclass(frozen=True)
-class _RowProjection:
-    """A projection through `cpu_kernels.row_matmul` on a plain copy of its effective weight."""
-
-    weight: torch.Tensor
-    """The weights stacked by rows, adapters folded in (`packed(..., rows=True)`)."""
-    bias: torch.Tensor | None
-    """Their biases stacked, or None."""
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return row_matmul(x, self.weight, self.bias)
-
-
-def _packed_projection(parts: list[ProjectionWeights], pack: _Packing) -> Projection:
-    """One matmul through the packed copy of the parts' effective weights stacked by rows."""
-    weight, bias = packed(parts, pack.rows), _stacked_bias([part.linear for part in parts])
-    if pack.rows:
-        return _RowProjection(weight, bias)
-    return lambda x: packed_matmul(x, weight, bias)
-
-
-def _plain_projection(layer: torch.nn.Module) -> Projection:
-    """A layer through its weight (see `_projections`), or as its module when it is not a plain `nn.Linear`."""
-    return _plain_matmul(_shared_buffer([layer.weight]), layer.bias) if type(layer) is torch.nn.Linear else layer
-
-
-def _plain_matmul(weight: torch.Tensor, bias: torch.Tensor | None) -> Projection:
-    """x @ weight^T + bias; on CPU, few rows as W @ x^T (see `_projections`)."""
-    if weight.device.type != "cpu":
-        return lambda x: F.linear(x, weight, bias)
-
-    def project(x: torch.Tensor) -> torch.Tensor:
-        x_M_I = x.reshape(-1, x.shape[-1])
-        if len(x_M_I) > _FEW_ROWS:
-            return F.linear(x, weight, bias)
-        # x^T as a transposed view of contiguous rows: MKL is slow when it gets x^T contiguous.
-        x_I_M = x_M_I.contiguous().t()
-        out_O_M = torch.mm(weight, x_I_M) if bias is None else torch.addmm(bias[:, None], weight, x_I_M)
-        return out_O_M.t().view(*x.shape[:-1], -1)  # a transposed view; the ops that follow accept it
-
-    return project
-
-
-def _shared_buffer(weights: list[torch.Tensor]) -> torch.Tensor:
-    """The weights stacked as rows of one tensor that *is* their storage, starting on a 64-byte boundary.
-
-    When they do not lie back to back there yet, they are copied into a new buffer once and each weight's data
-    becomes its block of rows (values unchanged): later in-place writes to a weight (an adapter merged in)
-    show in the buffer and the reverse, and later decoders find the buffer without copying. Aligned because
-    MKL's results (last bits) and speed depend on it, and weights loaded from safetensors may start anywhere.
-    """
-    first, columns = weights[0], weights[0].shape[1]
-    if _back_to_back(weights) and first.data_ptr() % _ALIGNMENT == 0:
-        return torch.as_strided(
-            first.detach(), (sum(w.shape[0] for w in weights), columns), (columns, 1), first.storage_offset()
-        )
-    with torch.no_grad():
-        buffer = torch.cat([w.detach() for w in weights])
-        start = 0
-        for weight in weights:
-            weight.data = buffer[start : start + weight.shape[0]]
-            start += weight.shape[0]
-    return buffer
-
-
-def _back_to_back(weights: list[torch.Tensor]) -> bool:
-    """Whether the weights are contiguous blocks of one storage, in order, each starting where the last ends."""
-    storage, offset = weights[0].untyped_storage().data_ptr(), weights[0].storage_offset()
-    for weight in weights:
-        if (
-            not weight.is_contiguous()
-            or weight.untyped_storage().data_ptr() != storage
-            or weight.storage_offset() != offset
-        ):
-            return False
-        offset += weight.numel()
-    return True
-
-
-def _head_projection(lm_head: torch.nn.Module, pack: _Packing | None) -> Projection:
-    """The LM head as a function: packed on CPU in float32 (oneDNN is 1.9x faster than `F.linear` for 1 row, 3-4x
-    for 2-8 rows and 2x for 32), a LoRA adapter on it folded in; otherwise its module."""
-    part = ProjectionWeights.of(lm_head) if pack else None
-    return _packed_projection([part], pack) if part is not None and packable(part.tensors()) else _unwrapped(lm_head)
 
 
 def _kernel_layer(parts: _LayerParts, config, head_dim: int) -> DecodeLayerWeights | None:
     """What `cpu_kernels.decode_layer` needs to run the layer in one call, or None where it cannot: q/k/v and gate/up
     each one row-kernel matmul, a SiLU MLP, no q/k norms, both norms with one epsilon, an even head size."""
     qkv, gate_up, o, down = parts.qkv_proj, parts.gate_up_proj, parts.o_proj, parts.down_proj
-    fused = all(isinstance(p, _Split) and isinstance(p.project, _RowProjection) for p in (qkv, gate_up))
+    fused = all(isinstance(p, Split) and isinstance(p.project, RowProjection) for p in (qkv, gate_up))
     norms = (parts.input_norm, parts.post_attention_norm)
     if (
         not fused
-        or not all(isinstance(p, _RowProjection) for p in (o, down))
+        or not all(isinstance(p, RowProjection) for p in (o, down))
         or parts.q_norm is not None
         or getattr(config, "hidden_act", None) != "silu"
     ):
@@ -498,9 +333,32 @@ class HFDecoder:
         return out.logits[:, -1].float()
 
 
+@dataclass(frozen=True)
+class DecoderPath:
+    """Which decoder samples a model, decided once (`of`; `build` makes it): `FastDecoder` (`fast`, with its
+    `pack_weights` and `cpu_kernels`) or `HFDecoder`. `folds_adapter`: the fast decoder packs float32 CPU weights and
+    folds the adapter into its copies, so inference never merges it into the base weights."""
+
+    fast: bool
+    pack_weights: bool
+    cpu_kernels: bool
+    folds_adapter: bool
+
+    @classmethod
+    def of(
+        cls, causal_lm: torch.nn.Module, prefer_fast: bool = True, pack_weights: bool = True, cpu_kernels: bool = True
+    ) -> DecoderPath:
+        fast = prefer_fast and FastDecoder.supports(causal_lm)
+        folds = fast and pack_weights and packable([causal_lm.get_input_embeddings().weight])
+        return cls(fast, pack_weights, cpu_kernels, folds)
+
+    def build(self, causal_lm: torch.nn.Module) -> FastDecoder | HFDecoder:
+        if self.fast:
+            return FastDecoder(causal_lm, pack_weights=self.pack_weights, cpu_kernels=self.cpu_kernels)
+        return HFDecoder(causal_lm)
+
+
 def make_decoder(
     causal_lm: torch.nn.Module, prefer_fast: bool = True, pack_weights: bool = True, cpu_kernels: bool = True
 ) -> FastDecoder | HFDecoder:
-    if prefer_fast and FastDecoder.supports(causal_lm):
-        return FastDecoder(causal_lm, pack_weights=pack_weights, cpu_kernels=cpu_kernels)
-    return HFDecoder(causal_lm)
+    return DecoderPath.of(causal_lm, prefer_fast, pack_weights, cpu_kernels).build(causal_lm)

@@ -32,14 +32,14 @@ from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from transformers import PretrainedConfig
 
-from ..models import LoadedModel, load_base_model
+from ..models import LoadedModel, ModelSpec, load_base_model
 from ..types import Datum, ModelInput, SampleResponse, SamplingParams
 from .adapters import AdapterBank
 from .constraints import ConstraintCompiler
-from .decoder import FastDecoder, make_decoder
+from .decoder import DecoderPath, FastDecoder
 from .learner import prepare_data, run_forward
-from .packed_weights import packable
 from .prefix_cache import PrefillCounts, PrefixCache
 from .sampler import SampleJob, generate
 
@@ -136,6 +136,10 @@ class Engine:
         self.loaded = loaded
         self.config = config
         self.bank = AdapterBank(loaded.model, loaded.spec.name, loaded.hf_dir)
+        self.decoder_path = DecoderPath.of(
+            loaded.model, config.fast_decoder, config.pack_cpu_weights, config.sampler_cpu_kernels
+        )
+        """Which decoder samples, decided once (sampling builds it; whether inference merges the adapter reads it)."""
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.optimizer_steps: collections.Counter[str] = collections.Counter()
         self._names = itertools.count()
@@ -163,16 +167,30 @@ class Engine:
         return int(getattr(self.loaded.model.config, "max_position_embeddings", 4096))
 
     @property
+    def model_spec(self) -> ModelSpec:
+        """Where the base model came from (catalogue name or path, and its kind)."""
+        return self.loaded.spec
+
+    @property
+    def model_config(self) -> PretrainedConfig:
+        """The base model's transformers config."""
+        return self.loaded.model.config
+
+    @property
+    def model_dir(self) -> str:
+        """The base model's `name_or_path`: the directory its weights and tokenizer were read from."""
+        return str(self.loaded.model.name_or_path)
+
+    @property
+    def linear_groups(self) -> dict[str, set[str]]:
+        """The base model's linear layers by the group adapters train them in ('attn', 'mlp', 'unembed')."""
+        return self.bank.linear_groups
+
+    @property
     def _merge(self) -> bool:
         """Whether inference folds the adapter into the base weights: not where the fast decoder packs its weights
         (it folds the adapter into its packed copies instead)."""
-        model = self.loaded.model
-        if (
-            self.config.pack_cpu_weights
-            and self.config.fast_decoder
-            and FastDecoder.supports(model)
-            and packable([model.get_input_embeddings().weight])
-        ):
+        if self.decoder_path.folds_adapter:
             return False
         merge = self.config.merge_lora_for_sampling
         return self.loaded.dtype == torch.float32 if merge is None else merge
@@ -368,12 +386,7 @@ class Engine:
     def _generate(self, adapter: str | None, requests: list[_SampleRequest]) -> list[SampleResponse]:
         jobs = [request.job for request in requests]
         with self.bank.inference(adapter, self._merge):
-            decoder = make_decoder(
-                self.bank.base_model,
-                self.config.fast_decoder,
-                self.config.pack_cpu_weights,
-                self.config.sampler_cpu_kernels,
-            )
+            decoder = self.decoder_path.build(self.bank.base_model)
             store = None
             if self.prefix_cache is not None and isinstance(decoder, FastDecoder):
                 store = self.prefix_cache.store(adapter, self.bank.fingerprint(adapter))

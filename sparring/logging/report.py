@@ -186,7 +186,7 @@ def evaluation_html(evaluation: dict | None) -> str:
     if not evaluation or not evaluation.get("columns"):
         return (
             '<p class="empty">No held-out evaluation in this run (set '
-            "<code>algorithm.eval_interval_steps</code> and eval tasks).</p>"
+            "<code>evaluation.interval_steps</code> and eval tasks).</p>"
         )
     columns, subject, markers = evaluation["columns"], evaluation.get("subject"), evaluation.get("subject_vs", {})
     names = sorted({name for column in columns for name in column["metrics"]})

@@ -35,6 +35,7 @@ arrive over HTTP do not run inside the episode's context.
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -365,6 +366,22 @@ class OpenAIChatModel(ChatModel):
     role: str | None = None
     """The agent's role, for transcripts."""
 
+    def client(self):
+        """This model's `openai.AsyncOpenAI`, made on the first call and kept. An async client's connections belong
+        to the event loop that opened them, so a call on another loop (a fresh `asyncio.run`) makes a new one."""
+        from openai import AsyncOpenAI
+
+        loop = asyncio.get_running_loop()
+        kept = self.__dict__.get("_client_on_loop")
+        if kept is None or kept[1] is not loop:
+            kept = (AsyncOpenAI(base_url=self.base_url, api_key=self.api_key), loop)
+            self.__dict__["_client_on_loop"] = kept
+        return kept[0]
+
+    def __getstate__(self) -> dict:
+        """Pickled (a runner shipping the model to a worker) without its client, which the worker makes anew."""
+        return {key: value for key, value in self.__dict__.items() if key != "_client_on_loop"}
+
     async def __call__(
         self,
         messages: list[dict],
@@ -373,10 +390,8 @@ class OpenAIChatModel(ChatModel):
         tool_choice: str | dict | None = None,
         **sampling: Any,
     ) -> ChatResponse:
-        from openai import AsyncOpenAI
-
         check_messages(messages)
-        client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key)
+        client = self.client()
         options = {**self.defaults, **sampling}
         options.pop("top_k", None)  # not part of the OpenAI API
         # Constraints in the spellings an OpenAI-compatible server takes: response_format, and vLLM's guided_*

@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..runner_defaults import EPISODE_TIMEOUT_S, ERROR_REWARD, GROUP_SIZE, MAX_CONCURRENCY
 from .outcomes import EpisodeFault, checked_outcome
 from .player import EpisodePlayer, play_in_process
 from .recorder import EpisodeRecorder, recording
@@ -49,14 +50,14 @@ class RunnerError(RuntimeError):
 class RunnerSettings:
     """How episodes are run."""
 
-    group_size: int = 4
+    group_size: int = GROUP_SIZE
     """Episodes per task; they share an advantage baseline."""
-    max_concurrency: int = 64
+    max_concurrency: int = MAX_CONCURRENCY
     """Most episodes running at once."""
-    episode_timeout_s: float = 300.0
+    episode_timeout_s: float = EPISODE_TIMEOUT_S
     """An episode whose own time (queued time for the shared sampler shared out) passes this is cancelled and counted
     as an error (kind 'timeout'); one that ignores the cancellation is abandoned `player.CANCEL_GRACE_S` later."""
-    error_reward: float = -0.1
+    error_reward: float = ERROR_REWARD
     """Reward given to the agents of an error episode (it raised, timed out, or returned an outcome that does not
     fit)."""
     play: EpisodePlayer = play_in_process

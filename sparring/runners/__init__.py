@@ -1,4 +1,4 @@
-"""Runners: where each episode's workflow runs (this process, or a Ray cluster), picked by `algorithm.runner`.
+"""Runners: where each episode's workflow runs (this process, or a Ray cluster), picked by `runner.backend`.
 
 The Ray runner (`sparring.runners.ray`) is not imported here: it needs Ray, an optional extra.
 """

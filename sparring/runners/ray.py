@@ -1,6 +1,6 @@
 """The Ray runner: each episode's workflow runs as a Ray task, its model calls come back to the trainer.
 
-`algorithm.runner: ray` makes `RayRunner.play` the runner's `EpisodePlayer`
+`runner: {backend: ray}` makes `RayRunner.play` the runner's `EpisodePlayer`
 (`registry.py`; see `sparring.rollout.player`): everything around the workflow — the
 recorder, rewards and the judge, timelines, error episodes — stays in the
 trainer, exactly as in process; only the workflow function moves to a Ray
@@ -45,9 +45,7 @@ try:
     import ray
     from ray import cloudpickle
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "algorithm.runner 'ray' needs Ray, which is not installed: pip install 'sparring[ray]'"
-    ) from error
+    raise ImportError("runner.backend 'ray' needs Ray, which is not installed: pip install 'sparring[ray]'") from error
 
 from ..rollout.player import play_in_process
 from ..rollout.recorder import EpisodeRecorder, current_recorder, recording
@@ -97,7 +95,7 @@ def check_sendable(episode_fn: EpisodeFn) -> bytes:
         return cloudpickle.dumps(episode_fn)
     except Exception as error:  # noqa: BLE001 - any pickling failure means the same thing here
         raise WorkflowNotSendableError(
-            "algorithm.runner is 'ray' but the workflow cannot be pickled to send to Ray workers: "
+            "runner.backend is 'ray' but the workflow cannot be pickled to send to Ray workers: "
             f"{type(error).__name__}: {error}. "
             "Keep unpicklable state (locks, open files, clients, loaded models) out of the workflow and "
             "its closure; create it inside the episode."
@@ -116,7 +114,7 @@ class RayRunner:
         largest = max((node.get("Resources", {}).get("CPU", 0.0) for node in nodes), default=0.0)
         if num_cpus > largest:
             raise ValueError(
-                f"algorithm.ray_num_cpus is {num_cpus:g} but the largest node of the Ray cluster has "
+                f"runner.ray_num_cpus is {num_cpus:g} but the largest node of the Ray cluster has "
                 f"{largest:g} CPUs: no episode could ever be scheduled"
             )
         self.num_cpus = num_cpus

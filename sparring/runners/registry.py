@@ -1,8 +1,8 @@
-"""Runners by name: `algorithm.runner` says where each episode's workflow runs, `make_player` makes that player.
+"""Runners by name: `runner.backend` says where each episode's workflow runs, `make_player` makes that player.
 
 The rollout layer runs every episode through one seam, `RunnerSettings.play`
 (an `EpisodePlayer`, `sparring.rollout.player`); a runner is what fills it.
-`RUNNERS` holds each runner's factory under its `algorithm.runner` value:
+`RUNNERS` holds each runner's factory under its `runner.backend` value:
 
 - 'local': `play_in_process`, the workflow as a task of this process's event loop;
 - 'ray': `RayRunner.play` (`ray.py`), the workflow as a Ray task whose model
@@ -23,10 +23,10 @@ from ..rollout.workflow import EpisodeFn
 
 
 class RunnerChoice(Protocol):
-    """The fields that pick and place a runner, as `AlgorithmConfig` has them (the trainer's config sits above this
-    layer)."""
+    """The fields that pick and place a runner, as the config's `RunnerConfig` has them (the trainer's config sits
+    above this layer)."""
 
-    runner: str
+    backend: str
     """A key of `RUNNERS`."""
     ray_address: str | None
     """The Ray cluster to join ('auto', 'host:6379'); None starts a local one."""
@@ -51,12 +51,12 @@ def _on_ray(choice: RunnerChoice, episode_fn: EpisodeFn) -> EpisodePlayer:
 
 
 RUNNERS: dict[str, RunnerFactory] = {"local": _in_process, "ray": _on_ray}
-"""Every runner by its `algorithm.runner` name."""
+"""Every runner by its `runner.backend` name."""
 
 
 def make_player(choice: RunnerChoice, episode_fn: EpisodeFn) -> EpisodePlayer:
-    """The player of the runner `choice.runner` names, for `episode_fn`; its early checks have passed."""
-    factory = RUNNERS.get(choice.runner)
+    """The player of the runner `choice.backend` names, for `episode_fn`; its early checks have passed."""
+    factory = RUNNERS.get(choice.backend)
     if factory is None:
-        raise ValueError(f"algorithm.runner: no runner {choice.runner!r}; use one of {', '.join(map(repr, RUNNERS))}")
+        raise ValueError(f"runner.backend: no runner {choice.backend!r}; use one of {', '.join(map(repr, RUNNERS))}")
     return factory(choice, episode_fn)

@@ -99,7 +99,7 @@ def create_app(
     app.state.tokenizer_entries = []
     if tokenizer_cache is not None:
         aliases = [name for name in tinker.served_names if name != model]
-        model_dir = Path(tinker.engine.loaded.model.name_or_path)
+        model_dir = Path(tinker.engine.model_dir)
         app.state.tokenizer_entries = write_tokenizer_entries(
             Path(tokenizer_cache), model_dir, tinker.served_names, aliases
         )

@@ -19,6 +19,7 @@ _HOMES = {
     "Job": "job",
     **dict.fromkeys(("LEAGUE_TASK_KEY", "League", "OPPONENT_ARG"), "league"),
     "LeagueConfig": "league_config",
+    **dict.fromkeys(("CheckpointsConfig", "EvaluationConfig", "RunnerConfig"), "run_config"),
     **dict.fromkeys(("RunResult", "run_training", "run_training_async"), "loop"),
     "ValidationConfig": "validation_config",
     "WarmStartConfig": "warm_start_config",
@@ -34,10 +35,12 @@ _HOMES = {
 __all__ = [
     "AlgorithmConfig",
     "CheckpointError",
+    "CheckpointsConfig",
     "ConfigError",
     "DatasetConfig",
     "DatasetError",
     "EpisodesFailingError",
+    "EvaluationConfig",
     "Job",
     "LEAGUE_TASK_KEY",
     "League",
@@ -47,6 +50,7 @@ __all__ = [
     "NothingTrainedError",
     "OPPONENT_ARG",
     "RunResult",
+    "RunnerConfig",
     "StepEnd",
     "StepHook",
     "StepStart",
@@ -82,6 +86,7 @@ if TYPE_CHECKING:
     from .league import LEAGUE_TASK_KEY, OPPONENT_ARG, League
     from .league_config import LeagueConfig
     from .loop import RunResult, run_training, run_training_async
+    from .run_config import CheckpointsConfig, EvaluationConfig, RunnerConfig
     from .schema import ConfigError
     from .step_hooks import StepEnd, StepHook, StepStart
     from .training_signal import NothingTrainedError

@@ -20,7 +20,7 @@ was saved already (the end of a run whose last step was checkpointed) is not
 written again, so a kill then cannot damage it. When rollouts run ahead, the
 older weights a checkpoint names are deleted once no rollout needs them; the
 checkpoints that named them go with them (`prune_unresumable`), so every
-checkpoint kept resumes on its own. With `algorithm.keep_checkpoints` only
+checkpoint kept resumes on its own. With `checkpoints.keep` only
 the newest N complete checkpoints stay (`prune_oldest`): a run that saves
 every step does not fill the disk with optimizer states.
 

@@ -11,21 +11,21 @@ Every config validates on construction (see `schema.ConfigRecord`: a bad
 value raises `ConfigError`, one line naming the dotted field path). Every
 number has an upper bound (the `MAX_*` constants, `config_limits.py`) far beyond any sane run
 and low enough that a typo -- an extra zero, `group_size: 1e12` -- is
-refused before anything runs. Names that pick an
-extension -- `algorithm_type`, `loss_fn` and its `loss_fn_config` keys -- are
-checked against the registries that define them (`ADVANTAGE_ESTIMATORS`,
-`engine.losses.LOSSES`); an import path there ('package.module:function')
-is imported, its signature checked and the function registered under that
-path, so the rest of the run looks it up like a built-in name. The runner's
-defaults are `RunnerSettings`'s (`RUNNER_DEFAULTS`, which a test holds equal
-to them). Reading and writing the YAML file is `config_file.py`; turning a
-config into a runnable run is `resolve.py`.
+refused before anything runs. The run's mechanics -- where episodes run,
+when to evaluate, when to checkpoint -- are sections of their own
+(`run_config.py`); their old keys in `algorithm:` are still read, for one
+release. The runner's defaults are `runner_defaults.py`'s, which
+`RunnerSettings` takes too.
 
-This module imports neither torch nor the registries it checks names against
-until a validator needs them, and `check_structure` validates a config with
-those checks (and the imports of baseline policies) left out: the command
-line reports a malformed config in a fraction of a second, before the
-seconds of heavy imports the full check needs.
+Reading a config imports no user code, no torch and no registry: the names
+a config can only check against what they name -- the workflow's and
+baselines' import paths, `algorithm_type`, `loss_fn` and its
+`loss_fn_config` keys, a model's torch device -- are checked (and a loss or
+estimator given by import path registered) by `config_names.check_names`
+when the run is built, before any data or model loads. So the command line
+reports a malformed file in a fraction of a second. Reading and writing the
+YAML file is `config_file.py`; turning a config into a runnable run is
+`resolve.py`.
 """
 
 from __future__ import annotations
@@ -33,62 +33,40 @@ from __future__ import annotations
 import math
 import os
 import re
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from ..runner_defaults import GROUP_SIZE
+from ..runner_defaults import RUNNER_DEFAULTS as RUNNER_DEFAULTS  # where it was read before runner_defaults.py
 from .collapse_response_config import CollapseResponseConfig
 from .config_limits import (
-    MAX_ABS_REWARD,
     MAX_BATCH_SIZE,
     MAX_COEFFICIENT,
-    MAX_CONCURRENCY,
     MAX_CONTEXT_TOKENS,
-    MAX_EPISODE_TIMEOUT_S,
     MAX_EPISODES_PER_STEP,
     MAX_GRAD_CLIP_NORM,
     MAX_GROUP_SIZE,
     MAX_LEARNING_RATE,
     MAX_LORA_RANK,
     MAX_NEW_TOKENS,
-    MAX_RAY_CPUS,
     MAX_SEED,
     MAX_STALENESS,
     MAX_STEPS,
-    MAX_TASKS,
     MAX_TEMPERATURE,
     MAX_VOCABULARY,
 )
 from .dataset_config import DatasetConfig
 from .entropy_target_config import EntropyTargetConfig
-from .imports import import_object, import_policy, is_import_path
+from .imports import is_import_path
 from .league_config import LeagueConfig
+from .run_config import CheckpointsConfig, EvaluationConfig, MovedAlgorithmKeys, RunnerConfig, move_into_sections
 from .schema import ConfigRecord
-from .step_hooks import import_step_hook
 from .validation_config import ValidationConfig
 from .warm_start_config import WarmStartConfig
 
 if TYPE_CHECKING:
     from ..types import AdamParams
-
-RUNNER_DEFAULTS = {"group_size": 4, "max_concurrency": 64, "episode_timeout_s": 300.0, "error_reward": -0.1}
-"""`rollout.RunnerSettings`'s defaults, stated here so that this module loads without the rollout package (and
-torch)."""
-
-_STRUCTURE_ONLY: ContextVar[bool] = ContextVar("structure_only", default=False)
-"""While set, validation leaves out the checks that import torch, the algorithm registries or user code."""
-
-
-def check_structure(data: dict[str, Any]) -> None:
-    """Validate `data` as a TuneConfig without the checks that need heavy imports (a torch device, the advantage
-    estimator and loss names, baseline import paths); ConfigError as `TuneConfig.from_dict` raises it."""
-    token = _STRUCTURE_ONLY.set(True)
-    try:
-        TuneConfig.from_dict(data)
-    finally:
-        _STRUCTURE_ONLY.reset(token)
-
 
 DEFAULT_MODEL_NAME = "policy"
 _MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -137,19 +115,6 @@ class TunerModelConfig(ConfigRecord):
     step); it copies that adapter's LoRA weights, never the base weights, and unset fields are taken from it."""
     snapshot_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     """Retake the snapshot every N training steps; 0 keeps the one taken when the run starts."""
-
-    @field_validator("device")
-    @classmethod
-    def _torch_device(cls, value: str) -> str:
-        if _STRUCTURE_ONLY.get():
-            return value
-        import torch
-
-        try:
-            torch.device(value)
-        except (RuntimeError, TypeError):
-            raise ValueError(f"{value!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from None
-        return value
 
     @field_validator("max_tokens")
     @classmethod
@@ -205,7 +170,7 @@ class TunerModelConfig(ConfigRecord):
         }
 
 
-class AlgorithmConfig(ConfigRecord):
+class AlgorithmConfig(ConfigRecord, MovedAlgorithmKeys):
     """The RL algorithm: advantage estimation, loss, optimizer and rollout budget."""
 
     algorithm_type: str = "multi_step_grpo"
@@ -218,7 +183,7 @@ class AlgorithmConfig(ConfigRecord):
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     """How the step size moves over the run's steps: constant, or decaying from `learning_rate` at the first step
     towards 0 after the last, linearly or along a half cosine, so late steps move a trained policy less."""
-    group_size: int = Field(default=RUNNER_DEFAULTS["group_size"], ge=1, le=MAX_GROUP_SIZE)
+    group_size: int = Field(default=GROUP_SIZE, ge=1, le=MAX_GROUP_SIZE)
     """Episodes run per task; advantages compare episodes within a group."""
     batch_size: int = Field(default=16, ge=1, le=MAX_BATCH_SIZE)
     """Tasks per training step. 16 tasks x 4 episodes, chosen on the learning suite over 4 x 8: an update that sees
@@ -251,23 +216,6 @@ class AlgorithmConfig(ConfigRecord):
     turn_reward_discount: float = Field(default=1.0, ge=0.0, le=1.0)
     """With per-turn credit (`turn_rewards`): the weight of a turn reward earned k calls later in a call's return,
     `turn_reward_discount` ** k; 0 credits each call with its own turn reward only (plus the episode reward)."""
-    save_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
-    """Write a checkpoint every N steps; 0 writes one only at the end."""
-    keep_checkpoints: int | None = Field(default=None, ge=1, le=MAX_STEPS)
-    """Keep only the newest N checkpoints: an older one and its models' training states are deleted once a newer one
-    is complete (transformers' `save_total_limit`), so saving every step does not fill the disk; None keeps all."""
-    eval_interval_steps: int = Field(default=0, ge=0, le=MAX_STEPS)
-    """Evaluate on the held-out tasks every N steps (and after the last); 0 evaluates them before the first step and
-    after the last only. A run without held-out tasks evaluates nothing."""
-    eval_tasks: int | None = Field(default=None, ge=1, le=MAX_TASKS)
-    """Evaluate on at most this many held-out tasks; None uses them all."""
-    max_concurrency: int = Field(default=RUNNER_DEFAULTS["max_concurrency"], ge=1, le=MAX_CONCURRENCY)
-    """Most episodes running at once."""
-    episode_timeout_s: float = Field(default=RUNNER_DEFAULTS["episode_timeout_s"], gt=0.0, le=MAX_EPISODE_TIMEOUT_S)
-    """Seconds of an episode's own time (its share of time queued for the shared sampler, not the whole wait) before
-    it is cancelled and scored as an error; one that ignores the cancellation is abandoned 2 s later."""
-    error_reward: float = Field(default=RUNNER_DEFAULTS["error_reward"], ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
-    """Reward given to an episode that crashed or timed out, so a bad output is discouraged but the run goes on."""
     rollout_temperature_floor: float = Field(default=0.0, ge=0.0, le=MAX_TEMPERATURE)
     """Training rollouts sample the trainable models at no lower temperature than this (a call asking for less, greedy
     included, is raised to it); evaluations keep the configured temperature. A lever against a policy turning
@@ -295,15 +243,6 @@ class AlgorithmConfig(ConfigRecord):
     (with a "final" adapter equal to the initial one) instead of raising `NothingTrainedError`."""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed for sampling and any other randomness of the run."""
-    runner: Literal["local", "ray"] = "local"
-    """Where workflows run: 'local' (this process's event loop) or 'ray' (one Ray task per episode; model calls come
-    back here)."""
-    ray_address: str | None = None
-    """Ray cluster to run episodes on ('auto', 'host:6379'); None starts a local one (or reuses this process's
-    `ray.init`)."""
-    ray_num_cpus: float = Field(default=1.0, gt=0.0, le=MAX_RAY_CPUS)
-    """CPUs Ray reserves per episode; below 1 packs several episodes per core (workflows that mostly wait on the
-    model)."""
 
     @field_validator("batch_size")
     @classmethod
@@ -314,49 +253,6 @@ class AlgorithmConfig(ConfigRecord):
                 f"group_size {group_size} x batch_size {value} = {group_size * value} episodes per step, "
                 f"more than {MAX_EPISODES_PER_STEP}; lower one of them"
             )
-        return value
-
-    @field_validator("algorithm_type")
-    @classmethod
-    def _known_estimator(cls, value: str) -> str:
-        if _STRUCTURE_ONLY.get():
-            return value
-        from ..algorithms import ADVANTAGE_ESTIMATORS, register_estimator
-
-        if value not in ADVANTAGE_ESTIMATORS:
-            if not is_import_path(value):
-                raise ValueError(
-                    f"unknown advantage estimator {value!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)} "
-                    "or give the import path 'package.module:function' of one"
-                )
-            register_estimator(value, import_object(value))
-        return value
-
-    @field_validator("loss_fn")
-    @classmethod
-    def _advantage_weighted_loss(cls, value: str) -> str:
-        if _STRUCTURE_ONLY.get():
-            return value
-        from ..engine.losses import LOSSES, advantage_weighted_losses, register_loss
-
-        if value not in LOSSES and is_import_path(value):
-            register_loss(value, import_object(value))
-        choices = advantage_weighted_losses()
-        if value not in choices:
-            carry = "its datums carry target_tokens, logprobs and advantages, and train where the advantage is not 0"
-            raise ValueError(
-                f"loss_fn {value!r} is not a loss the RL loop trains with ({carry}); choose one of "
-                f"{choices} or give the import path 'package.module:function' of one"
-            )
-        return value
-
-    @field_validator("loss_fn_config")
-    @classmethod
-    def _known_loss_settings(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
-        if "loss_fn" in info.data and not _STRUCTURE_ONLY.get():  # absent when loss_fn itself failed validation
-            from ..engine.losses import check_loss_config
-
-            check_loss_config(info.data["loss_fn"], value)
         return value
 
     @field_validator("entropy_target")
@@ -371,16 +267,7 @@ class AlgorithmConfig(ConfigRecord):
                 "entropy_target steers the entropy bonus's coefficient; remove loss_fn_config.entropy_coef "
                 "(the first coefficient is entropy_target.initial_coef)"
             )
-        if "loss_fn" in info.data and not _STRUCTURE_ONLY.get():
-            from ..engine.losses import check_loss_config
-
-            check_loss_config(info.data["loss_fn"], {"entropy_coef": value.initial_coef})
         return value
-
-    def evaluates_before(self, step: int) -> bool:
-        """Whether the held-out tasks are evaluated before `step` (0-based): every `eval_interval_steps`, or before the
-        first step when that is 0."""
-        return step % self.eval_interval_steps == 0 if self.eval_interval_steps else step == 0
 
     def adam_params(self, step: int = 0, total_steps: int = 1) -> AdamParams:
         """The optimizer settings as the `optim_step` argument of step `step` (0-based) of `total_steps`."""
@@ -441,6 +328,12 @@ class TuneConfig(ConfigRecord):
     """Directory for checkpoints, metrics and rollouts; None means runs/<timestamp>."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     """Metric and rollout logging."""
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    """Where and how episodes run: in this process or on Ray, how many at once, their timeout and error reward."""
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    """When the held-out tasks are evaluated, and how many of them."""
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
+    """When checkpoints are written, and how many are kept."""
     baselines: dict[str, str] = Field(default_factory=dict)
     """Scripted policies evaluated beside the model on the same held-out tasks: name -> import path of
     `policy(messages, rng) -> reply` (e.g. 'sparring.envs.guess_number:binary_search'); never trained."""
@@ -458,18 +351,18 @@ class TuneConfig(ConfigRecord):
     and after its update (`step_hooks.py`); hooks built in Python are passed to `tune(step_hooks=...)` instead."""
 
     @model_validator(mode="after")
-    def _importable_baselines(self) -> TuneConfig:
-        for name, path in self.baselines.items():
+    def _moved_keys_and_baseline_names(self) -> TuneConfig:
+        sections = {"runner": self.runner, "evaluation": self.evaluation, "checkpoints": self.checkpoints}
+        for name, record in move_into_sections(self.algorithm, sections).items():
+            setattr(self, name, record)
+        if self.algorithm.moved_values():
+            self.algorithm = self.algorithm.without_moved_keys()  # the values live in the sections now
+        for name in self.baselines:
             if not _MODEL_NAME_PATTERN.match(name) or name in ("untrained", "trained"):
                 raise ValueError(
                     f"baselines.{name}: a baseline name may use letters, digits, '_', '-' and '.' only, "
                     "and is not 'untrained' or 'trained' (the model's columns)"
                 )
-            if _STRUCTURE_ONLY.get():
-                continue
-            import_policy(f"baselines.{name}", path)
-        for index, path in enumerate([] if _STRUCTURE_ONLY.get() else self.step_hooks):
-            import_step_hook(f"step_hooks[{index}]", path)
         return self
 
     @model_validator(mode="after")
@@ -533,8 +426,8 @@ class TuneConfig(ConfigRecord):
             raise ValueError(
                 f"league.scripted: {shared} are also auxiliary models; a scripted opponent needs a name of its own"
             )
-        if self.algorithm.runner != "local":
-            raise ValueError("league: its opponents are served in this process; use algorithm.runner 'local'")
+        if self.runner.backend != "local":
+            raise ValueError("league: its opponents are served in this process; use runner.backend 'local'")
 
     def league_learner(self) -> str:
         """The trainable model the league snapshots (`league.learner`, else the only trainable one)."""

@@ -21,7 +21,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from .config import TuneConfig, check_structure
+from .config import TuneConfig
+from .run_config import MOVED_KEYS, note_moved_keys
 from .schema import ConfigError, child_annotation, short_repr
 
 
@@ -70,6 +71,9 @@ def apply_overrides(
         keys = [key.strip() for key in dotted.split(".")]
         if not separator or not all(keys):
             raise ConfigError(f"override {override!r} must look like section.field=value")
+        if root is TuneConfig and len(keys) == 2 and keys[0] == "algorithm" and keys[1] in MOVED_KEYS:
+            note_moved_keys([keys[1]])  # set where the key lives now, so it overrides a file that uses the new key
+            keys = list(MOVED_KEYS[keys[1]])
         annotation: Any = root
         node = result
         for depth, key in enumerate(keys):
@@ -125,8 +129,7 @@ def load_config_file(
         except ConfigError as err:
             raise ConfigError(f"--set {override}: {err}") from None
     try:
-        check_structure(data)  # first without the checks that import torch: a malformed file is reported at once
-        return TuneConfig.from_dict(data)
+        return TuneConfig.from_dict(data)  # imports nothing: the names it gives are checked when the run is built
     except ConfigError as err:
         raise ConfigError(f"{_blamed(err.problems, overrides) or path}: {err}", err.problems) from None
 

@@ -28,7 +28,7 @@ class HeldOut:
     run: ResolvedRun
     """The run: its workflow, judge, settings, models and baselines."""
     tasks: list[dict]
-    """The held-out tasks evaluated (the first `algorithm.eval_tasks` of them when that is set)."""
+    """The held-out tasks evaluated (the first `evaluation.max_tasks` of them when that is set)."""
     meter: PrefillMeter
     """The run's prefill counts: an evaluation's own are logged with it, not with the step around it."""
     logger: MetricsLogger

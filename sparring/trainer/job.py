@@ -31,6 +31,7 @@ from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, T
 from .config_file import dump_config, load_config_file
 from .imports import import_object, importable_path
 from .league_config import LeagueConfig
+from .run_config import CheckpointsConfig, EvaluationConfig, RunnerConfig
 from .schema import ConfigError
 from .validation_config import ValidationConfig
 from .warm_start_config import WarmStartConfig
@@ -89,6 +90,9 @@ class Job:
         league: LeagueConfig | dict[str, Any] | None = None,
         validation: ValidationConfig | dict[str, Any] | None = None,
         warm_start: WarmStartConfig | dict[str, Any] | None = None,
+        runner: RunnerConfig | dict[str, Any] | None = None,
+        evaluation: EvaluationConfig | dict[str, Any] | None = None,
+        checkpoints: CheckpointsConfig | dict[str, Any] | None = None,
         **agentjet: Any,
     ) -> None:
         """Build the config; a string `model` is a model path and a string `algorithm` an algorithm type.
@@ -114,6 +118,9 @@ class Job:
             "league": league,
             "validation": validation,
             "warm_start": warm_start,
+            "runner": runner,
+            "evaluation": evaluation,
+            "checkpoints": checkpoints,
         }
         note = agentjet_fields(fields, agentjet)
         self.config = TuneConfig(**{name: value for name, value in fields.items() if value is not None})

@@ -155,7 +155,7 @@ class RunLoop:
         """Whether the rollout of `step` must sample the trained weights of `step`: an evaluation or a validation of
         them runs before it."""
         sequence = self.sequence
-        evaluation = sequence.held_out.evaluates and self.algorithm.evaluates_before(step)
+        evaluation = sequence.held_out.evaluates and sequence.run.config.evaluation.evaluates_before(step)
         validation = sequence.best is not None and sequence.best.config.due(step, self.total_steps)
         return bool(evaluation or validation)
 
@@ -193,7 +193,7 @@ class RunLoop:
             self._offer(version, FrozenVersion(paths, samplers))
         await self._release(self.start_step)
         producer = asyncio.create_task(self._produce())
-        save_every = self.algorithm.save_interval_steps
+        save_every = self.resolved.config.checkpoints.interval_steps
         try:
             last_step_ended = time.perf_counter()
             for step in range(self.start_step, self.total_steps):

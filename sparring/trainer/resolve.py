@@ -2,7 +2,7 @@
 
 A config names things by string -- the workflow, judge and baselines by
 import path, the tasks by file, the models by path and backend, where
-episodes run by `algorithm.runner` -- and `tune()` may hand the workflow and
+episodes run by `runner:` -- and `tune()` may hand the workflow and
 judge over as objects instead. `resolve_run` turns all of that into a
 `ResolvedRun` once, in the order that fails cheapest first: the workflow's
 signature (and, with the Ray runner, that it pickles and that the cluster
@@ -31,6 +31,7 @@ from ..rollout.workflow import EpisodeFn
 from ..runners import make_player
 from .config import TuneConfig
 from .config_file import dump_config
+from .config_names import check_names
 from .dataset import TaskStream, load_section, load_train_and_eval_tasks
 from .imports import import_field, import_object
 from .models import TrainingModels
@@ -94,16 +95,13 @@ def resolve_run(
     everything but loading the models has been checked, before anything is
     written (the run-folder check: a config error is reported first).
     """
+    check_names(config)  # the loss, estimator, devices, baselines and hooks the config names: imported, checked
     episode_fn, judge, args_record = _workflow_and_judge(config, workflow, judge)
-    algorithm = config.algorithm
-    player = make_player(
-        algorithm, episode_fn
-    )  # an unpicklable workflow or an unreachable cluster fails here, before any data loads
+    algorithm, runner = config.algorithm, config.runner
+    player = make_player(runner, episode_fn)  # an unpicklable workflow or an unreachable cluster fails here, first
     group_size = algorithm.group_size if training else 1
-    settings = RunnerSettings(
-        group_size, algorithm.max_concurrency, algorithm.episode_timeout_s, algorithm.error_reward, player
-    )
-    baselines = {name: import_object(path) for name, path in config.baselines.items()}  # paths checked by the config
+    settings = RunnerSettings(group_size, runner.max_concurrency, runner.episode_timeout_s, runner.error_reward, player)
+    baselines = {name: import_object(path) for name, path in config.baselines.items()}  # checked by check_names
     if config.train_dataset is None:
         raise ConfigError(
             "train_dataset: not set; give a dataset (path: a .jsonl/.json/.csv/.parquet file or directory, "

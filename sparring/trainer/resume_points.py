@@ -30,7 +30,7 @@ class ResumePoints:
         self.stream = stream
         self.models = models
         self.keep = keep
-        """Checkpoints kept (`algorithm.keep_checkpoints`): older ones are deleted after each save; None keeps all."""
+        """Checkpoints kept (`checkpoints.keep`): older ones are deleted after each save; None keeps all."""
         self.reached: dict[int, ResumePoint] = {}
         """Step -> where its rollout starts, for each step reached and not yet outdated by a later finished step."""
         self.logged: dict[int, dict] = {}

@@ -111,7 +111,7 @@ def child_annotation(annotation: Any, key: str, path: Sequence[str]) -> Any:
     if _is_config_class(annotation):
         if key not in annotation.model_fields:
             parent = ".".join(path[:-1]) or "the top level"
-            raise ConfigError(f"{dotted}: {unknown_field(key, list(annotation.model_fields), f'at {parent}')}")
+            raise ConfigError(f"{dotted}: {unknown_field(key, current_keys(annotation), f'at {parent}')}")
         return annotation.model_fields[key].annotation
     if annotation is dict or annotation is Any:
         return Any
@@ -125,7 +125,12 @@ def _valid_keys_at(root: type[BaseModel], location: Sequence[Any]) -> list[str]:
     for depth, key in enumerate(location):
         annotation = child_annotation(annotation, str(key), [str(part) for part in location[: depth + 1]])
     annotation = _unwrap_optional(annotation)
-    return list(annotation.model_fields) if _is_config_class(annotation) else []
+    return current_keys(annotation) if _is_config_class(annotation) else []
+
+
+def current_keys(record: type[BaseModel]) -> list[str]:
+    """The keys `record` offers: its fields but the deprecated ones kept for old files (`exclude=True`)."""
+    return [name for name, info in record.model_fields.items() if not info.exclude]
 
 
 def unknown_field(key: str, valid: Sequence[str], where: str) -> str:

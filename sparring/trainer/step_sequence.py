@@ -111,7 +111,7 @@ class StepSequence:
         self.progress = progress
         self.stop = stop
         self.hooks = hooks
-        self.points = ResumePoints(run_dir, run.stream, self.models, start_step, self.algorithm.keep_checkpoints)
+        self.points = ResumePoints(run_dir, run.stream, self.models, start_step, run.config.checkpoints.keep)
         self.rollouts = RolloutWriter(run_dir) if run.config.logging.save_rollouts else None
         """Where each trained step's episodes are written (by `step.learn`); None when the config turns it off."""
         self.streak = FailureStreak(self.algorithm.stop_after_failed_steps)
@@ -130,7 +130,7 @@ class StepSequence:
             self.models.rollout_exploration = self.collapse.exploration
         self.meter = PrefillMeter(self.models)
         self.record = StepRecord(steps=start_step)
-        eval_tasks = run.eval_tasks[: self.algorithm.eval_tasks] if self.algorithm.eval_tasks else run.eval_tasks
+        eval_tasks = run.eval_tasks[: run.config.evaluation.max_tasks or None]
         self.held_out = HeldOut(run, eval_tasks, self.meter, logger, progress)
         self.best = BestAdapter.open(run, run_dir, self.meter, logger, progress)
         """The validations that choose the adapter kept as `best`; None without `validation:`."""
@@ -142,7 +142,7 @@ class StepSequence:
         await self.models.empty_prefix_caches()
         await weights.retake_snapshots(step)
         snapshot_ages = self.models.snapshot_ages(weights.version)
-        if self.held_out.evaluates and self.algorithm.evaluates_before(step):
+        if self.held_out.evaluates and self.run.config.evaluation.evaluates_before(step):
             label = "untrained" if step == 0 and not self.warm_started else f"step {step}"
             await self.stop.cancelling(self.held_out.evaluate(step, label, weights.tuner_factory(training=False)))
         await self.validate(step, weights.tuner_factory(training=False))

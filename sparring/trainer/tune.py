@@ -16,6 +16,7 @@ from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelCon
 from .job import Job
 from .league_config import LeagueConfig
 from .loop import RunResult
+from .run_config import CheckpointsConfig, EvaluationConfig, RunnerConfig
 from .step_hooks import StepHook
 from .validation_config import ValidationConfig
 from .warm_start_config import WarmStartConfig
@@ -36,6 +37,9 @@ def tune(
     league: LeagueConfig | None = None,
     validation: ValidationConfig | None = None,
     warm_start: WarmStartConfig | None = None,
+    runner: RunnerConfig | None = None,
+    evaluation: EvaluationConfig | None = None,
+    checkpoints: CheckpointsConfig | None = None,
     resume: str | Path | None = None,
     overwrite: bool = False,
     step_hooks: Sequence[StepHook] = (),
@@ -55,6 +59,9 @@ def tune(
         league=league,
         validation=validation,
         warm_start=warm_start,
+        runner=runner,
+        evaluation=evaluation,
+        checkpoints=checkpoints,
     )
     job.set_workflow(workflow_func, judge=judge_func).set_data(train=train_dataset, eval=eval_dataset)
     return job.tune(resume=resume, overwrite=overwrite, hooks=step_hooks)

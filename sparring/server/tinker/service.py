@@ -126,7 +126,7 @@ class TinkerService:
         self.base_sampler = service.create_sampling_client(base_model=base_model)  # loads the model now
         self.engine = self.base_sampler.engine
         self.served_names = list(dict.fromkeys([*served_names] or [base_model]))
-        self.names = {base_model, self.engine.loaded.spec.name, *self.served_names}
+        self.names = {base_model, self.engine.model_spec.name, *self.served_names}
         self.sessions: dict[str, _Session] = {}
         self.models: dict[str, _Model] = {}
         self.samplers: dict[str, Sampler] = {}
@@ -140,7 +140,7 @@ class TinkerService:
         if name in self.names:
             return name
         try:
-            if resolve_model(name).path == self.engine.loaded.spec.path:
+            if resolve_model(name).path == self.engine.model_spec.path:
                 self.names.add(name)
                 return name
         except (ValueError, RuntimeError):
@@ -304,11 +304,11 @@ class TinkerService:
             await model.lane.client
         except Exception as error:  # noqa: BLE001 - reported to the caller
             raise WireError(404, f"model {model_id!r} could not be created: {error}") from None
-        config = self.engine.loaded.model.config
+        config = self.engine.model_config
         model_data = {
             "arch": getattr(config, "model_type", None),
             "model_name": model.served_name,
-            "tokenizer_id": str(self.engine.loaded.model.name_or_path),
+            "tokenizer_id": self.engine.model_dir,
         }
         return {
             "type": "get_info",
@@ -452,7 +452,7 @@ class TinkerService:
 
     def _lora_shape(self, checkpoint: Path) -> dict:
         try:
-            return lora_shape(checkpoint, self.engine.bank.linear_groups)
+            return lora_shape(checkpoint, self.engine.linear_groups)
         except (FileNotFoundError, KeyError, ValueError) as error:
             raise WireError(400, f"{checkpoint.name}: not a LoRA checkpoint this server can load ({error})") from None
 
