@@ -1,7 +1,7 @@
 """Asynchronous off-policy training (`algorithm.max_staleness`) on the tiny model: every rollout samples exactly the
 weights it should (N steps old, checked against the saved weights of each step), the staleness is logged and
-bounded, evaluations are barriers, snapshot opponents and several trainable models work, and a stopped run
-resumed with rollouts in flight is the same run as one never stopped."""
+bounded, evaluations and validations are barriers, snapshot opponents, a league, `validation:` and several trainable
+models work, and a stopped run resumed with rollouts in flight is the same run as one never stopped."""
 
 import json
 from pathlib import Path
@@ -13,13 +13,16 @@ from sparring import (
     AlgorithmConfig,
     DatasetConfig,
     Job,
+    LeagueConfig,
     LoggingConfig,
     ServiceClient,
     TunerModelConfig,
+    ValidationConfig,
     Workflow,
     WorkflowOutput,
     types,
 )
+from sparring.envs.tictactoe import make_tasks, tictactoe
 from sparring.logging import read_metrics, read_rollouts
 from sparring.logging.rollouts import sampled_spans
 from sparring.trainer import ConfigError, TuneConfig, run_training
@@ -204,3 +207,53 @@ def test_several_trainable_models_train_asynchronously(tiny_model_dir, tmp_path)
     metrics = read_metrics(tmp_path / "run")
     assert [m["staleness/max"] for m in metrics] == [0.0, 1.0, 1.0]
     assert all(m["train/policy/datums"] > 0 and m["train/second/datums"] > 0 for m in metrics)
+
+
+@pytest.mark.timeout(300)
+def test_a_league_and_validation_with_rollouts_running_ahead(tiny_model_dir, tmp_path):
+    """max_staleness 1 with a league and `validation:` (due after steps 2 and 4): a validation is a barrier, so the
+    rollouts of steps 1 and 3 sample the weights of the step before and those of 0 and 2 fresh ones; the league draws
+    and counts every step's games and its snapshots copy the weights that sample the step's rollout."""
+    run_dir = tmp_path / "run"
+    job = Job(
+        model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=4),
+        league=LeagueConfig(snapshot_every_steps=1, max_snapshots=2, sampling="latest"),
+        validation=ValidationConfig(
+            dataset=DatasetConfig(tasks=make_tasks("eval", 2, seed=2)),
+            every_steps=2,
+            from_step=2,
+            metric="workflow/win_rate",
+        ),
+        algorithm=AlgorithmConfig(
+            group_size=2,
+            batch_size=2,
+            learning_rate=1e-3,
+            rollout_temperature_floor=1.0,
+            save_interval_steps=2,
+            episode_timeout_s=60,
+            allow_nothing_trained=True,
+            max_staleness=1,
+        ),
+        run_dir=str(run_dir),
+        logging=QUIET,
+    )
+    job.set_workflow(tictactoe).set_data(
+        train=DatasetConfig(
+            tasks=make_tasks("train", 4, seed=1), total_steps=4, workflow_args={"memory": "turn", "move_credit": 0.5}
+        )
+    )
+    result = job.tune()
+    assert result.steps == 4 and result.best is not None
+    assert [entry["steps"] for entry in json.loads((run_dir / "validation.json").read_text())["validations"]] == [2, 4]
+    steps = [m for m in read_metrics(run_dir) if "reward/mean" in m]
+    # One weights version samples a whole rollout: within a step the mean age of its episodes is the largest one.
+    assert [m["staleness/max"] for m in steps] == [0.0, 1.0, 0.0, 1.0]
+    assert [m["staleness/mean"] for m in steps] == [m["staleness/max"] for m in steps]
+    # Across the run they differ: the barriers' steps trained fresh rollouts.
+    assert sum(m["staleness/mean"] for m in steps) / len(steps) == 0.5 < max(m["staleness/max"] for m in steps)
+    for step, metrics in enumerate(steps):
+        assert metrics[f"league/snapshot-{step}/games"] == 4  # 'latest': the snapshot taken at the step's start
+    state = json.loads((run_dir / "checkpoints" / "step_000004" / "trainer_state.json").read_text())
+    # snapshot-3 copies the weights that sampled the rollout of step 3: those of step 2, not the live ones.
+    assert [(s["name"], s["step"]) for s in state["league"]["snapshots"]] == [("snapshot-2", 2), ("snapshot-3", 2)]
+    assert all(Path(s["path"]).is_dir() for s in state["league"]["snapshots"])  # kept while the pool plays them

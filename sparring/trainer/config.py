@@ -234,7 +234,8 @@ class AlgorithmConfig(ConfigRecord, MovedAlgorithmKeys):
     max_staleness: int = Field(default=0, ge=0, le=MAX_STALENESS)
     """Asynchronous off-policy training: the rollouts of step k sample the weights of step k - N (a frozen copy) and
     run while earlier steps train, so at most N optimizer steps lie between the weights that sampled a token and the
-    weights that train on it; 0 is the on-policy loop (rollout, then train). Evaluation steps drain the pipeline."""
+    weights that train on it; 0 is the on-policy schedule (each rollout waits for the weights of the step before).
+    Evaluation and validation steps drain the pipeline; a league, validation and step hooks work at any value."""
     stop_after_failed_steps: int = Field(default=3, ge=0, le=MAX_STEPS)
     """Stop the run (after saving a checkpoint) when every episode failed in this many steps in a row; 0 never stops."""
     allow_nothing_trained: bool = False
@@ -395,11 +396,6 @@ class TuneConfig(ConfigRecord):
             self._check_league(self.league)
         if self.warm_start is not None:
             self.warm_start.model_key(list(self.trainable_models()))
-        if self.validation is not None and self.algorithm.max_staleness:
-            raise ValueError(
-                "validation: rollouts that run ahead of training (algorithm.max_staleness > 0) are not "
-                "supported with it; set it to 0"
-            )
         remote = [name for name, config in self.trainable_models().items() if config.backend == "tinker"]
         if remote and is_import_path(self.algorithm.loss_fn):
             raise ValueError(
@@ -429,11 +425,6 @@ class TuneConfig(ConfigRecord):
         if shared:
             raise ValueError(
                 f"league.scripted: {shared} are also auxiliary models; a scripted opponent needs a name of its own"
-            )
-        if self.algorithm.max_staleness:
-            raise ValueError(
-                "league: rollouts that run ahead of training (algorithm.max_staleness > 0) are not "
-                "supported with a league; set it to 0"
             )
         if self.runner.backend != "local":
             raise ValueError("league: its opponents are served in this process; use runner.backend 'local'")

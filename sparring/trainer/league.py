@@ -100,17 +100,24 @@ class League:
         """Every opponent in the pool: scripted, frozen models, then the snapshots oldest first."""
         return [*self.scripted, *self.frozen, *(snapshot.name for snapshot in self.snapshots)]
 
-    def refresh(self, step: int) -> None:
-        """Add a snapshot of the learner at the start of `step` when one is due; evict past `max_snapshots`."""
+    def refresh(self, step: int, frozen: tuple[object, str, int] | None = None) -> None:
+        """Add a snapshot of the learner at the start of `step` when one is due; evict past `max_snapshots`.
+
+        The snapshot copies the weights that sample the step's rollout: the live ones, or `frozen` (a sampling
+        client, its saved path and its weights version) when the rollout samples an older frozen version."""
         every = self.config.snapshot_every_steps
-        if not every or step % every or any(snapshot.step == step for snapshot in self.snapshots):
-            return
         name = f"{SNAPSHOT_PREFIX}{step}"
-        saved = self.client.save_weights_for_sampler(f"league-{name}")
-        sampler = self.client.save_weights_and_get_sampling_client(
-            kind="snapshot"
-        )  # the same weights: calls run in order
-        self._add_snapshot(name, step, sampler, saved.result().path)
+        if not every or step % every or any(snapshot.name == name for snapshot in self.snapshots):
+            return
+        if frozen is None:
+            saved = self.client.save_weights_for_sampler(f"league-{name}")
+            sampler = self.client.save_weights_and_get_sampling_client(
+                kind="snapshot"
+            )  # the same weights: calls run in order
+            self._add_snapshot(name, step, sampler, saved.result().path)
+        else:
+            sampler, path, version = frozen
+            self._add_snapshot(name, version, sampler, path)
         while len(self.snapshots) > self.config.max_snapshots:
             gone = eviction_choice(
                 [s.name for s in self.snapshots], self.records, self.config.eviction, self.config.pfsp_power

@@ -11,9 +11,10 @@ halves of a step are `step.py`; what every step does around them, on either
 schedule, is `step_sequence.py`, and user code joins it there as step hooks,
 `step_hooks.py`).
 With `warm_start:` a new run first takes supervised steps on worked examples (`warm_start.py`).
-Episodes sample from the live adapters, so each step sees the weights of the
-step before; with `algorithm.max_staleness` > 0 the rollouts of later steps
-run on frozen older weights while a step trains instead (`pipeline.py`). Snapshot opponents are retaken at the start
+Every step runs in one run loop (`pipeline.py`): episodes sample from the live
+adapters, so each step sees the weights of the step before; with
+`algorithm.max_staleness` > 0 the rollouts of later steps run on frozen older
+weights while a step trains instead. Snapshot opponents are retaken at the start
 of the steps they
 are due (`TunerModelConfig.snapshot_interval_steps`). With a `league:` every training episode draws its opponent from
 the league's pool, which takes its snapshots at the start of a step (`league.py`). Every
@@ -51,7 +52,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..algorithms import CollapseResponse, EntropySteering
 from ..logging import (
     ConsoleProgress,
     MetricsLogger,
@@ -69,13 +69,11 @@ from .config import TuneConfig
 from .evaluation import Comparison, evaluate_baselines, evaluate_policy
 from .failure_streak import EpisodesFailingError
 from .lingering import lingering_threads, lingering_warning
-from .models import TrainingModels
-from .pipeline import RolloutPipeline
+from .pipeline import RunLoop
 from .resolve import resolve_run
 from .run_folder import claim_run_folder
-from .step import learn, run_rollout
 from .step_hooks import StepHook
-from .step_sequence import LiveWeights, StepSequence
+from .step_sequence import StepSequence
 from .stop_signals import Stopped, StopSignals
 from .training_signal import OPT_OUT, NothingTrainedError
 from .warm_start import warm_start
@@ -179,7 +177,6 @@ async def run_training_async(
             resume,
             start_step,
             saved_versions,
-            RunResult(run_dir=run_dir, steps=start_step),
             stop,
             every_hook,
             teach_first,
@@ -195,12 +192,12 @@ async def _train(
     resume,
     start_step: int,
     saved_versions: dict,
-    result: RunResult,
     stop: StopSignals,
     hooks: list[StepHook],
     teach_first: bool,
 ) -> RunResult:
     algorithm, models, stream = config.algorithm, run.models, run.stream
+    result = RunResult(run_dir=run_dir, steps=start_step)
     previous_metrics = (
         [record for record in read_metrics(run_dir) if record["step"] <= start_step] if start_step else []
     )
@@ -216,33 +213,12 @@ async def _train(
         TrainingProgress(total_steps, enabled=config.logging.console, start_step=start_step) as progress,
     ):
         sequence = StepSequence(run, run_dir, start_step, logger, progress, stop, hooks, previous_metrics)
+        loop = RunLoop(sequence, saved_versions)
         record, streak, signal, held_out = sequence.record, sequence.streak, sequence.signal, sequence.held_out
         try:
             if teach_first:
                 logger.log(0, await warm_start(config.warm_start, models, progress, stop))
-            if algorithm.max_staleness:
-                await RolloutPipeline(sequence, saved_versions).run()
-            else:
-                for step in range(start_step, total_steps):
-                    start = await sequence.begin(step, LiveWeights(models, step))
-                    metrics, episodes = await train_step(
-                        run.episode_fn,
-                        start.tasks,
-                        models,
-                        run.settings,
-                        run.judge,
-                        config,
-                        sequence.rollouts,
-                        step,
-                        total_steps,
-                        progress,
-                        stop,
-                        sequence.entropy,
-                        sequence.collapse,
-                    )
-                    metrics.update(start.snapshot_ages)
-                    if await sequence.finish(step, metrics, episodes):
-                        break
+            await loop.run()
             failure = streak.failure(record.steps)
             untrained = not signal.trained_anything and not algorithm.allow_nothing_trained and failure is None
             if failure is None and not untrained:
@@ -259,7 +235,7 @@ async def _train(
         result.comparison = held_out.comparison()
         if result.comparison is not None:
             result.comparison.write(run_dir)
-    checkpoint = result.checkpoint = sequence.points.checkpoint(record.steps)
+    checkpoint = result.checkpoint = loop.checkpoint(record.steps)
     no_healthy_step = not streak.healthy_steps and not start_step  # e.g. interrupted before a step trained
     if (
         stop.requested and not result.interrupted
@@ -282,44 +258,6 @@ async def _train(
             f"for a deliberate dry run set {OPT_OUT}"
         )
     return result
-
-
-async def train_step(
-    episode_fn,
-    tasks,
-    models: TrainingModels,
-    settings,
-    judge,
-    config: TuneConfig,
-    rollouts,
-    step: int,
-    total_steps: int,
-    progress: ConsoleProgress | None = None,
-    stop: StopSignals | None = None,
-    entropy: EntropySteering | None = None,
-    collapse: CollapseResponse | None = None,
-) -> tuple[dict[str, float], list[Episode]]:
-    """One on-policy step (`step` of `total_steps`): run the episodes on the live weights, train on them (the entropy
-    bonus's coefficient steered by `entropy`, the next rollout's exploration by `collapse`, if given), write their
-    rollouts; returns the step's metrics and its episodes.
-
-    A stop signal cancels the episodes (raising Stopped); once they are done the update runs to its end."""
-    started = time.perf_counter()
-    league = models.league
-    if league is not None:
-        league.begin_step(step, tasks, settings.group_size)
-        episode_fn = league.episode_fn(episode_fn)
-    rollout = run_rollout(
-        episode_fn, tasks, models.make_training_tuner, settings, judge, step, config.algorithm.seed, progress
-    )
-    episodes = await (stop.cancelling(rollout) if stop is not None else rollout)
-    rollout_time = time.perf_counter() - started
-    metrics = await learn(episodes, models, settings, config, rollouts, step, total_steps, entropy, collapse)
-    if league is not None:
-        metrics.update(league.end_step())
-    metrics["time/rollout"] = rollout_time
-    metrics["time/step"] = time.perf_counter() - started
-    return metrics, episodes
 
 
 async def run_debug_episodes(

@@ -1,35 +1,48 @@
-"""Asynchronous off-policy training: later steps' rollouts run while the current step trains.
+"""The run loop: every step is begin -> rollout on a `RolloutWeights` -> learn -> finish, at any staleness.
 
-With `algorithm.max_staleness: N` > 0 a run is a two-stage pipeline in one
-event loop. The producer plays the rollouts one step after another, as the
-on-policy loop would, but each on a frozen copy of older weights: the rollout
-of step k samples `version_of(k) = max(k - N, e)` of every trainable model
-(version j = the weights after j optimizer steps; e = the latest evaluation
-step at or before k), so it starts as soon as that version exists, while
-steps up to k - 1 still train. The trainer takes the rollouts in order,
-trains on each (`step.learn`), and then freezes the new version
-(`FrozenVersion`: saved as sampler weights, and copied in memory to sample
-from). The loss's importance ratio uses the sampler logprobs recorded with
-every token, so the PPO / CISPO clip accounts for the lag; `staleness/mean`
-and `staleness/max` (optimizer steps between the weights that sampled a
-trained token and the weights that train on it) are logged every step.
+A run is a two-stage pipeline in one event loop. The producer begins each
+step (`StepSequence.begin`: snapshots, league snapshot, evaluation and
+validation when due, tasks, hooks) and plays its rollout, one step after
+another; the trainer takes the rollouts in order, trains on each
+(`step.learn`), finishes the step (`StepSequence.finish`: warnings, hooks,
+log), writes the checkpoint when due, and releases the next weights version.
+The rollout of step k samples `version_of(k) = max(k - N, b)` of every
+trainable model, N = `algorithm.max_staleness` (version j = the weights after
+j optimizer steps; b = the latest barrier at or before k: an evaluation or a
+validation step, whose weights must be the trained ones). When that version
+is k the rollout waits for step k - 1 to finish: with N = 0 that is every
+step, the on-policy schedule. A version that a later rollout samples while
+newer steps train is frozen when it is reached (`FrozenWeights`: saved as
+sampler weights and copied in memory), and every rollout on that version
+samples the copy, so the rollout of k starts while the steps up to k - 1
+still train; a version no later rollout needs is never copied, and its
+rollout samples the live weights (`LiveWeights`): at N = 0, every one.
+The loss's importance ratio uses the sampler logprobs recorded
+with every token, so the PPO / CISPO clip accounts for the lag. Every step
+logs `staleness/mean` and `staleness/max`: over its episodes, the optimizer
+steps between the weights that sampled them and the weights that train on
+them, over its episodes (from the version the rollout recorded for each
+episode; a fixed lag has one version sample a whole
+rollout, so the two agree within a step and differ only where a step's
+episodes came from different versions).
+
+A league plays in the producer: its opponents are drawn before the rollout
+and its games counted after it, so its records, like everything a rollout
+reads, advance in the order of an uninterrupted run; its snapshots copy the
+weights that sample the step's rollout.
 
 Why a fixed lag rather than "the newest weights there are": which weights
 sample each rollout is then a function of the config alone, so a run is
 reproducible and a resumed run is the same run. For the same reason
 rollouts never overlap one another, only training: the sampler's seed
 stream, the task stream and the global RNGs advance in the same order as in
-an uninterrupted run. Evaluations are barriers: the evaluation of step s
-waits for the weights of step s and runs with no rollout in flight, and the
-rollouts from step s on sample those weights or newer.
+an uninterrupted run. Evaluations and validations are barriers: the one
+before step s waits for the weights of step s and runs with no rollout in
+flight, and the rollouts from step s on sample those weights or newer.
 
-Both stages run the phases every step shares through the run's
-`StepSequence` (`step_sequence.py`): the producer begins each step (its
-snapshots from the frozen weights, `FrozenWeights`, its evaluation, tasks and
-hooks), the trainer finishes each in order (log, checkpoint).
-
-Resume: when the producer reaches a step (before that step's snapshots,
-evaluation and tasks) the sequence's `ResumePoints` record one; the checkpoint after step
+Resume: a step whose rollout runs ahead records its resume point (before its
+snapshots, evaluation and tasks) when the producer reaches it; any other
+step's is recorded when the step before finishes. The checkpoint after step
 s saves the one of step s, with the saved paths of the older versions that
 rollouts s, s + 1, ... sample, and the resumed run reloads them and redoes
 the rollouts that were in flight. Saved versions that no rollout, snapshot
@@ -58,7 +71,7 @@ from ..rollout import Episode
 from .checkpoints import prune_unresumable
 from .models import TrainingModels
 from .step import learn, run_rollout
-from .step_sequence import StepSequence
+from .step_sequence import LiveWeights, RolloutWeights, StepSequence
 
 
 @dataclass
@@ -73,7 +86,7 @@ class FrozenVersion:
 
 @dataclass
 class FrozenWeights:
-    """A frozen version as a rollout samples it (the pipeline's `RolloutWeights`)."""
+    """A frozen older version as a rollout samples it."""
 
     models: TrainingModels
     """The run's models (snapshot opponents are installed there)."""
@@ -86,13 +99,17 @@ class FrozenWeights:
         return self.models.frozen_tuner(self.frozen.samplers, training=training)
 
     async def retake_snapshots(self, step: int) -> None:
-        """Retake the snapshot opponents due at `step` from the frozen weights, as the on-policy loop does from the
-        live ones."""
+        """Retake the snapshot opponents due at `step`, and the league's snapshot, from the frozen weights, as the
+        live weights do from themselves."""
         for name in self.models.due_snapshots(step, self.version):
             source = self.models.snapshots[name].source
             path = self.frozen.paths[source]
             sampler = await asyncio.to_thread(self.models.clients[source].create_sampling_client, path)
             self.models.install_snapshot(name, sampler, path, self.version)
+        league = self.models.league
+        if league is not None:
+            learner = next(key for key, client in self.models.clients.items() if client is league.client)
+            league.refresh(step, (self.frozen.samplers[learner], self.frozen.paths[learner], self.version))
 
 
 @dataclass
@@ -101,22 +118,22 @@ class Rollout:
 
     episodes: list[Episode]
     """The step's episodes, grouped by task."""
-    version: int
-    """Optimizer steps of the weights that sampled every trainable call of these episodes."""
+    versions: list[int]
+    """Per episode, optimizer steps of the weights that sampled its trainable calls."""
     seconds: float
     """How long the episodes took to play."""
-    snapshot_ages: dict[str, float] = field(default_factory=dict)
-    """`snapshot/<name>/age_steps` of the snapshot opponents they played against."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """`snapshot/<name>/age_steps` of the snapshot opponents they played against, and the league's games."""
 
 
-class RolloutPipeline:
-    """Rollouts on frozen older weights running ahead of training, by at most `max_staleness` optimizer steps."""
+class RunLoop:
+    """Every training step of a run: rollouts on the weights `max_staleness` optimizer steps back (0: the live ones,
+    on-policy), trained in order."""
 
     def __init__(self, sequence: StepSequence, saved_versions: dict[int, dict[str, str]]):
-        """`sequence`: the run's step phases (the pipeline begins steps in its producer and finishes them in order);
+        """`sequence`: the run's step phases (begun in the producer, finished in order by the trainer);
         `saved_versions`: the older weights the resumed checkpoint names."""
         self.sequence = sequence
-        sequence.points.frozen = self
         self.resolved = sequence.run
         self.run_dir = sequence.run_dir
         self.models = sequence.models
@@ -134,12 +151,19 @@ class RolloutPipeline:
         self._checkpointed: set[int] = set()
         self._checkpointed_snapshots: set[str] = set()
 
+    def is_barrier(self, step: int) -> bool:
+        """Whether the rollout of `step` must sample the trained weights of `step`: an evaluation or a validation of
+        them runs before it."""
+        sequence = self.sequence
+        evaluation = sequence.held_out.evaluates and sequence.run.config.evaluation.evaluates_before(step)
+        validation = sequence.best is not None and sequence.best.config.due(step, self.total_steps)
+        return bool(evaluation or validation)
+
     def version_of(self, step: int) -> int:
-        """The weights version that samples the rollout of `step`: `max_staleness` behind, never before an
-        evaluation step."""
-        interval = self.sequence.run.config.evaluation.interval_steps if self.sequence.held_out.evaluates else 0
-        last_evaluation = step - step % interval if interval else 0
-        return max(step - self.algorithm.max_staleness, last_evaluation, self.oldest_version)
+        """The weights version that samples the rollout of `step`: `max_staleness` behind, never before a barrier."""
+        lag = self.algorithm.max_staleness
+        barrier = next((s for s in range(step, step - lag, -1) if self.is_barrier(s)), step - lag)
+        return max(step - lag, barrier, self.oldest_version)
 
     def pending_versions(self, step: int) -> dict[int, dict[str, str]]:
         """The older weights that rollouts from `step` on sample, as the checkpoint after `step` steps names them."""
@@ -150,21 +174,26 @@ class RolloutPipeline:
             for version in pending
         }
         self._checkpointed = set(pending)
-        self._checkpointed_snapshots = {
-            snapshot["path"] for snapshot in self.sequence.points.reached[step].snapshots.values()
-        }
+        point = self.sequence.points.reached[step]
+        self._checkpointed_snapshots = {snapshot["path"] for snapshot in point.snapshots.values()}
+        self._checkpointed_snapshots |= {snapshot["path"] for snapshot in point.league.get("snapshots", [])}
         return saved
 
+    def checkpoint(self, steps: int) -> Path:
+        """Write the checkpoint after `steps` steps, naming the older weights the rollouts from there sample."""
+        return self.sequence.points.checkpoint(steps, self.pending_versions(steps))
+
     async def run(self) -> None:
-        """Train every remaining step with the rollouts running ahead of training."""
+        """Train every remaining step, each rollout on the weights `version_of` its step."""
         for version, paths in self.saved_versions.items():
             samplers = {
                 key: await asyncio.to_thread(self.models.clients[key].create_sampling_client, path)
                 for key, path in paths.items()
             }
             self._offer(version, FrozenVersion(paths, samplers))
-        await self._freeze(self.start_step)
+        await self._release(self.start_step)
         producer = asyncio.create_task(self._produce())
+        save_every = self.resolved.config.checkpoints.interval_steps
         try:
             last_step_ended = time.perf_counter()
             for step in range(self.start_step, self.total_steps):
@@ -182,25 +211,27 @@ class RolloutPipeline:
                     self.sequence.entropy,
                     self.sequence.collapse,
                 )
-                staleness = float(step - rollout.version)  # one version samples every token of a step
-                metrics.update(rollout.snapshot_ages)
+                ages = [step - version for version in rollout.versions] or [step - self.version_of(step)]
+                metrics.update(rollout.metrics)
                 metrics.update(
                     {
-                        "staleness/mean": staleness,
-                        "staleness/max": staleness,
+                        "staleness/mean": sum(ages) / len(ages),
+                        "staleness/max": float(max(ages)),
                         "time/rollout": rollout.seconds,
                         "time/wait_rollout": waited,
                     }
                 )
-                metrics["time/step"] = (
-                    time.perf_counter() - last_step_ended
-                )  # the step's share of the pipeline's wall time
+                metrics["time/step"] = time.perf_counter() - last_step_ended  # the step's share of the run's wall time
                 last_step_ended = time.perf_counter()
-                if await self.sequence.finish(step, metrics, rollout.episodes):
+                stopping = await self.sequence.finish(step, metrics, rollout.episodes)
+                if save_every and (step + 1) % save_every == 0:
+                    # off the event loop, so rollouts running ahead go on while it is written
+                    await asyncio.to_thread(self.checkpoint, step + 1)
+                if stopping:
                     return
                 self.sequence.stop.check()
                 if step + 1 < self.total_steps:
-                    await self._freeze(step + 1)
+                    await self._release(step + 1)
                 if self._forget_before(self.version_of(step + 1)):
                     prune_unresumable(self.run_dir)  # the checkpoints that named the deleted weights go with them
         finally:
@@ -217,17 +248,23 @@ class RolloutPipeline:
         raise RuntimeError(f"the rollout producer stopped before step {step + 1}")
 
     async def _produce(self) -> None:
+        run, league = self.resolved, self.models.league
         for step in range(self.start_step, self.total_steps):
-            self.sequence.points.reach(
-                step
-            )  # before waiting for the weights: the trainer may checkpoint this step meanwhile
             version = self.version_of(step)
-            weights = FrozenWeights(self.models, version, await self._future(self._ready, version))
+            if version < step:  # runs ahead: the trainer may checkpoint this step while it is in flight
+                self.sequence.points.reach(step)
+            frozen = await self._future(self._ready, version)  # None: not frozen, the live weights are that version
+            weights: RolloutWeights = (
+                LiveWeights(self.models, step) if frozen is None else FrozenWeights(self.models, version, frozen)
+            )
             start = await self.sequence.begin(step, weights)
             started = time.perf_counter()
-            run = self.resolved
+            episode_fn = run.episode_fn
+            if league is not None:
+                league.begin_step(step, start.tasks, run.settings.group_size)
+                episode_fn = league.episode_fn(episode_fn)
             episodes = await run_rollout(
-                run.episode_fn,
+                episode_fn,
                 start.tasks,
                 weights.tuner_factory(training=True),
                 run.settings,
@@ -236,10 +273,21 @@ class RolloutPipeline:
                 self.algorithm.seed,
                 self.sequence.progress,
             )
+            seconds = time.perf_counter() - started
+            metrics = {**(league.end_step() if league is not None else {}), **start.snapshot_ages}
             self._future(self._finished, step).set_result(
-                Rollout(episodes, version, time.perf_counter() - started, start.snapshot_ages)
+                Rollout(episodes, [version] * len(episodes), seconds, metrics)
             )
         self.sequence.points.reach(self.total_steps)
+
+    async def _release(self, version: int) -> None:
+        """The live weights are now `version` steps old: freeze a copy when a later rollout samples them while they
+        train on, and hand them to the rollouts waiting on them."""
+        later = range(version + 1, version + self.algorithm.max_staleness + 1)  # past the end too: a checkpoint
+        if any(self.version_of(step) == version for step in later):  # names them for a run resumed to go on
+            await self._freeze(version)
+        else:
+            self._future(self._ready, version).set_result(None)
 
     async def _freeze(self, version: int) -> None:
         """Save and copy the live weights (they are `version` steps old) and hand them to the rollouts waiting on
@@ -259,13 +307,16 @@ class RolloutPipeline:
 
     def _forget_before(self, version: int) -> bool:
         """Drop the versions older than `version` (no later rollout samples them) that the latest checkpoint does not
-        name, and delete their saved weights unless a snapshot opponent uses them (in play, in a resume point, or in
-        the latest checkpoint); True when it deleted any."""
+        name, and delete their saved weights unless a snapshot opponent or a league snapshot uses them (in play, in a
+        resume point, or in the latest checkpoint); True when it deleted any."""
         deleted = False
         in_play = {snapshot.path for snapshot in self.models.snapshots.values()} | self._checkpointed_snapshots
-        in_play |= {
-            snapshot["path"] for point in self.sequence.points.reached.values() for snapshot in point.snapshots.values()
-        }
+        league = self.models.league
+        in_play |= {snapshot.path for snapshot in league.snapshots} if league is not None else set()
+        for point in self.sequence.points.reached.values():
+            in_play |= {
+                snapshot["path"] for snapshot in [*point.snapshots.values(), *point.league.get("snapshots", [])]
+            }
         for old in [v for v in self.versions if v < version and v not in self._checkpointed]:
             frozen = self.versions.pop(old)
             self._ready.pop(old, None)

@@ -5,8 +5,8 @@ opponents as its rollout is about to start: `checkpoints.py`) the first time
 the run reaches it, and forgets it once a later step has finished. The
 checkpoint after `s` steps holds the point of step `s` (and the metrics
 record of step `s`, to repair a torn metrics.jsonl), from which a resumed
-run goes on exactly; with rollouts running ahead of training the pipeline
-adds the older weights its pending rollouts sample (`FrozenVersions`). With
+run goes on exactly; with rollouts running ahead of training the run loop
+adds the older weights its pending rollouts sample. With
 `keep_checkpoints` only the newest checkpoints stay (`prune_oldest`).
 """
 
@@ -14,19 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Protocol
 
 from .checkpoints import ResumePoint, prune_oldest, save_checkpoint
 from .dataset import TaskStream
 from .models import TrainingModels
-
-
-class FrozenVersions(Protocol):
-    """Older weights that rollouts not yet trained on sample (the pipeline's): a checkpoint must name them."""
-
-    def pending_versions(self, step: int) -> dict[int, dict[str, str]]:
-        """Version -> model key -> saved path of the weights the rollouts from `step` on sample, as a checkpoint at
-        `step` must name them."""
 
 
 class ResumePoints:
@@ -42,8 +33,6 @@ class ResumePoints:
         """Checkpoints kept (`checkpoints.keep`): older ones are deleted after each save; None keeps all."""
         self.reached: dict[int, ResumePoint] = {}
         """Step -> where its rollout starts, for each step reached and not yet outdated by a later finished step."""
-        self.frozen: FrozenVersions | None = None
-        """The pipeline's older weights, when rollouts run ahead of training; None on-policy."""
         self.logged: dict[int, dict] = {}
         """Steps finished -> the record metrics.jsonl got for it, kept in its checkpoint (to repair a torn line)."""
         self.reach(first_step)
@@ -62,11 +51,12 @@ class ResumePoints:
         if logged is not None:
             self.logged = {steps: logged}
 
-    def checkpoint(self, steps: int) -> Path:
-        """Write the checkpoint after `steps` steps."""
+    def checkpoint(self, steps: int, versions: dict[int, dict[str, str]] | None = None) -> Path:
+        """Write the checkpoint after `steps` steps; `versions`: the older weights (version -> model key -> saved path)
+        that the rollouts from `steps` on sample, when they run ahead of training."""
         point = self.reached[steps]
-        if self.frozen is not None:
-            point = dataclasses.replace(point, versions=self.frozen.pending_versions(steps))
+        if versions:
+            point = dataclasses.replace(point, versions=versions)
         saved = save_checkpoint(self.run_dir, steps, self.models, point, self.logged.get(steps))
         if self.keep is not None:
             prune_oldest(self.run_dir, self.keep)

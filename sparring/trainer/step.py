@@ -5,11 +5,10 @@ factory hands out; `learn` turns finished episodes into advantages per group
 and role, assembles datums per trainable model (with the KL penalty towards
 the base model when `kl_coef` > 0), runs `forward_backward` + `optim_step`
 for each (with `algorithm.entropy_target`, the entropy bonus's coefficient
-steered from the step's entropy first), and writes the rollouts. The
-on-policy loop runs the halves one after the other (`loop.train_step`); the
-asynchronous pipeline (`pipeline.py`) runs later steps' rollouts while an
-earlier step learns. `episode_metrics` is the rewards, errors and workflow
-metrics of a step.
+steered from the step's entropy first), and writes the rollouts. The run
+loop (`pipeline.py`) plays each step's rollout, then learns from it; with
+`max_staleness` > 0 later steps' rollouts run while an earlier step learns.
+`episode_metrics` is the rewards, errors and workflow metrics of a step.
 """
 
 from __future__ import annotations

@@ -7,18 +7,17 @@ validated when due and kept as `best` when they play best (`best_adapter.py`), t
 reseeded, the next batch of tasks is taken, and the step hooks see it
 (`step_hooks.py`). `StepSequence.finish` closes it after its update:
 failing, untrained and collapsing steps are warned about, the hooks see the
-step, it is logged and shown, the next step's resume point is recorded and
-the checkpoint written when due (`resume_points.py`). The on-policy loop
-(`loop.py`) runs begin -> rollout -> update -> finish, one step after the
-other; the pipeline (`pipeline.py`) begins and plays the rollouts of later
-steps while an earlier one trains, and finishes the steps in order. The one
-difference, which weights a rollout samples, is a `RolloutWeights`: the live
-ones (`LiveWeights`, on-policy) or a frozen older version (the pipeline's).
+step, it is logged and shown, the next step's resume point is recorded
+(`resume_points.py`; the run loop writes the checkpoint when due). The run loop
+(`pipeline.py`) begins and plays each step's rollout, then trains and
+finishes the steps in order; at `max_staleness` 0 a rollout waits for the
+weights of the step before, above it rollouts run ahead. Which weights a
+rollout samples is a `RolloutWeights`: the live ones (`LiveWeights`) or a
+frozen older version (`FrozenWeights`, `pipeline.py`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +51,7 @@ class RolloutWeights(Protocol):
         """Tuners on these weights: for the rollout (`training`: its temperature floor applies) or an evaluation."""
 
     async def retake_snapshots(self, step: int) -> None:
-        """Retake the snapshot opponents due at the start of `step` from these weights."""
+        """Retake the snapshot opponents due at the start of `step`, and the league's snapshot, from these weights."""
 
 
 @dataclass
@@ -69,6 +68,8 @@ class LiveWeights:
 
     async def retake_snapshots(self, step: int) -> None:
         self.models.refresh_snapshots(step)
+        if self.models.league is not None:
+            self.models.league.refresh(step)
 
 
 @dataclass
@@ -140,8 +141,6 @@ class StepSequence:
         self.stop.check()
         await self.models.empty_prefix_caches()
         await weights.retake_snapshots(step)
-        if self.models.league is not None:
-            self.models.league.refresh(step)
         snapshot_ages = self.models.snapshot_ages(weights.version)
         if self.held_out.evaluates and self.run.config.evaluation.evaluates_before(step):
             label = "untrained" if step == 0 and not self.warm_started else f"step {step}"
@@ -159,7 +158,7 @@ class StepSequence:
             await self.stop.cancelling(self.best.validate(steps, make_tuner))
 
     async def finish(self, step: int, metrics: dict[str, float], episodes: list[Episode]) -> bool:
-        """Close a trained step: warnings, hooks, logging, the checkpoint when due; True when the run must stop
+        """Close a trained step: warnings, hooks, logging, the next resume point; True when the run must stop
         (every episode failing for `stop_after_failed_steps` steps)."""
         failing = self.streak.observe(episodes)
         untrained = self.signal.observe(episodes, metrics)
@@ -178,9 +177,4 @@ class StepSequence:
         self.progress.update(step + 1, metrics)
         self.record.steps = step + 1
         self.points.advance(step + 1, logged)
-        if (interval := self.run.config.checkpoints.interval_steps) and (step + 1) % interval == 0:
-            if self.points.frozen is None:
-                self.points.checkpoint(step + 1)
-            else:  # off the event loop, so the rollouts running ahead go on while it is written
-                await asyncio.to_thread(self.points.checkpoint, step + 1)
         return self.streak.exhausted
