@@ -33,9 +33,9 @@ agents = pytest.importorskip("agents", reason="the OpenAI Agents SDK is a dev de
 
 from agents import Agent, ModelBehaviorError, ModelSettings, OpenAIProvider, RunConfig, Runner, function_tool  # noqa: E402
 from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
+from loopback_training import train_two_steps  # noqa: E402
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, Workflow, WorkflowOutput, tune  # noqa: E402
-from sparring.logging import read_rollouts  # noqa: E402
+from sparring import Workflow, WorkflowOutput  # noqa: E402
 from sparring.logging.rollouts import sampled_spans  # noqa: E402
 
 TOOL_RESULT = "TOOLRESULT"
@@ -120,26 +120,8 @@ class AgentsSdkWorkflow(Workflow):
 
 
 def test_an_agents_sdk_agent_on_its_default_model_class_trains_two_steps(tiny_model_dir, tmp_path):
-    result = tune(
-        workflow_func=AgentsSdkWorkflow,
-        train_dataset=DatasetConfig(tasks=[{"topic": "a"}, {"topic": "bb"}], total_steps=2),
-        model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
-        algorithm=AlgorithmConfig(
-            group_size=2,
-            batch_size=2,
-            learning_rate=1e-3,
-            save_interval_steps=0,
-            eval_interval_steps=0,
-            episode_timeout_s=120,
-            drop_zero_variance_groups=False,
-        ),
-        run_dir=tmp_path / "run",
-        logging=LoggingConfig(console=False, tensorboard=False),
-    )
-    assert result.steps == 2
+    rows = train_two_steps(AgentsSdkWorkflow, tiny_model_dir, tmp_path / "run", ["a", "bb"])
     assert set(SEEN["models"]) == {OpenAIResponsesModel}  # the SDK's default model class, unchanged
-    rows = [row for step in (1, 2) for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")]
-    assert not [row["error"] for row in rows if row.get("error")]
     assert sorted(row["agent"] for row in rows) == sorted(list(AGENTS) * 8)
     trained = dict.fromkeys(AGENTS, 0)
     for row in rows:

@@ -8,20 +8,15 @@ import json
 import openai
 import pytest
 from fastapi import FastAPI
+from loopback_training import train_two_steps
 
 from sparring import (
-    AlgorithmConfig,
-    DatasetConfig,
-    LoggingConfig,
     ServiceClient,
     TunerHandle,
-    TunerModelConfig,
     Workflow,
     WorkflowOutput,
-    tune,
 )
 from sparring.algorithms import build_datums
-from sparring.logging import read_rollouts
 from sparring.logging.rollouts import sampled_spans
 from sparring.rollout import (
     ChatModel,
@@ -149,25 +144,7 @@ class HttpAgents(Workflow):
 
 
 def test_sdk_and_raw_http_agents_train_through_a_loopback_server(tiny_model_dir, tmp_path):
-    result = tune(
-        workflow_func=HttpAgents,
-        train_dataset=DatasetConfig(tasks=[{"topic": "a"}, {"topic": "b"}], total_steps=2),
-        model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
-        algorithm=AlgorithmConfig(
-            group_size=2,
-            batch_size=2,
-            learning_rate=1e-3,
-            save_interval_steps=0,
-            eval_interval_steps=0,
-            episode_timeout_s=120,
-            drop_zero_variance_groups=False,
-        ),
-        run_dir=tmp_path / "run",
-        logging=LoggingConfig(console=False, tensorboard=False),
-    )
-    assert result.steps == 2
-    rows = [row for step in (1, 2) for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")]
-    assert not [row["error"] for row in rows if row.get("error")]
+    rows = train_two_steps(HttpAgents, tiny_model_dir, tmp_path / "run", ["a", "b"])
     assert sorted(row["agent"] for row in rows) == ["raw"] * 8 + ["sdk"] * 8
     spans_seen = {"sdk": [], "raw": []}
     for row in rows:

@@ -10,18 +10,13 @@ import random
 import openai
 import pytest
 from fastapi import FastAPI
+from loopback_training import train_two_steps
 
 from sparring import (
-    AlgorithmConfig,
-    DatasetConfig,
-    LoggingConfig,
     ServiceClient,
-    TunerModelConfig,
     Workflow,
     WorkflowOutput,
-    tune,
 )
-from sparring.logging import read_rollouts
 from sparring.logging.rollouts import sampled_spans
 from sparring.rollout import EpisodeRecorder, FrozenChatModel, merge_calls
 from sparring.server.openai.episode_keys import EpisodeKeys
@@ -339,25 +334,7 @@ class ResponsesAgents(Workflow):
 
 
 def test_agents_on_the_responses_api_train_two_steps_with_merged_timelines(tiny_model_dir, tmp_path):
-    result = tune(
-        workflow_func=ResponsesAgents,
-        train_dataset=DatasetConfig(tasks=[{"topic": "a"}, {"topic": "bb"}], total_steps=2),
-        model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
-        algorithm=AlgorithmConfig(
-            group_size=2,
-            batch_size=2,
-            learning_rate=1e-3,
-            save_interval_steps=0,
-            eval_interval_steps=0,
-            episode_timeout_s=120,
-            drop_zero_variance_groups=False,
-        ),
-        run_dir=tmp_path / "run",
-        logging=LoggingConfig(console=False, tensorboard=False),
-    )
-    assert result.steps == 2
-    rows = [row for step in (1, 2) for row in read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step}.jsonl")]
-    assert not [row["error"] for row in rows if row.get("error")]
+    rows = train_two_steps(ResponsesAgents, tiny_model_dir, tmp_path / "run", ["a", "bb"])
     assert sorted(row["agent"] for row in rows) == ["http"] * 8 + ["inproc"] * 8
     for row in rows:
         assert (
