@@ -6,10 +6,12 @@ three, folds J; after a check it bets K, bets J one time in three, checks Q. Aga
 value is the game's, -1/18 chip a hand; a random player loses more. The decision hinges on one word of the
 prompt: the card.
 
-The reward is the chips the learner's choices win in expectation over the opponent's mixed strategy (its coin
-flips integrated out, exactly), so the same value has far less noise: the learner is asked for its reply to a
-bet whenever the opponent would bet with some probability. The table reports the edge over the equilibrium
-player on the same deal (0 at best, as no first player does better than -1/18 against it).
+The reward is the chips the learner's choices win on its deal, in expectation over the opponent's coin flips
+(integrated out exactly). The table reports a lower-noise estimate of the same value: the edge over the equilibrium
+player holding the same card, in expectation over the opponent's card too (the learner's replies depend on its own
+card only, so each hand is scored against both cards the opponent may hold; the learner is therefore asked for its
+reply to a bet whenever it checks). The optimum is 0: no first player does better than -1/18 against the
+equilibrium, and every equilibrium move is worth the same there, so a policy at the optimum scores 0 on every hand.
 """
 
 from __future__ import annotations
@@ -41,13 +43,19 @@ BETS = {"K": 1.0, "Q": 0.0, "J": 1 / 3}
 """The opponent's chance of betting after a check, by its card."""
 
 
-def expected_chips(mine: str, theirs: str, bet: float, call: float) -> float:
-    """The first player's chips in expectation over the opponent's coin flips, betting with chance `bet` and calling
-    a bet after a check with chance `call`."""
+def deal_chips(mine: str, theirs: str, bet: float, call: float) -> float:
+    """The first player's chips on one deal in expectation over the opponent's coin flips, betting with chance `bet`
+    and calling a bet after a check with chance `call`."""
     win = 1.0 if CARDS.index(mine) > CARDS.index(theirs) else -1.0
     after_bet = CALLS[theirs] * 2 * win + (1 - CALLS[theirs])
     after_check = BETS[theirs] * (call * 2 * win - (1 - call)) + (1 - BETS[theirs]) * win
     return bet * after_bet + (1 - bet) * after_check
+
+
+def card_chips(mine: str, bet: float, call: float) -> float:
+    """The same holding `mine`, in expectation over the opponent's card as well."""
+    others = [card for card in CARDS if card != mine]
+    return sum(deal_chips(mine, theirs, bet, call) for theirs in others) / len(others)
 
 
 def equilibrium(messages: list[dict], rng: random.Random) -> str:
@@ -67,10 +75,10 @@ async def workflow(task: dict, model, auxiliary_models: dict) -> WorkflowOutput:
     first = await model(history, choices=["check", "bet"])
     bet = float(first.content.strip() == "bet")
     call = 0.0
-    if not bet and BETS[theirs] > 0:
+    if not bet:
         history += [first.message, {"role": "user", "content": ask("Your opponent bets 1 chip.", ["call", "fold"])}]
         call = float((await model(history, choices=["call", "fold"])).content.strip() == "call")
-    chips = expected_chips(mine, theirs, bet, call)
-    # The edge over the equilibrium player on the same deal: card luck cancels, so it separates with fewer hands.
-    edge = chips - expected_chips(mine, theirs, EQUILIBRIUM_BET[mine], EQUILIBRIUM_CALL[mine])
+    chips = deal_chips(mine, theirs, bet, call)
+    # The edge over the equilibrium player holding the same card: card luck cancels, so it separates with fewer hands.
+    edge = card_chips(mine, bet, call) - card_chips(mine, EQUILIBRIUM_BET[mine], EQUILIBRIUM_CALL[mine])
     return WorkflowOutput(reward=chips, metrics={"chips": chips, "edge": edge})
