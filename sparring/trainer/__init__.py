@@ -8,26 +8,32 @@ config is reported before the heavy imports.
 from typing import TYPE_CHECKING
 
 _HOMES = {
-    **dict.fromkeys(("CheckpointError", "NonFiniteWeightsError"), "checkpoint_integrity"),
+    "TaskStream": "checkpoints",
     **dict.fromkeys(("AlgorithmConfig", "LoggingConfig", "TuneConfig", "TunerModelConfig"), "config"),
-    **dict.fromkeys(("apply_overrides", "dump_config", "load_config_file"), "config_file"),
-    **dict.fromkeys(("TaskStream", "load_tasks", "load_train_and_eval_tasks", "split_eval"), "dataset"),
-    "DatasetConfig": "dataset_config",
-    "DatasetError": "dataset_layout",
-    "EpisodesFailingError": "failure_streak",
-    "import_object": "imports",
-    "Job": "job",
-    **dict.fromkeys(("LEAGUE_TASK_KEY", "League", "OPPONENT_ARG"), "league"),
-    "LeagueConfig": "league_config",
-    **dict.fromkeys(("CheckpointsConfig", "EvaluationConfig", "RunnerConfig"), "run_config"),
+    **dict.fromkeys(
+        ("WorkflowArgs", "apply_overrides", "dump_config", "load_config_file", "takes_args"), "config_file"
+    ),
+    **dict.fromkeys(("DatasetError", "load_tasks", "load_train_and_eval_tasks", "split_eval"), "dataset"),
+    **dict.fromkeys(("Job", "tune"), "job"),
     **dict.fromkeys(("RunResult", "run_training", "run_training_async"), "loop"),
-    "ValidationConfig": "validation_config",
-    "WarmStartConfig": "warm_start_config",
-    "ConfigError": "schema",
-    **dict.fromkeys(("StepEnd", "StepHook", "StepStart"), "step_hooks"),
-    "NothingTrainedError": "training_signal",
-    "tune": "tune",
-    **dict.fromkeys(("WorkflowArgs", "takes_args"), "workflow_args"),
+    **dict.fromkeys(("LEAGUE_TASK_KEY", "League", "OPPONENT_ARG"), "models"),
+    **dict.fromkeys(
+        ("CheckpointError", "EpisodesFailingError", "NonFiniteWeightsError", "NothingTrainedError"), "safeguards"
+    ),
+    **dict.fromkeys(("ConfigError", "import_object"), "schema"),
+    **dict.fromkeys(
+        (
+            "CheckpointsConfig",
+            "DatasetConfig",
+            "EvaluationConfig",
+            "LeagueConfig",
+            "RunnerConfig",
+            "ValidationConfig",
+            "WarmStartConfig",
+        ),
+        "sections",
+    ),
+    **dict.fromkeys(("StepEnd", "StepHook", "StepStart"), "step"),
 }
 """Each public name -> the module of this package it comes from."""
 
@@ -74,26 +80,25 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .checkpoint_integrity import CheckpointError, NonFiniteWeightsError
+    from .checkpoints import TaskStream
     from .config import AlgorithmConfig, LoggingConfig, TuneConfig, TunerModelConfig
-    from .config_file import apply_overrides, dump_config, load_config_file
-    from .dataset import TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
-    from .dataset_config import DatasetConfig
-    from .dataset_layout import DatasetError
-    from .failure_streak import EpisodesFailingError
-    from .imports import import_object
-    from .job import Job
-    from .league import LEAGUE_TASK_KEY, OPPONENT_ARG, League
-    from .league_config import LeagueConfig
+    from .config_file import WorkflowArgs, apply_overrides, dump_config, load_config_file, takes_args
+    from .dataset import DatasetError, load_tasks, load_train_and_eval_tasks, split_eval
+    from .job import Job, tune
     from .loop import RunResult, run_training, run_training_async
-    from .run_config import CheckpointsConfig, EvaluationConfig, RunnerConfig
-    from .schema import ConfigError
-    from .step_hooks import StepEnd, StepHook, StepStart
-    from .training_signal import NothingTrainedError
-    from .tune import tune
-    from .validation_config import ValidationConfig
-    from .warm_start_config import WarmStartConfig
-    from .workflow_args import WorkflowArgs, takes_args
+    from .models import LEAGUE_TASK_KEY, OPPONENT_ARG, League
+    from .safeguards import CheckpointError, EpisodesFailingError, NonFiniteWeightsError, NothingTrainedError
+    from .schema import ConfigError, import_object
+    from .sections import (
+        CheckpointsConfig,
+        DatasetConfig,
+        EvaluationConfig,
+        LeagueConfig,
+        RunnerConfig,
+        ValidationConfig,
+        WarmStartConfig,
+    )
+    from .step import StepEnd, StepHook, StepStart
 
 
 def __getattr__(name: str):

@@ -1,4 +1,5 @@
-"""The configuration of a training job: the validated records a job YAML file holds.
+"""[config]
+The configuration of a training job: the validated records a job YAML file holds.
 
 One `TuneConfig` describes a whole run -- the workflow to execute, the models
 (trainable, several trainable, frozen auxiliaries), the RL algorithm, the
@@ -26,6 +27,7 @@ when the run is built, before any data or model loads. So the command line
 reports a malformed file in a fraction of a second. Reading and writing the
 YAML file is `config_file.py`; turning a config into a runnable run is
 `resolve.py`.
+
 """
 
 from __future__ import annotations
@@ -38,9 +40,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..runner_defaults import GROUP_SIZE
-from ..runner_defaults import RUNNER_DEFAULTS as RUNNER_DEFAULTS  # where it was read before runner_defaults.py
-from .collapse_response_config import CollapseResponseConfig
-from .config_limits import (
+from ..runner_defaults import RUNNER_DEFAULTS as RUNNER_DEFAULTS
+from .schema import (
     MAX_BATCH_SIZE,
     MAX_COEFFICIENT,
     MAX_CONTEXT_TOKENS,
@@ -55,18 +56,26 @@ from .config_limits import (
     MAX_STEPS,
     MAX_TEMPERATURE,
     MAX_VOCABULARY,
+    ConfigRecord,
+    is_import_path,
 )
-from .dataset_config import DatasetConfig
-from .entropy_target_config import EntropyTargetConfig
-from .imports import is_import_path
-from .league_config import LeagueConfig
-from .run_config import CheckpointsConfig, EvaluationConfig, MovedAlgorithmKeys, RunnerConfig, move_into_sections
-from .schema import ConfigRecord
-from .validation_config import ValidationConfig
-from .warm_start_config import WarmStartConfig
+from .sections import (
+    CheckpointsConfig,
+    CollapseResponseConfig,
+    DatasetConfig,
+    EntropyTargetConfig,
+    EvaluationConfig,
+    LeagueConfig,
+    MovedAlgorithmKeys,
+    RunnerConfig,
+    ValidationConfig,
+    WarmStartConfig,
+    move_into_sections,
+)
 
 if TYPE_CHECKING:
     from ..types import AdamParams
+
 
 DEFAULT_MODEL_NAME = "policy"
 _MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

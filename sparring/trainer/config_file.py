@@ -1,4 +1,5 @@
-"""The job YAML file: reading it (with ``--set section.field=value`` overrides) and writing it.
+"""[config_file]
+The job YAML file: reading it (with ``--set section.field=value`` overrides) and writing it.
 
 `load_config_file` reads and validates a job file, every error prefixed with
 the file name, or with the `--set` override it comes from; import paths that
@@ -7,23 +8,66 @@ against the
 `TuneConfig` schema, so a typo is reported with the keys that would have
 worked; `dump_config` writes a config back, every field included, so a run
 directory holds the exact file that reproduces it.
+
+
+[config_names]
+The names in a config that only what they name can check: run when the run is built, never when a config is read.
+
+A `TuneConfig` validates its structure on construction (types, bounds, the parts agreeing) and imports nothing to
+do it. What a name means is checked here, by `check_names`, which `resolve_run` calls first, before any data or
+model loads: each model's torch device; `algorithm.algorithm_type` and `algorithm.loss_fn` against their registries
+(`ADVANTAGE_ESTIMATORS`, `engine.losses.LOSSES`), one given as an import path ('package.module:function') imported,
+its signature checked and registered under that path, so the rest of the run looks it up like a built-in name;
+the `loss_fn_config` keys (and an entropy target's coefficient) against that loss; the baselines', the league's
+scripted opponents' and the step hooks' import paths. Every problem is one line that starts with the field's dotted
+path; several found at once share the line (`ConfigError`, as a config's own validation raises it).
+
+
+[workflow_args]
+A workflow's `workflow_args` as a typed record, checked when the run is resolved instead of read with `.get`.
+
+A game declares its arguments as a `WorkflowArgs` subclass, one field per
+argument with its type, default and a docstring saying what it does, and
+points its workflow at it: `@takes_args(MyArgs)` on a function-style workflow,
+the class attribute `workflow_args = MyArgs` on a `Workflow` subclass. The
+workflow reads them typed with ``MyArgs.of(task)``.
+
+`resolve_run` checks the config's `workflow_args` (training, eval and
+validation datasets) against the record right after importing the workflow,
+before any data or model loads, and then every task's merged arguments: a
+misspelt key is an error naming it and the closest valid name
+(``train_dataset.workflow_args.max_turn: unknown field; did you mean
+max_turns?``), a wrong type an error naming the key. A workflow that declares
+nothing gets its arguments as the plain dict it always did.
+
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from .config import TuneConfig
-from .run_config import MOVED_KEYS, note_moved_keys
-from .schema import ConfigError, child_annotation, short_repr
+from .schema import (
+    ConfigError,
+    ConfigRecord,
+    child_annotation,
+    describe_validation_error,
+    import_field,
+    import_object,
+    import_policy,
+    is_import_path,
+    short_repr,
+)
+from .sections import MOVED_KEYS, note_moved_keys
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -206,3 +250,178 @@ def dump_config(config: TuneConfig, path: str | os.PathLike[str]) -> Path:
     text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def check_names(config: TuneConfig) -> None:
+    """Check (and register) every name `config` gives that needs an import to check; ConfigError listing each
+    problem with its field path."""
+    problems: list[str] = []
+
+    def check(field: str | None, run: Callable[[], object]) -> None:
+        try:
+            run()
+        except ValueError as error:  # ConfigError included
+            problems.append(f"{field}: {error}" if field else str(error))
+
+    models = {"model": config.model} if config.models is None else {f"models.{k}": v for k, v in config.models.items()}
+    models.update({f"auxiliary_models.{name}": model for name, model in config.auxiliary_models.items()})
+    for path, model in models.items():
+        check(f"{path}.device", lambda device=model.device: _torch_device(device))
+    algorithm = config.algorithm
+    check("algorithm.algorithm_type", lambda: _estimator(algorithm.algorithm_type))
+    before = len(problems)
+    check("algorithm.loss_fn", lambda: _loss(algorithm.loss_fn))
+    if len(problems) == before:  # the loss is known: its settings can be checked against it
+        from ..engine.losses import check_loss_config
+
+        check("algorithm.loss_fn_config", lambda: check_loss_config(algorithm.loss_fn, algorithm.loss_fn_config))
+        if algorithm.entropy_target is not None:
+            coefficient = {"entropy_coef": algorithm.entropy_target.initial_coef}
+            check("algorithm.entropy_target", lambda: check_loss_config(algorithm.loss_fn, coefficient))
+    for name, path in config.baselines.items():
+        check(None, lambda name=name, path=path: import_policy(f"baselines.{name}", path))
+    if config.league is not None:
+        for name, path in config.league.scripted.items():
+            check(None, lambda name=name, path=path: import_policy(f"league.scripted.{name}", path))
+    for index, path in enumerate(config.step_hooks):
+        check(None, lambda index=index, path=path: import_step_hook(f"step_hooks[{index}]", path))
+    if problems:
+        raise ConfigError("; ".join(problems), problems)
+
+
+def _torch_device(value: str) -> None:
+    import torch
+
+    try:
+        torch.device(value)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{value!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from None
+
+
+def _estimator(value: str) -> None:
+    from ..algorithms import ADVANTAGE_ESTIMATORS, register_estimator
+
+    if value in ADVANTAGE_ESTIMATORS:
+        return
+    if not is_import_path(value):
+        raise ValueError(
+            f"unknown advantage estimator {value!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)} "
+            "or give the import path 'package.module:function' of one"
+        )
+    register_estimator(value, import_object(value))
+
+
+def _loss(value: str) -> None:
+    from ..engine.losses import LOSSES, advantage_weighted_losses, register_loss
+
+    if value not in LOSSES and is_import_path(value):
+        register_loss(value, import_object(value))
+    choices = advantage_weighted_losses()
+    if value not in choices:
+        carry = "its datums carry target_tokens, logprobs and advantages, and train where the advantage is not 0"
+        raise ValueError(
+            f"loss_fn {value!r} is not a loss the RL loop trains with ({carry}); choose one of "
+            f"{choices} or give the import path 'package.module:function' of one"
+        )
+
+
+F = TypeVar("F")
+OPPONENT_ARG = "opponent"
+"""The workflow argument that names an episode's drawn opponent (its chat model is the auxiliary model of that name);
+the league sets it, so a record of a game played in a league has this field."""
+ARGS_ATTRIBUTE = "workflow_args"
+"""The attribute of a workflow (function, class or instance) that names its `WorkflowArgs` record."""
+
+
+class WorkflowArgs(ConfigRecord):
+    """Base of a workflow's typed arguments: an unknown key, a wrong type or a value out of range is an error that
+    names the key; each field's docstring is its documentation."""
+
+    @classmethod
+    def of(cls, task: Mapping[str, Any]):
+        """The task's `workflow_args` as this record (its defaults where the task gives none); ConfigError naming
+        ``workflow_args.<key>`` when they do not fit."""
+        return check_workflow_args(cls, task.get(ARGS_ATTRIBUTE) or {}, "workflow_args")
+
+
+def takes_args(record: type[WorkflowArgs]) -> Callable[[F], F]:
+    """Declare `record` as a function-style workflow's `workflow_args` (a `Workflow` subclass sets the class
+    attribute ``workflow_args = record`` instead); the workflow is returned as it is."""
+    if not (isinstance(record, type) and issubclass(record, WorkflowArgs)):
+        raise TypeError(f"takes_args({record!r}): give a WorkflowArgs subclass")
+
+    def declare(workflow: F) -> F:
+        setattr(workflow, ARGS_ATTRIBUTE, record)
+        return workflow
+
+    return declare
+
+
+def declared_args(workflow: Any) -> type[WorkflowArgs] | None:
+    """The `WorkflowArgs` record `workflow` declares, or None (its arguments stay a plain dict)."""
+    record = getattr(workflow, ARGS_ATTRIBUTE, None)
+    if record is None:
+        return None
+    if not (isinstance(record, type) and issubclass(record, WorkflowArgs)):
+        name = getattr(workflow, "__qualname__", type(workflow).__name__)
+        raise ConfigError(f"workflow: {name}.{ARGS_ATTRIBUTE} is {record!r}, not a WorkflowArgs subclass")
+    return record
+
+
+def check_workflow_args(record: type[WorkflowArgs], args: Any, where: str) -> WorkflowArgs:
+    """`args` validated as `record`; ConfigError whose one line names each bad key as ``<where>.<key>``."""
+    if not isinstance(args, Mapping):
+        raise ConfigError(f"{where}: must be an object of {record.__name__}'s fields, got {type(args).__name__}")
+    try:
+        return record.model_validate(dict(args))
+    except ValidationError as err:
+        lines = describe_validation_error(err, record)  # one per error, starting with its location when it has one
+        placed = zip(err.errors(), lines, strict=True)
+        problems = [f"{where}.{line}" if error["loc"] else f"{where}: {line}" for error, line in placed]
+        raise ConfigError("; ".join(problems), problems) from None
+
+
+def check_config_args(config: TuneConfig, record: type[WorkflowArgs]) -> None:
+    """The config's `workflow_args` (every dataset's) fit `record`, and a league's drawn opponent has its field."""
+    sections = {"train_dataset": config.train_dataset, "eval_dataset": config.eval_dataset}
+    if config.validation is not None:
+        sections["validation.dataset"] = config.validation.dataset
+    for where, dataset in sections.items():
+        if dataset is not None:
+            check_workflow_args(record, dataset.workflow_args, f"{where}.workflow_args")
+    if config.league is not None and OPPONENT_ARG not in record.model_fields:
+        raise ConfigError(
+            f"league: the league hands each episode its opponent as workflow_args.{OPPONENT_ARG}, "
+            f"but the workflow's {record.__name__} has no field {OPPONENT_ARG!r}; add `{OPPONENT_ARG}: str`"
+        )
+
+
+def check_task_args(record: type[WorkflowArgs], tasks: Sequence[Mapping[str, Any]], origin: str) -> None:
+    """Every task's (merged) `workflow_args` fits `record`; ConfigError naming the first task that does not."""
+    for index, task in enumerate(tasks):
+        try:
+            check_workflow_args(record, task.get(ARGS_ATTRIBUTE) or {}, "workflow_args")
+        except ConfigError as error:
+            raise ConfigError(f"{origin}: task {task.get('task_id', index)}: {error}") from None
+
+
+HOOK_METHODS = ("before_rollout", "after_training")
+
+
+def import_step_hook(field: str, import_path: str) -> Any:
+    """The hook class (or hook object) at `import_path`; a ValueError naming `field` when it is neither."""
+    hook = import_field(field, import_path)
+    if not any(callable(getattr(hook, method, None)) for method in HOOK_METHODS):
+        raise ValueError(
+            f"{field}: {import_path!r} has neither `before_rollout` nor `after_training`; a step hook is a "
+            "StepHook subclass (sparring.StepHook)"
+        )
+    if isinstance(hook, type):
+        try:
+            inspect.signature(hook).bind()
+        except TypeError:
+            raise ValueError(
+                f"{field}: the class {import_path!r} needs constructor arguments; a hook named in a config "
+                "is built with none (pass a built one to tune(step_hooks=...))"
+            ) from None
+    return hook

@@ -1,4 +1,5 @@
-"""The RL loop behind `tune()`: tasks -> episodes -> advantages -> LoRA updates.
+"""[loop]
+The RL loop behind `tune()`: tasks -> episodes -> advantages -> LoRA updates.
 
 `run_training` resolves the config once (`resolve.py`: the workflow checked
 before any model loads, the tasks, the trainable models -- one LoRA adapter
@@ -40,6 +41,52 @@ failed whole raises at its end; neither writes a "final" adapter
 Episodes are counted on the console as they finish (a bar per step
 and per evaluation); at the end the reward curve (`reward.png`, `reward.svg`) and the HTML
 report (`report.html`, see `sparring.logging.report`) are written.
+
+
+[run_folder]
+Run folders never mix: a training run starts in a new or empty folder, continues its own with `resume`, or
+replaces a finished one with `overwrite`.
+
+Re-running into a folder that holds a run would append a second run's steps to
+the first's metrics (steps 1, 2, 1, 2: one zig-zag curve in the report) and mix
+their checkpoints and rollouts, so `claim_run_folder` refuses it in one line
+that names both ways on (the shape of the cookbook's
+`behavior_if_log_dir_exists`). A folder holds a run when it holds one of
+`RUN_MARKERS`; `overwrite` deletes only such a folder, and a folder of other
+files is used as it is, never deleted.
+
+
+[lingering]
+Threads left running: what a workflow started and never ended must not keep the process alive after training.
+
+Python waits for every non-daemon thread before a process exits, so one thread a workflow started and left
+running (a server, a poller, an `Event().wait()`) would keep `sparring train` alive after its run finished.
+`lingering_threads` names them; the command line reports them and exits without waiting (`sparring.cli.main`),
+and `run_training` warns about them when it returns.
+
+
+[stop_signals]
+Stopping a training run cleanly on SIGINT (Ctrl-C) or SIGTERM.
+
+`StopSignals` replaces the two signals' handlers while a run trains: the first
+one only records which signal came (`signum`) and wakes the run, which
+cancels the episodes in flight (`cancelling`: a rollout or evaluation
+raced against the signal), lets an optimizer step or checkpoint that has
+begun finish (cancelling one halfway would leave live weights a step ahead of
+the step logged), stops at the next step boundary (`check`), checkpoints the
+last completed step, and exits `128 + signum` (130, 143). A second signal
+quits at once (`os._exit`), for a run that cannot stop in time.
+
+Nothing is raised inside the code a signal lands in (Python's default SIGINT
+handler raises KeyboardInterrupt wherever the main thread is, which left
+asyncio tasks with half-run coroutines and tracebacks); the run decides where
+to stop. The handlers are plain `signal.signal` ones, not the event loop's:
+they run even while the loop is blocked (loading a model), so a second signal
+quits then too, and they wake the loop with `call_soon_threadsafe`. Python
+runs signal handlers in the main thread only, so `install` works only there;
+elsewhere it says False and a KeyboardInterrupt or cancellation still stops
+the run with a checkpoint, without these guarantees.
+
 """
 
 from __future__ import annotations
@@ -47,10 +94,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import shutil
+import signal
+import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from ..logging import (
     ConsoleProgress,
@@ -63,20 +116,14 @@ from ..logging import (
 )
 from ..logging.metrics import METRICS_FILE, repair_torn_end
 from ..rollout import Episode, run_episodes
-from .best_adapter import Validation
 from .checkpoints import clean_interrupted_saves, latest_checkpoint, restore_checkpoint
 from .config import TuneConfig
-from .evaluation import Comparison, evaluate_baselines, evaluate_policy
-from .failure_streak import EpisodesFailingError
-from .lingering import lingering_threads, lingering_warning
-from .pipeline import RunLoop
+from .evaluation import Comparison, Validation, evaluate_baselines, evaluate_policy
+from .pipeline import RunLoop, StepSequence
 from .resolve import resolve_run
-from .run_folder import claim_run_folder
-from .step_hooks import StepHook
-from .step_sequence import StepSequence
-from .stop_signals import Stopped, StopSignals
-from .training_signal import OPT_OUT, NothingTrainedError
-from .warm_start import warm_start
+from .safeguards import OPT_OUT, EpisodesFailingError, NothingTrainedError
+from .schema import ConfigError
+from .step import StepHook, warm_start
 
 log = logging.getLogger(__name__)
 
@@ -300,3 +347,132 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
             run.episode_fn, chosen, run.models, run.settings, run.judge, run.baselines, config.algorithm.seed, progress
         )
     return Comparison([model, *baselines], subject=label)
+
+
+RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
+"""What a training run writes first: a folder holding one of these is a sparring run."""
+
+
+def claim_run_folder(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
+    """Make `run_dir` ready for a new run (or check it for a resumed one); ConfigError when that would mix runs."""
+    if resume:
+        if overwrite:
+            raise ConfigError("give resume (continue the run) or overwrite (replace it), not both")
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(
+                f"resume: {run_dir} holds no run to continue (no config.yaml there); give the folder a "
+                "training run wrote"
+            )
+        return
+    if not any((run_dir / marker).exists() for marker in RUN_MARKERS):
+        return  # new, empty, or other files only (e.g. `sparring eval`'s eval.json): no run to mix with
+    if not overwrite:
+        raise ConfigError(
+            f"run_dir: {run_dir} already holds a run; continue it with --resume {run_dir} (tune(resume=...)), "
+            f"replace it with --overwrite (tune(overwrite=True)), or choose another run_dir"
+        )
+    shutil.rmtree(run_dir)
+
+
+def lingering_threads() -> list[str]:
+    """The names of the live non-daemon threads besides the main one: those the interpreter would wait for at exit."""
+    main = threading.main_thread()
+    return sorted(
+        thread.name
+        for thread in threading.enumerate()
+        if thread is not main and thread.is_alive() and not thread.daemon
+    )
+
+
+def lingering_warning(threads: list[str]) -> str:
+    return f"{len(threads)} thread(s) left running (started by the workflow?), not waited for: {', '.join(threads)}"
+
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals that stop a run with a checkpoint."""
+
+T = TypeVar("T")
+
+
+class Stopped(Exception):
+    """A stop signal came: the run ends at the last completed step."""
+
+
+class StopSignals:
+    """While installed, SIGINT and SIGTERM ask the run to stop; a second one of them quits the process at once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        """The first stop signal received; None while none came."""
+        self._event = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def install(self) -> bool:
+        """Take over SIGINT and SIGTERM for the running loop; False (nothing installed) off the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        self._loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._receive)
+        return True
+
+    def restore(self) -> None:
+        """Put the handlers from before `install` back."""
+        for signum, previous in self._previous.items():
+            signal.signal(
+                signum, previous if previous is not None else signal.SIG_DFL
+            )  # None: set from C, not restorable
+        self._previous.clear()
+        self._loop = None
+
+    def check(self) -> None:
+        """At a step boundary: raise Stopped once a stop signal came."""
+        if self.requested:
+            raise Stopped(signal.Signals(self.signum).name)
+
+    async def cancelling(self, awaitable: Awaitable[T]) -> T:
+        """Await `awaitable`; a stop signal meanwhile cancels it (waiting for it to unwind) and raises Stopped."""
+        if self.requested:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never started: no "never awaited" warning
+            self.check()
+        task = asyncio.ensure_future(awaitable)
+        woken = asyncio.ensure_future(self._event.wait())
+        try:
+            await asyncio.wait({task, woken}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            woken.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise Stopped(signal.Signals(self.signum).name)
+
+    def _receive(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is not None:
+            print(
+                f"{name} again: quitting at once, without a checkpoint of the step in flight",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(128 + signum)
+        self.signum = signum
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._event.set)
+        log.warning(
+            "%s: cancelling the episodes in flight and saving a checkpoint of the last completed step (%s "
+            "again quits at once)",
+            name,
+            name,
+        )

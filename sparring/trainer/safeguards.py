@@ -1,0 +1,476 @@
+"""[checkpoint_integrity]
+Checkpoints that verify themselves: a manifest of every file a checkpoint needs, and checks of what those files hold.
+
+A checkpoint is spread over several places (its step folder, each model's training state, the older weights and
+snapshot opponents it names), any of which a crash, a full disk or a hand can damage. `write_manifest` records the
+name, size and sha256 of every such file in `manifest.json`, written last and atomically (`write_atomically`, before
+`latest.json` points at the checkpoint), and `verify_manifest` refuses a checkpoint whose files are missing,
+truncated or changed,
+naming the first bad file in one line (`CheckpointError`). `check_training_state` then reads what a model's state
+holds -- no more optimizer steps than the checkpoint's step, an adapter config that parses, finite adapter and
+optimizer tensors -- so a checkpoint written without a manifest (before manifests existed) is refused on the same
+grounds, and a NaN saved by a bug is never trained on. `check_finite_weights` runs after every optimizer step, so a
+NaN is named at the step that produced it and never reaches a saved adapter.
+
+
+[checkpoint_contents]
+What a checkpoint's files hold, checked against each other and the model before anything is loaded.
+
+A manifest proves files are the ones saved, not that what was saved fits: a hand-edited or foreign adapter, an
+optimizer state from another adapter, or a data position that is not one each end a resume in a long traceback
+deep inside PEFT, torch or the task stream. These checks read shapes and fields only and refuse each misfit in
+one line naming the file (`CheckpointError`):
+
+- `check_adapter_shapes`: every LoRA tensor is a 2-D `lora_A` (rank x in) or `lora_B` (out x rank) of the rank in
+  `adapter_config.json` and `state.json`, each `lora_A` paired with a `lora_B`;
+- `check_optimizer_state`: the optimizer state holds one entry per adapter tensor, each of that tensor's shape;
+- `check_data_position`: the trainer state's data position has its four fields, integers in range;
+- `check_adapter_fits_model`: the adapter's tensors are the ones the model's adapter holds, of the same shapes.
+
+
+[failure_streak]
+The failure streak: a step in which every episode failed is called out, K of them in a row stop the run, and a
+run that trained nothing fails.
+
+Failed episodes are data, so a step goes on training its healthy episodes.
+A step in which none is healthy (each raised, timed out, returned an outcome
+that does not fit, or reported its own `error` metric of 1) trains nothing
+useful, and such steps in a row mean the workflow is broken, not
+unlucky: `FailureStreak` warns on each one with the commonest error kind and
+an example message, and once `AlgorithmConfig.stop_after_failed_steps` of
+them come in a row the loop saves a checkpoint and raises
+`EpisodesFailingError`, so no compute is spent on a run that cannot learn
+and nothing trained is lost. A run whose every step failed whole (fewer
+steps than that limit, or no limit) raises it too at its end: it trained
+nothing, so it writes no "final" adapter and does not end as if it had
+trained. Either message leads with the streak's first error, the reason of
+the first failed episode (in task order) of its first step.
+
+
+[training_signal]
+The training signal: a step that trained no token says why, and a run that trained none fails.
+
+A step trains the sampled tokens whose advantage is not zero (`tokens/trained`).
+When a step trains none, its update changed nothing, and one of a few causes
+is behind it: no trainable agent spoke (the workflow never called a
+trainable model), every episode failed, or every group's episodes got the
+same reward (group-relative advantages are then all zero: the sparse reward
+of a first game, a group of 2 on a small model). `TrainingSignal` names the
+cause in a warning on each such step, and a run in which no step trained a
+token raises `NothingTrainedError` at its end -- after its checkpoint, without
+a "final" adapter, which would only equal the initial one. A deliberate dry
+run opts out with `AlgorithmConfig.allow_nothing_trained`.
+
+Before a step trains nothing, the signal thins: more and more groups tie. When
+over half of a step's groups have tied for `THINNING_STEPS` steps in a row,
+`TrainingSignal` warns that the policy is collapsing (and again every
+`THINNING_STEPS` steps while it lasts), naming the collapse measures to read.
+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from ..rollout import Episode
+
+MANIFEST = "manifest.json"
+"""The file, in a checkpoint's step folder, listing every file the checkpoint needs."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be resumed (a file missing, truncated, changed or holding non-finite numbers), or training
+    produced weights that must not be saved; the message names the file or the step, on one line."""
+
+
+class CheckpointSaveError(CheckpointError):
+    """A checkpoint could not be written (a full disk, a read-only folder); the message names where and what is
+    intact."""
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (torch's write errors span several)."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+class NonFiniteWeightsError(CheckpointError):
+    """An optimizer step left NaN or infinite adapter weights: the run stops before they are saved."""
+
+
+def write_manifest(directory: Path, run_dir: Path, sources: list[Path]) -> Path:
+    """Record every file under `sources` (files or folders) in `directory/manifest.json`, atomically."""
+    files = {}
+    for source in sources:
+        for path in sorted([source] if source.is_file() else (p for p in source.rglob("*") if p.is_file())):
+            files[_name(path, run_dir)] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    manifest = directory / MANIFEST
+    write_atomically(manifest, json.dumps({"files": files}, indent=1))
+    return manifest
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so a reader sees the old file or the whole new one, never a part."""
+    temporary = path.with_name(
+        f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    )  # the pipeline saves from a thread
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def verify_manifest(directory: Path, run_dir: Path) -> bool:
+    """Check every file the manifest lists; CheckpointError naming the first bad one. False when there is no
+    manifest."""
+    manifest = directory / MANIFEST
+    if not manifest.exists():
+        return False
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(
+            f"checkpoint {directory}: {manifest} is damaged ({error}); resume from an older checkpoint by "
+            "pointing checkpoints/latest.json at it"
+        ) from None
+    for name, expected in files.items():
+        path = Path(name) if os.path.isabs(name) else run_dir / name
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {directory}: {path} is missing")
+        size = path.stat().st_size
+        if size != expected["size"]:
+            raise CheckpointError(
+                f"checkpoint {directory}: {path} has {size} bytes, {expected['size']} were saved "
+                "(truncated or overwritten)"
+            )
+        if _sha256(path) != expected["sha256"]:
+            raise CheckpointError(f"checkpoint {directory}: {path} changed since it was saved (sha256 differs)")
+    return True
+
+
+def check_training_state(path: Path, step: int) -> None:
+    """Read a model's saved training state (`save_state`'s folder) and refuse it, naming the file, unless it was saved
+    after at most `step` optimizer steps and its adapter config parses and its adapter and optimizer tensors are
+    finite."""
+    state_file, config_file = path / "state.json", path / "adapter" / "adapter_config.json"
+    state = _read_json(state_file)
+    steps = state.get("optimizer_steps")
+    if not isinstance(steps, int) or not 0 <= steps <= step:  # fewer when a step gave a model nothing to train on
+        raise CheckpointError(
+            f"{state_file}: saved after {steps!r} optimizer steps, more than the checkpoint's {step} steps allow"
+        )
+    if not isinstance(_read_json(config_file).get("r"), int):
+        raise CheckpointError(f"{config_file}: no LoRA rank 'r' in it")
+    for weights in sorted((path / "adapter").glob("*.safetensors")):
+        try:
+            tensors = load_file(weights)
+        except Exception as error:  # noqa: BLE001 - any unreadable file is one line naming it
+            raise CheckpointError(f"{weights}: unreadable ({type(error).__name__}: {error})") from None
+        _refuse_non_finite(weights, tensors.items())
+    optimizer_file = path / "optimizer.pt"
+    try:
+        optimizer = torch.load(optimizer_file, map_location="cpu", weights_only=False)["optimizer"]
+    except Exception as error:  # noqa: BLE001
+        raise CheckpointError(f"{optimizer_file}: unreadable ({type(error).__name__}: {error})") from None
+    if optimizer is not None:
+        _refuse_non_finite(
+            optimizer_file,
+            (
+                (f"state {index} {name}", value)
+                for index, entry in optimizer["state"].items()
+                for name, value in entry.items()
+            ),
+        )
+
+
+async def check_finite_weights(clients: dict, step: int) -> None:
+    """After optimizer step `step` (counted from 1): NonFiniteWeightsError naming it when a model's adapter holds NaN
+    or infinity. Local models are read on their engine; a service's weights are its own to check."""
+    for key, client in clients.items():
+        engine = getattr(client, "engine", None)
+        if engine is None:
+            continue
+        parameters = engine.bank.parameters
+        finite = await asyncio.wrap_future(
+            engine.call(
+                lambda adapter=client.adapter, parameters=parameters: all(
+                    bool(torch.isfinite(p).all()) for p in parameters(adapter)
+                )
+            )
+        )
+        if not finite:
+            raise NonFiniteWeightsError(
+                f"step {step}: the optimizer step left NaN or infinite weights in model {key!r}; they were "
+                "not saved (the latest checkpoint is "
+                "the step before it, or earlier); lower algorithm.learning_rate or algorithm.grad_clip_norm and resume"
+            )
+
+
+def _refuse_non_finite(path: Path, tensors) -> None:
+    for name, value in tensors:
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"{path}: {name} holds NaN or infinite values")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise CheckpointError(f"{path}: {name} is {value}")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: unreadable ({type(error).__name__}: {error})") from None
+    if not isinstance(loaded, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    return loaded
+
+
+def _name(path: Path, run_dir: Path) -> str:
+    """A manifest entry: relative to the run folder when inside it (the folder can move), else absolute."""
+    try:
+        return str(path.resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+DATA_FIELDS = ("epoch", "position", "step", "num_tasks")
+"""The fields of a task stream's saved position (`TaskStream.state_dict`)."""
+
+
+def saved_shapes(weights: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape of a safetensors file, read from its header only."""
+    try:
+        with safe_open(str(weights), framework="pt") as file:
+            return {name: tuple(file.get_slice(name).get_shape()) for name in file.keys()}
+    except Exception as error:  # noqa: BLE001 - any unreadable file is one line naming it
+        raise CheckpointError(f"{weights}: unreadable ({type(error).__name__}: {error})") from None
+
+
+def check_adapter_shapes(state_dir: Path) -> dict[str, tuple[int, ...]]:
+    """The adapter's tensor shapes, once each is a LoRA factor of the saved rank; CheckpointError naming the file."""
+    weights = state_dir / "adapter" / "adapter_model.safetensors"
+    rank = json.loads((state_dir / "adapter" / "adapter_config.json").read_text())["r"]
+    shapes = saved_shapes(weights)
+    if not shapes:
+        raise CheckpointError(f"{weights}: holds no tensors")
+    for name, shape in sorted(shapes.items()):
+        factor = "lora_A" if ".lora_A." in name else "lora_B" if ".lora_B." in name else None
+        if factor is None:
+            raise CheckpointError(f"{weights}: tensor {name} is not a LoRA factor (lora_A or lora_B)")
+        at = 0 if factor == "lora_A" else 1
+        if len(shape) != 2 or shape[at] != rank:
+            want = f"({rank}, in)" if factor == "lora_A" else f"(out, {rank})"
+            raise CheckpointError(f"{weights}: {name} has shape {shape}, a rank-{rank} {factor} is {want}")
+        partner = name.replace(f".{factor}.", ".lora_B." if factor == "lora_A" else ".lora_A.")
+        if partner not in shapes:
+            raise CheckpointError(f"{weights}: {name} has no {partner} beside it")
+    return shapes
+
+
+def check_optimizer_state(state_dir: Path, shapes: dict[str, tuple[int, ...]]) -> None:
+    """The saved optimizer holds one parameter per adapter tensor, and its moments have the adapter's shapes."""
+    optimizer_file = state_dir / "optimizer.pt"
+    optimizer = torch.load(optimizer_file, map_location="cpu", weights_only=False)["optimizer"]
+    if optimizer is None:  # saved before the model's first optimizer step
+        return
+    try:
+        params = [index for group in optimizer["param_groups"] for index in group["params"]]
+        moments = Counter(
+            tuple(value.shape)
+            for entry in optimizer["state"].values()
+            for name, value in entry.items()
+            if name in ("exp_avg", "exp_avg_sq")
+        )
+    except (KeyError, TypeError, AttributeError) as error:
+        raise CheckpointError(f"{optimizer_file}: not an optimizer state ({type(error).__name__}: {error})") from None
+    if len(params) != len(shapes):
+        raise CheckpointError(f"{optimizer_file}: holds {len(params)} parameters, the adapter beside it {len(shapes)}")
+    expected = Counter({shape: count * 2 for shape, count in Counter(shapes.values()).items()})
+    if optimizer["state"] and len(optimizer["state"]) == len(shapes) and moments != expected:
+        odd = sorted(set(moments) ^ set(expected)) or sorted(moments)
+        raise CheckpointError(f"{optimizer_file}: its moments' shapes do not match the adapter's (e.g. {odd[0]})")
+
+
+def check_data_position(state_file: Path, data: object) -> None:
+    """The trainer state's data position: its four fields, non-negative integers, the position within the tasks."""
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise CheckpointError(f"{state_file}: data position is a {kind}, not an object of {DATA_FIELDS}")
+    missing = [name for name in DATA_FIELDS if name not in data]
+    if missing:
+        raise CheckpointError(f"{state_file}: data position lacks {missing}")
+    for name in DATA_FIELDS:
+        value = data[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CheckpointError(f"{state_file}: data position {name} is {value!r}, not a non-negative integer")
+    if data["num_tasks"] < 1 or data["position"] > data["num_tasks"]:
+        raise CheckpointError(f"{state_file}: data position {data['position']} is outside 0..{data['num_tasks']} tasks")
+
+
+def check_adapter_fits_model(state_dir: Path, expected: dict[str, tuple[int, ...]]) -> None:
+    """The saved adapter holds exactly the tensors of the model's adapter (`expected`: name -> shape), same shapes."""
+    weights = state_dir / "adapter" / "adapter_model.safetensors"
+    shapes = saved_shapes(weights)
+    for name in sorted(set(shapes) | set(expected)):
+        if name not in expected:
+            raise CheckpointError(f"{weights}: tensor {name} is not in the model's adapter (another model or layers?)")
+        if name not in shapes:
+            raise CheckpointError(f"{weights}: lacks {name}, which the model's adapter has (another model or layers?)")
+        if shapes[name] != expected[name]:
+            raise CheckpointError(f"{weights}: {name} has shape {shapes[name]}, the model's is {expected[name]}")
+
+
+class EpisodesFailingError(RuntimeError):
+    """Every episode failed for `stop_after_failed_steps` steps in a row, or in every step of the run: it trained
+    nothing since."""
+
+
+@dataclass
+class FailureStreak:
+    """Counts the steps in a row in which every episode failed, and the steps of the run that trained something."""
+
+    limit: int
+    """Steps in a row that stop the run; 0 never stops it."""
+    steps: int = 0
+    """All-failed steps in a row so far."""
+    healthy_steps: int = 0
+    """Steps of this run with at least one episode that did not fail: they trained something."""
+    first_error: str = ""
+    """The first error of the streak's first step (its first failed episode in task order): kind and reason."""
+    commonest: str = ""
+    """The commonest error of the last all-failed step: its kind, share and an example message."""
+
+    def observe(self, episodes: list[Episode]) -> str | None:
+        """Count one step; the warning line when every episode of it failed, else None (and the streak ends)."""
+        if not episodes or not all(episode.failed for episode in episodes):
+            self.steps = 0
+            self.healthy_steps += 1
+            return None
+        failures = [episode.failure for episode in episodes]
+        if self.steps == 0:
+            self.first_error = ": ".join(failures[0])
+        self.steps += 1
+        kind, count = Counter(kind for kind, _ in failures).most_common(1)[0]
+        example = next(reason for failed_kind, reason in failures if failed_kind == kind)
+        self.commonest = f"{kind} in {count} of {len(episodes)} episodes, e.g. {example}"
+        return f"every episode of this step failed ({self.steps} step(s) in a row); commonest error: {self.commonest}"
+
+    @property
+    def exhausted(self) -> bool:
+        return self.limit > 0 and self.steps >= self.limit
+
+    def failure(self, last_step: int) -> str | None:
+        """Why the run failed, having run up to `last_step`: the streak stopped it, or every step it ran failed
+        whole; else None."""
+        if self.exhausted:
+            why = (
+                f"stopped after step {last_step}: every episode failed in {self.steps} steps in a row "
+                "(algorithm.stop_after_failed_steps)"
+            )
+        elif self.steps and not self.healthy_steps:
+            why = (
+                f"every episode failed in every step this run took ({self.steps}, up to step {last_step}): "
+                "nothing was trained"
+            )
+        else:
+            return None
+        return f"{why}; first error: {self.first_error}; commonest error: {self.commonest}"
+
+
+OPT_OUT = "algorithm.allow_nothing_trained=true"
+"""The setting that makes a run that trains nothing a deliberate dry run."""
+THINNING_SHARE = 0.5
+"""A step whose share of tied (zero-variance) groups is above this one thins the signal."""
+THINNING_STEPS = 3
+"""Thinning steps in a row before the collapse warning."""
+
+
+class NothingTrainedError(RuntimeError):
+    """No step of the run trained a token: its adapter is the one it started from."""
+
+
+def untrained_cause(episodes: list[Episode], metrics: dict[str, float]) -> str | None:
+    """Why a step with these episodes and metrics trained no token; None when it trained some."""
+    if metrics.get("tokens/trained", 0.0) > 0:
+        return None
+    if not any(episode.timelines for episode in episodes):
+        return (
+            "no trainable agent spoke (no episode called a trainable model: check that the workflow's agents "
+            "use `model`, or a target_tag in trainable_targets)"
+        )
+    if all(episode.failed for episode in episodes):
+        return "every episode failed"
+    groups = int(metrics.get("advantage/groups", 0))
+    if groups and metrics.get("advantage/zero_variance_fraction", 0.0) >= 1.0:
+        rewards = sorted({reward for episode in episodes for reward in episode.rewards.values()})
+        shown = ", ".join(f"{reward:g}" for reward in rewards[:5]) + (", ..." if len(rewards) > 5 else "")
+        return (
+            f"every group's episodes got the same reward ({groups} group(s); rewards seen: {shown}), so "
+            "every advantage is 0: "
+            "give partial credit in the reward, raise algorithm.group_size, or sample more diversely "
+            "(model.temperature)"
+        )
+    return "every sampled token's advantage is 0 (check the rewards and algorithm.algorithm_type)"
+
+
+@dataclass
+class TrainingSignal:
+    """Counts the steps of a run that trained a token, and remembers why the last one that did not trained none."""
+
+    trained_before: bool = False
+    """A resumed run's earlier steps trained a token."""
+    trained_steps: int = 0
+    """Steps of this process's run that trained at least one token."""
+    last_cause: str = ""
+    """Why the last step that trained no token trained none."""
+    thinning_streak: int = 0
+    """Steps in a row on which over `THINNING_SHARE` of the groups tied."""
+
+    def observe(self, episodes: list[Episode], metrics: dict[str, float]) -> str | None:
+        """Count one step; the warning line when it trained no token, else None."""
+        tied = metrics.get("advantage/zero_variance_fraction", 0.0)
+        self.thinning_streak = self.thinning_streak + 1 if tied > THINNING_SHARE else 0
+        cause = untrained_cause(episodes, metrics)
+        if cause is None:
+            self.trained_steps += 1
+            return None
+        self.last_cause = cause
+        return f"trained no token: {cause}"
+
+    def collapse_warning(self, metrics: dict[str, float]) -> str | None:
+        """The warning line when the last observed step made the thinning streak a multiple of `THINNING_STEPS`."""
+        if not self.thinning_streak or self.thinning_streak % THINNING_STEPS:
+            return None
+        return (
+            f"the policy may be collapsing: over {THINNING_SHARE:.0%} of the groups tied for "
+            f"{self.thinning_streak} steps in a row "
+            f"({metrics.get('advantage/zero_variance_fraction', 0.0):.0%} now; collapse/entropy "
+            f"{metrics.get('collapse/entropy', float('nan')):.3f}, "
+            f"collapse/distinct_share {metrics.get('collapse/distinct_share', float('nan')):.2f}): "
+            "sample more diversely (model.temperature), vary opponents or seeds within a group, or give partial credit"
+        )
+
+    @property
+    def trained_anything(self) -> bool:
+        """Some step of the run (this process's or, resumed, an earlier one) trained a token."""
+        return self.trained_before or self.trained_steps > 0
+
+    def failure(self, steps: int) -> str:
+        """The one-line reason a run of `steps` steps that trained nothing fails."""
+        return f"no step of this run trained a token ({steps} step(s)); last cause: {self.last_cause}"
