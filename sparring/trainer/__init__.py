@@ -8,7 +8,7 @@ config is reported before the heavy imports.
 from typing import TYPE_CHECKING
 
 _HOMES = {
-    "TaskStream": "checkpoints",
+    "TaskStream": "step",
     **dict.fromkeys(("AlgorithmConfig", "LoggingConfig", "TuneConfig", "TunerModelConfig"), "config"),
     **dict.fromkeys(
         ("WorkflowArgs", "apply_overrides", "dump_config", "load_config_file", "takes_args"), "config_file"
@@ -80,7 +80,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .checkpoints import TaskStream
     from .config import AlgorithmConfig, LoggingConfig, TuneConfig, TunerModelConfig
     from .config_file import WorkflowArgs, apply_overrides, dump_config, load_config_file, takes_args
     from .dataset import DatasetError, load_tasks, load_train_and_eval_tasks, split_eval
@@ -98,7 +97,7 @@ if TYPE_CHECKING:
         ValidationConfig,
         WarmStartConfig,
     )
-    from .step import StepEnd, StepHook, StepStart
+    from .step import StepEnd, StepHook, StepStart, TaskStream
 
 
 def __getattr__(name: str):

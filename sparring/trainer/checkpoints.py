@@ -57,25 +57,21 @@ adds the older weights its pending rollouts sample. With
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import logging
-import math
 import os
 import random
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from ..clients import RemoteTrainingClient
-from .dataset import DatasetError, load_tasks
 from .models import TrainingModels
 from .safeguards import (
     MANIFEST,
@@ -91,124 +87,9 @@ from .safeguards import (
     write_atomically,
     write_manifest,
 )
-from .sections import DatasetConfig
+from .step import TaskStream
 
 log = logging.getLogger(__name__)
-
-
-class TaskStream:
-    """Batches of tasks, one per training step, deterministic and resumable at step boundaries.
-
-    A batch never spans two epochs, so the last batch of an epoch may be
-    smaller. Without `total_steps` the stream runs `total_epochs` epochs;
-    with it, exactly `total_steps` batches, starting new epochs as needed.
-    Each yielded task is a deep copy, so a workflow may change it freely.
-    """
-
-    def __init__(
-        self,
-        tasks: Sequence[dict[str, Any]],
-        batch_size: int,
-        *,
-        total_epochs: int = 1,
-        total_steps: int | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
-    ) -> None:
-        if not tasks:
-            raise DatasetError("a task stream needs at least one task")
-        if batch_size < 1 or total_epochs < 1 or (total_steps is not None and total_steps < 1):
-            raise ValueError(
-                f"batch_size, total_epochs and total_steps must be >= 1, got {batch_size}, {total_epochs}, "
-                f"{total_steps}"
-            )
-        self._tasks = list(tasks)
-        self.batch_size = batch_size
-        self.total_epochs = total_epochs
-        self.total_steps = total_steps
-        self.shuffle = shuffle
-        self.seed = seed
-        self._epoch = 0
-        self._position = 0
-        self._step = 0
-        self._order = self._epoch_order(0)
-
-    @classmethod
-    def from_config(
-        cls, config: DatasetConfig, batch_size: int, tasks: Sequence[dict[str, Any]] | None = None
-    ) -> TaskStream:
-        """A stream over `tasks` (default: `load_tasks(config)`) with the config's epochs, steps and shuffling."""
-        return cls(
-            load_tasks(config) if tasks is None else tasks,
-            batch_size,
-            total_epochs=config.total_epochs,
-            total_steps=config.total_steps,
-            shuffle=config.shuffle,
-            seed=config.seed,
-        )
-
-    @property
-    def num_tasks(self) -> int:
-        return len(self._tasks)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return math.ceil(len(self._tasks) / self.batch_size)
-
-    @property
-    def num_steps(self) -> int:
-        """Batches this stream yields in total, from its start."""
-        return self.total_steps if self.total_steps is not None else self.total_epochs * self.steps_per_epoch
-
-    @property
-    def step(self) -> int:
-        """Batches yielded so far (including those before a resume)."""
-        return self._step
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    def _epoch_order(self, epoch: int) -> list[int]:
-        order = list(range(len(self._tasks)))
-        if self.shuffle:
-            random.Random(self.seed + epoch).shuffle(order)
-        return order
-
-    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
-        return self
-
-    def __next__(self) -> list[dict[str, Any]]:
-        if self._step >= self.num_steps:
-            raise StopIteration
-        if self._position >= len(self._tasks):
-            self._epoch += 1
-            self._position = 0
-            self._order = self._epoch_order(self._epoch)
-        indices = self._order[self._position : self._position + self.batch_size]
-        self._position += len(indices)
-        self._step += 1
-        return [copy.deepcopy(self._tasks[index]) for index in indices]
-
-    def state_dict(self) -> dict[str, int]:
-        """Where the stream stands; `load_state_dict` on a stream over the same tasks continues from here."""
-        return {"epoch": self._epoch, "position": self._position, "step": self._step, "num_tasks": len(self._tasks)}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        missing = {"epoch", "position", "step", "num_tasks"} - set(state)
-        if missing:
-            raise ValueError(f"task stream state lacks {sorted(missing)}")
-        if state["num_tasks"] != len(self._tasks):
-            raise DatasetError(
-                f"the dataset has {len(self._tasks)} tasks but the saved state was taken with {state['num_tasks']}; "
-                "resuming would not continue the same task order"
-            )
-        if not 0 <= state["position"] <= len(self._tasks):
-            raise ValueError(f"task stream position {state['position']} is outside 0..{len(self._tasks)}")
-        self._epoch = int(state["epoch"])
-        self._position = int(state["position"])
-        self._step = int(state["step"])
-        self._order = self._epoch_order(self._epoch)
 
 
 @dataclass

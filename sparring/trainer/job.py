@@ -46,16 +46,19 @@ from __future__ import annotations
 
 import logging as logs
 import os
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
 from .config_file import dump_config, load_config_file
-from .loop import RunResult
 from .schema import ConfigError, import_object, importable_path
 from .sections import CheckpointsConfig, EvaluationConfig, LeagueConfig, RunnerConfig, ValidationConfig, WarmStartConfig
-from .step import StepHook
+
+if TYPE_CHECKING:
+    from .loop import RunResult
+    from .step import StepHook
 
 
 def tune(
@@ -417,3 +420,17 @@ def _run_dir(experiment_dir: Any, experiment_name: Any) -> str | None:
         return None
     parent = os.fspath(experiment_dir) if experiment_dir is not None else "saved_experiments"
     return os.path.join(parent, experiment_name) if experiment_name is not None else parent
+
+
+def lingering_threads() -> list[str]:
+    """The names of the live non-daemon threads besides the main one: those the interpreter would wait for at exit."""
+    main = threading.main_thread()
+    return sorted(
+        thread.name
+        for thread in threading.enumerate()
+        if thread is not main and thread.is_alive() and not thread.daemon
+    )
+
+
+def lingering_warning(threads: list[str]) -> str:
+    return f"{len(threads)} thread(s) left running (started by the workflow?), not waited for: {', '.join(threads)}"

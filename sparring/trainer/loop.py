@@ -119,6 +119,7 @@ from ..rollout import Episode, run_episodes
 from .checkpoints import clean_interrupted_saves, latest_checkpoint, restore_checkpoint
 from .config import TuneConfig
 from .evaluation import Comparison, Validation, evaluate_baselines, evaluate_policy
+from .job import lingering_threads, lingering_warning
 from .pipeline import RunLoop, StepSequence
 from .resolve import resolve_run
 from .safeguards import OPT_OUT, EpisodesFailingError, NothingTrainedError
@@ -373,22 +374,6 @@ def claim_run_folder(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
         )
     shutil.rmtree(run_dir)
 
-
-def lingering_threads() -> list[str]:
-    """The names of the live non-daemon threads besides the main one: those the interpreter would wait for at exit."""
-    main = threading.main_thread()
-    return sorted(
-        thread.name
-        for thread in threading.enumerate()
-        if thread is not main and thread.is_alive() and not thread.daemon
-    )
-
-
-def lingering_warning(threads: list[str]) -> str:
-    return f"{len(threads)} thread(s) left running (started by the workflow?), not waited for: {', '.join(threads)}"
-
-
-log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """The signals that stop a run with a checkpoint."""

@@ -58,13 +58,12 @@ from ..rollout import (
 )
 from ..rollout.workflow import EpisodeFn
 from ..runners import make_player
-from .checkpoints import TaskStream
 from .config import TuneConfig, TunerModelConfig
 from .config_file import WorkflowArgs, check_config_args, check_names, check_task_args, declared_args, dump_config
 from .dataset import load_section, load_train_and_eval_tasks
 from .models import League, Snapshot, TrainingModels
 from .schema import ConfigError, import_field, import_object
-from .step import StepHook, build_step_hooks
+from .step import StepHook, TaskStream, build_step_hooks
 
 
 class WorkflowError(ConfigError, TypeError):
