@@ -1,5 +1,13 @@
-"""The RL loop behind `tune()`: job configuration (records, YAML file, import paths), its resolution into a run,
-task datasets, the job object.
+"""The RL trainer behind `tune()`, one module a concept.
+
+The job's configuration: `config` (the records a job file holds), `sections` (its datasets, league, validation, warm
+start and run mechanics), `schema` (the record base, its errors and bounds, import paths), `config_file` (the YAML
+read and written, ``--set``, the names checked, `workflow_args`). Entering a run: `job` (`tune()`, `Job`), `resolve`
+(a config made runnable, its models built). What a run is made of: `models` (policies, snapshots, the league),
+`dataset` (tasks from files and dataset folders), `step` (a step's batch, rollout, update, hooks; the warm start),
+`pipeline` (the step sequence and the run loop at any staleness), `evaluation` (held-out evaluation beside baselines,
+the `best` adapter), `checkpoints` (and the resume points they hold), `safeguards` (what stops a run on damage), and
+`loop` (`run_training`: the run folder, stop signals, the result).
 
 Names are imported on first use (PEP 562): the config's records and file reader load without torch, so a bad
 config is reported before the heavy imports.

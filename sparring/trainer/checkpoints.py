@@ -1,58 +1,31 @@
-"""[checkpoints]
-Run checkpoints: everything needed to continue a run as if it never stopped.
+"""Run checkpoints and the resume points they are written from: everything needed to continue a run as if it never
+stopped.
 
-A checkpoint is `run_dir/checkpoints/step_<N>/`: one training-state
-directory per trainable model (adapter + optimizer, via `save_state`) and
-`trainer_state.json` (step, data position, Python/NumPy/torch RNG, and the
-saved adapter and step of every snapshot opponent, the league's pool and
-records), written last.
-`manifest.json` (every file the checkpoint needs, with its size and sha256,
-see `checkpoint_integrity.py`) is written after everything else, and
-`latest.json` points at the newest complete checkpoint and is replaced
-atomically, so a run killed mid-save resumes from the previous one. Every
-file is written atomically (a temporary name, then a rename); the temporary
-files and folders a killed save leaves (names starting with '.') are removed
-when a run starts (`clean_interrupted_saves`). Resuming verifies the manifest
-and what the models' states hold before loading anything (adapter shapes
-against its config and the model, optimizer state against the adapter, the
-data position's fields: `checkpoint_contents.py`), and refuses a damaged
-checkpoint in one line naming the bad file. A checkpoint whose step
-was saved already (the end of a run whose last step was checkpointed) is not
-written again, so a kill then cannot damage it. When rollouts run ahead, the
-older weights a checkpoint names are deleted once no rollout needs them; the
-checkpoints that named them go with them (`prune_unresumable`), so every
-checkpoint kept resumes on its own. With `checkpoints.keep` only
-the newest N complete checkpoints stay (`prune_oldest`): a run that saves
-every step does not fill the disk with optimizer states.
+A checkpoint is `run_dir/checkpoints/step_<N>/`: one training-state directory per trainable model (adapter +
+optimizer, via `save_state`) and `trainer_state.json` (step, data position, Python/NumPy/torch RNG, and the saved
+adapter and step of every snapshot opponent, the league's pool and records), written last. `manifest.json` (every
+file the checkpoint needs, with its size and sha256, `safeguards.py`) is written after everything else, and
+`latest.json` points at the newest complete checkpoint and is replaced atomically, so a run killed mid-save resumes
+from the previous one. Every file is written atomically (a temporary name, then a rename); the temporary files and
+folders a killed save leaves (names starting with '.') are removed when a run starts (`clean_interrupted_saves`).
+Resuming verifies the manifest and what the models' states hold before loading anything (`verify_checkpoint`, with
+the checks of `safeguards.py`), and refuses a damaged checkpoint in one line naming the bad file. A checkpoint whose
+step was saved already is not written again, so a kill then cannot damage it. When rollouts run ahead, the older
+weights a checkpoint names are deleted once no rollout needs them, and the checkpoints that named them go with them
+(`prune_unresumable`), so every checkpoint kept resumes on its own. With `checkpoints.keep` only the newest N
+complete checkpoints stay (`prune_oldest`): a run that saves every step does not fill the disk with optimizer states.
 
-For a model on a Tinker-protocol service (backend 'tinker') the training
-state is saved on the service: `trainer_state.json` records the path the
-service returned (`tinker://...`) and the model's backend, and resuming loads
-that state (weights and optimizer) into a new model on the service. Snapshot
-opponents are saved wherever their source model lives, the same way.
+For a model on a Tinker-protocol service (backend 'tinker') the training state is saved on the service:
+`trainer_state.json` records the path the service returned (`tinker://...`) and the model's backend, and resuming
+loads that state (weights and optimizer) into a new model on the service. Snapshot opponents are saved wherever their
+source model lives, the same way.
 
-Besides the models' training state a checkpoint holds a `ResumePoint`: the
-data position, RNG state and snapshot opponents from which the next step's
-rollout starts, and, when rollouts run ahead of training
-(`algorithm.max_staleness` > 0, see `pipeline.py`), the saved weights of
-the older versions the next rollouts sample from. The on-policy loop takes
-it as things stand after a step; the pipeline takes the one it captured when
-its rollouts reached that step, so a resumed run redoes exactly the rollouts
-that were in flight.
-
-
-[resume_points]
-Where each step's rollout starts, kept while a checkpoint may need it, and the checkpoints written from it.
-
-`ResumePoints` records the `ResumePoint` of a step (the task stream, RNGs and
-opponents as its rollout is about to start: `checkpoints.py`) the first time
-the run reaches it, and forgets it once a later step has finished. The
-checkpoint after `s` steps holds the point of step `s` (and the metrics
-record of step `s`, to repair a torn metrics.jsonl), from which a resumed
-run goes on exactly; with rollouts running ahead of training the run loop
-adds the older weights its pending rollouts sample. With
-`keep_checkpoints` only the newest checkpoints stay (`prune_oldest`).
-
+A `ResumePoint` is where a step's rollout starts: the data position (`TaskStream`), RNG state and snapshot opponents,
+and, when rollouts run ahead of training (`algorithm.max_staleness` > 0, `pipeline.py`), the saved weights of the
+older versions the next rollouts sample from. `ResumePoints` records a step's point the first time the run reaches it
+and forgets it once a later step has finished; the checkpoint after `s` steps holds the point of step `s` (and the
+metrics record of step `s`, to repair a torn metrics.jsonl), so a resumed run redoes exactly the rollouts that were
+in flight.
 """
 
 from __future__ import annotations

@@ -1,45 +1,30 @@
-"""[config_file]
-The job YAML file: reading it (with ``--set section.field=value`` overrides) and writing it.
+"""What a job file says and what its names mean: the YAML read and written, ``--set``, the names checked, workflow_args.
 
-`load_config_file` reads and validates a job file, every error prefixed with
-the file name, or with the `--set` override it comes from; import paths that
-name a file or module beside the config file resolve against its folder; `apply_overrides` implements ``--set``
-against the
-`TuneConfig` schema, so a typo is reported with the keys that would have
-worked; `dump_config` writes a config back, every field included, so a run
+The YAML file. `load_config_file` reads and validates a job file, every error prefixed with the file name, or with
+the `--set` override it comes from; import paths that name a file or module beside the config file resolve against
+its folder. `apply_overrides` implements ``--set section.field=value`` against the `TuneConfig` schema, so a typo is
+reported with the keys that would have worked; `dump_config` writes a config back, every field included, so a run
 directory holds the exact file that reproduces it.
 
+The names in a config that only what they name can check, run when the run is built, never when a config is read.
+A `TuneConfig` validates its structure on construction and imports nothing to do it; `check_names`, which
+`resolve_run` calls first, before any data or model loads, checks what a name means: each model's torch device;
+`algorithm.algorithm_type` and `algorithm.loss_fn` against their registries (`ADVANTAGE_ESTIMATORS`,
+`engine.losses.LOSSES`), one given as an import path ('package.module:function') imported, its signature checked
+and registered under that path, so the rest of the run looks it up like a built-in name; the `loss_fn_config` keys
+(and an entropy target's coefficient) against that loss; the baselines', the league's scripted opponents' and the
+step hooks' import paths (`import_step_hook`). Every problem is one line that starts with the field's dotted path;
+several found at once share the line (`ConfigError`, as a config's own validation raises it).
 
-[config_names]
-The names in a config that only what they name can check: run when the run is built, never when a config is read.
-
-A `TuneConfig` validates its structure on construction (types, bounds, the parts agreeing) and imports nothing to
-do it. What a name means is checked here, by `check_names`, which `resolve_run` calls first, before any data or
-model loads: each model's torch device; `algorithm.algorithm_type` and `algorithm.loss_fn` against their registries
-(`ADVANTAGE_ESTIMATORS`, `engine.losses.LOSSES`), one given as an import path ('package.module:function') imported,
-its signature checked and registered under that path, so the rest of the run looks it up like a built-in name;
-the `loss_fn_config` keys (and an entropy target's coefficient) against that loss; the baselines', the league's
-scripted opponents' and the step hooks' import paths. Every problem is one line that starts with the field's dotted
-path; several found at once share the line (`ConfigError`, as a config's own validation raises it).
-
-
-[workflow_args]
-A workflow's `workflow_args` as a typed record, checked when the run is resolved instead of read with `.get`.
-
-A game declares its arguments as a `WorkflowArgs` subclass, one field per
-argument with its type, default and a docstring saying what it does, and
-points its workflow at it: `@takes_args(MyArgs)` on a function-style workflow,
-the class attribute `workflow_args = MyArgs` on a `Workflow` subclass. The
-workflow reads them typed with ``MyArgs.of(task)``.
-
-`resolve_run` checks the config's `workflow_args` (training, eval and
-validation datasets) against the record right after importing the workflow,
-before any data or model loads, and then every task's merged arguments: a
-misspelt key is an error naming it and the closest valid name
-(``train_dataset.workflow_args.max_turn: unknown field; did you mean
-max_turns?``), a wrong type an error naming the key. A workflow that declares
-nothing gets its arguments as the plain dict it always did.
-
+A workflow's `workflow_args` as a typed record, checked when the run is resolved instead of read with `.get`. A
+game declares its arguments as a `WorkflowArgs` subclass, one field per argument with its type, default and a
+docstring saying what it does, and points its workflow at it: `@takes_args(MyArgs)` on a function-style workflow,
+the class attribute `workflow_args = MyArgs` on a `Workflow` subclass. The workflow reads them typed with
+``MyArgs.of(task)``. `resolve_run` checks the config's `workflow_args` (training, eval and validation datasets)
+against the record right after importing the workflow, before any data or model loads, and then every task's merged
+arguments: a misspelt key is an error naming it and the closest valid name (``train_dataset.workflow_args.max_turn:
+unknown field; did you mean max_turns?``), a wrong type an error naming the key. A workflow that declares nothing
+gets its arguments as the plain dict it always did.
 """
 
 from __future__ import annotations

@@ -1,52 +1,23 @@
-"""[dataset]
-Tasks: reading them from files and feeding them to training steps.
+"""Datasets: where tasks come from -- files, and dataset folders laid out as Hugging Face `datasets` lays them out.
 
-A *task* is a plain dict handed to the workflow (a game seed, a question,
-whatever the workflow reads). `load_tasks` turns a `DatasetConfig` into a
-list of ready tasks: it reads JSON Lines, JSON, CSV, Parquet, or a dataset
-directory laid out as Hugging Face `datasets` lays one out locally (its
-split's files found by `dataset_layout.split_files`: per-split files or
-folders, shards, a dataset card's configs, a `save_to_disk` folder's Arrow
-shards), without the `datasets` package; then gives
-every task a stable ``task_id`` and merges the config's ``workflow_args``
-into the task's own (the AgentScope convention for switching what a workflow
-trains without changing code).
+A *task* is a plain dict handed to the workflow (a game seed, a question, whatever the workflow reads). `load_tasks`
+turns a `DatasetConfig` into a list of ready tasks: it reads JSON Lines, JSON, CSV, Parquet, or a dataset directory,
+then gives every task a stable ``task_id`` and merges the config's ``workflow_args`` into the task's own (the
+AgentScope convention for switching what a workflow trains without changing code). `split_eval` holds tasks out for
+evaluation when no eval dataset is configured. Feeding them to steps, one batch each, is `TaskStream` (`step.py`).
 
-`TaskStream` turns that list into training steps: batches of ``batch_size``
-tasks, reshuffled every epoch from ``seed + epoch``, so the order is a pure
-function of the config. Its `state_dict` (epoch, position, step) goes into
-checkpoints, and a resumed run continues with exactly the batch it would
-have seen next. `split_eval` holds tasks out for evaluation when no eval
-dataset is configured.
-
-
-[dataset_layout]
-Which files of a local dataset directory hold a split, found the way Hugging Face `datasets` finds them.
-
-`split_files(directory, split, name)` answers it without the `datasets`
-package, for the layouts `datasets.load_dataset(DIR)` reads (and what
-`Dataset.save_to_disk` writes), first match wins:
-
-1. a folder saved by `save_to_disk`: ``dataset_dict.json`` lists the splits,
-   each ``SPLIT/state.json`` its ``.arrow`` shards in order (a single saved
-   ``Dataset`` has ``state.json`` at the top and is every split);
-2. a dataset card (``README.md``) whose YAML header lists ``configs`` with
-   their ``data_files`` per split (a Hugging Face hub download): `name`
-   picks the config, else the ``default: true`` one or the only one;
-3. a file's own split, from its path: ``{split}-00000-of-00003.parquet``
-   (a shard of any split name), else a folder named after a split
-   (``train/``, ``data/dev-set/``), else a file name with a split keyword
-   between separators (``train.jsonl``, ``tasks_test.csv``); the keywords are
-   `SPLIT_KEYWORDS` (so ``dev.jsonl`` is the ``validation`` split and
-   ``eval.jsonl`` the ``test`` split, as in `datasets`, and asking for
-   ``split="dev"`` finds it);
-4. no file names a split: every file is the ``train`` split.
-
-Without a dataset card, `name` picks a subdirectory (a config's folder). A
-missing split is one line naming the directory and the splits it has. The
-search goes `MAX_SEARCH_DEPTH` folders deep and stops at `MAX_SEARCH_ENTRIES`
-entries, so a path like ``~`` is refused rather than crawled.
-
+`split_files(directory, split, name)` finds which files of a local dataset directory hold a split without the
+`datasets` package, for the layouts `datasets.load_dataset(DIR)` reads, first match wins: (1) a folder saved by
+`save_to_disk` (``dataset_dict.json`` lists the splits, each ``SPLIT/state.json`` its ``.arrow`` shards in order; a
+single saved ``Dataset`` has ``state.json`` at the top and is every split); (2) a dataset card (``README.md``) whose
+YAML header lists ``configs`` with their ``data_files`` per split (a hub download): `name` picks the config, else
+the ``default: true`` one or the only one; (3) a file's own split, from its path: ``{split}-00000-of-00003.parquet``
+(a shard of any split name), else a folder named after a split (``train/``, ``data/dev-set/``), else a file name
+with a split keyword between separators (``train.jsonl``, ``tasks_test.csv``) -- the keywords are `SPLIT_KEYWORDS`,
+so ``dev.jsonl`` is the ``validation`` split and ``eval.jsonl`` the ``test`` split, as in `datasets`; (4) no file
+names a split: every file is the ``train`` split. Without a dataset card, `name` picks a subdirectory. A missing
+split is one line naming the directory and the splits it has (`DatasetError`). The search goes `MAX_SEARCH_DEPTH`
+folders deep and stops at `MAX_SEARCH_ENTRIES` entries, so a path like ``~`` is refused rather than crawled.
 """
 
 from __future__ import annotations

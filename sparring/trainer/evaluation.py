@@ -1,49 +1,29 @@
-"""[evaluation]
-Held-out evaluation: the model and scripted baselines on the same tasks, every number with a 95 % interval.
+"""Evaluation: the model and scripted baselines on the same tasks, every number with a 95 % interval; the run's
+held-out evaluations; the adapter kept as `best` by validation.
 
-A `PolicyEvaluation` is one column of the comparison: one policy (the
-configured model at some training step, or a scripted baseline) that played
-each held-out task once, and an `Estimate` (mean and 95 % interval, see
-`algorithms.intervals`) per metric, computed from the per-episode values
-(`episode_values`), not from a mean alone. A `Comparison` is the whole table:
-its columns, the subject (the trained model) and, per other column, the
-metrics where the subject's interval lies entirely above or below that
-column's -- the only differences it calls an improvement or a shortfall.
+A `PolicyEvaluation` is one column of the comparison: one policy (the configured model at some training step, or a
+scripted baseline) that played each held-out task once, and an `Estimate` (mean and 95 % interval,
+`algorithms.intervals`) per metric, computed from the per-episode values (`episode_values`), not from a mean alone.
+A `Comparison` is the whole table: its columns, the subject (the trained model) and, per other column, the metrics
+where the subject's interval lies entirely above or below that column's -- the only differences it calls an
+improvement or a shortfall. `Comparison.write` stores it as JSON (`evaluation.json`); `PolicyEvaluation.flat` gives
+the metrics.jsonl keys (`<prefix><metric>`, `.../ci_low`, `.../ci_high`). Baselines play through the same workflow as
+the model: `evaluate_baselines` hands the workflow a `ScriptedChatModel` wherever it would get a trainable model
+(frozen auxiliary models stay as they are), so a baseline episode is the same game with a different player.
 
-Baselines play through the same workflow as the model: `evaluate_baselines`
-hands the workflow a `ScriptedChatModel` wherever it would get a trainable
-model (frozen auxiliary models stay as they are), so a baseline episode is
-the same game with a different player. `Comparison.write` stores the whole
-comparison as JSON; `PolicyEvaluation.flat` gives the metrics.jsonl keys
-(`<prefix><metric>`, `.../ci_low`, `.../ci_high`).
+`HeldOut` is the run's held-out evaluations: it plays the held-out tasks with the weights it is handed (the live ones,
+or the frozen ones the pipeline's rollouts sample), logs the model's column with what prefilling its prompts cost
+(kept out of the step's own `engine/` metrics), plays the configured baselines once beside the first evaluation, and
+keeps every column for the run's comparison. When an evaluation is due is the step sequence's business
+(`pipeline.py`); a stop signal cancels one from the caller.
 
-
-[held_out]
-The run's held-out evaluations: each one played, logged, and kept for the comparison they add up to.
-
-`HeldOut` plays the held-out tasks with the weights it is handed (the live
-ones, or the frozen ones the pipeline's rollouts sample), logs the model's
-column with what prefilling its prompts cost (kept out of the step's own
-`engine/` metrics), plays the configured baselines once beside the first
-evaluation, and keeps every column for the run's comparison table
-(`evaluation.json`). When an evaluation is due is the step sequence's
-business (`step_sequence.py`); a stop signal cancels one from the caller.
-
-
-[best_adapter]
-The adapter a run keeps as `best`: its weights that played the validation tasks best.
-
-`BestAdapter` plays the validation tasks (`validation_config.py`) with the
-live weights whenever a validation is due, logs the column under
-`validation/` (its prefill counts too, kept out of the step's own), and when
-the chosen metric beats every earlier validation saves the weights as the
-sampler weights `best` of every trainable model. `validation.json` in the run
-folder holds every validation and the one chosen; a resumed run reads it
-back, so it neither repeats a validation nor forgets the best. Every
-validation samples from `algorithm.seed` as `sparring eval` does, so
-`sparring eval --adapter .../best` on the validation tasks plays the games
-the choice was made on, and two candidates meet the same games.
-
+`BestAdapter` keeps the weights that played the validation tasks best: it plays them with the live weights whenever a
+validation is due, logs the column under `validation/` (its prefill counts too), and when the chosen metric beats
+every earlier validation saves the weights as the sampler weights `best` of every trainable model. `validation.json`
+in the run folder holds every validation and the one chosen; a resumed run reads it back, so it neither repeats a
+validation nor forgets the best. Every validation samples from `algorithm.seed` as `sparring eval` does, so `sparring
+eval --adapter .../best` on the validation tasks plays the games the choice was made on, and two candidates meet the
+same games.
 """
 
 from __future__ import annotations

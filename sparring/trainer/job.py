@@ -1,45 +1,33 @@
-"""[tune]
-`tune()`: the AgentScope-shaped entry point, one call from workflow to trained adapter.
+"""The entry points that assemble a run in Python: `tune()`, the `Job` object, AgentJet's job arguments.
 
-It takes the reference tuner's arguments (workflow_func, judge_func,
-train_dataset, eval_dataset, model, auxiliary_models, algorithm) plus
-sparring's `models` (several trainable models at once), `run_dir`, `logging`, `league`, `validation`,
-`resume`, `overwrite` and `step_hooks`, builds the same `TuneConfig` that `sparring train config.yaml`
-reads, and runs the loop.
+`tune()` is the AgentScope-shaped entry point, one call from workflow to trained adapter. It takes the reference
+tuner's arguments (workflow_func, judge_func, train_dataset, eval_dataset, model, auxiliary_models, algorithm) plus
+sparring's `models` (several trainable models at once), `run_dir`, `logging`, the config's sections, `resume`,
+`overwrite` and `step_hooks`, builds the same `TuneConfig` that `sparring train config.yaml` reads, and runs it.
 
+`Job` is a training run assembled in Python, saved as YAML, and run. Shaped after AgentJet's job (``Job(model=...,
+algorithm=...)``, ``.set_workflow(...)``, ``.set_data(...)``, YAML dump/load, ``.tune()``), a `Job` is a
+`TuneConfig` plus the in-process workflow and judge objects. The YAML that `dump_yaml` writes is the file ``sparring
+train`` reads, so a job sketched in a notebook can be edited by hand and launched from the command line, and the
+other way round. YAML names a workflow by import path, so only importable workflows (functions or classes at the top
+level of a module or script) can be saved; a lambda or a function defined inside another function still trains
+through `tune()` in the same process, and `dump_yaml` refuses it with an explanation.
 
-[job]
-The job object: a training run assembled in Python, saved as YAML, and run.
+AgentJet's spellings are aliases: ``set_data(type="hf"|"jsonl", dataset_path=..., training_split=...,
+validation_split=...)``, ``dump_job_as_yaml`` and ``load_job_from_yaml`` (which loads into this job), and its job
+arguments (``AgentJetJob(n_gpu=8, backbone="verl", lr=..., ...)``). AgentJet's job takes what to train (group size,
+batch, learning rate, LoRA rank, token lengths, where the run goes) beside how its launcher places the work (GPUs per
+node, its training backbone, vLLM's memory share, swarm workers). `agentjet_fields` maps the first kind onto the
+`TuneConfig` fields a `Job` is built from, and names the second kind in one note, which `Job` logs as one line:
+sparring trains in one process on `model.device`, so those settings do not apply here, and a job written for
+AgentJet runs with only its import changed. A name that is neither is left to the caller (a `TypeError`, as for any
+unexpected keyword).
 
-Shaped after AgentJet's job (``Job(model=..., algorithm=...)``,
-``.set_workflow(...)``, ``.set_data(...)``, YAML dump/load, ``.tune()``),
-a `Job` is a `TuneConfig` plus the in-process workflow and judge objects.
-The YAML that `dump_yaml` writes is the file ``sparring train`` reads, so a
-job sketched in a notebook can be edited by hand and launched from the
-command line, and the other way round.
-
-AgentJet's spellings are aliases: ``set_data(type="hf"|"jsonl",
-dataset_path=..., training_split=..., validation_split=...)``,
-``dump_job_as_yaml`` and ``load_job_from_yaml`` (which loads into this job),
-and its job arguments (``n_gpu=8``, ``num_repeat``, ``lr``, ...) are accepted:
-mapped, or named in one log line as not applying (`agentjet_job`).
-
-YAML names a workflow by import path, so only importable workflows
-(functions or classes at the top level of a module or script) can be saved.
-A lambda or a function defined inside another function still trains through
-`tune()` in the same process; `dump_yaml` refuses it with an explanation.
-
-
-[agentjet_job]
-AgentJet's job arguments (`AgentJetJob(n_gpu=8, backbone="verl", lr=..., ...)`) on sparring's `Job`.
-
-AgentJet's job takes what to train (group size, batch, learning rate, LoRA rank, token lengths, where the run
-goes) beside how its launcher places the work (GPUs per node, its training backbone, vLLM's memory share, swarm
-workers). `agentjet_fields` maps the first kind onto the `TuneConfig` fields a `Job` is built from, and names
-the second kind in one note, which `Job` logs as one line: sparring trains in one process on `model.device`, so
-those settings do not apply here, and a job written for AgentJet runs with only its import changed. A name that
-is neither is left to the caller (a `TypeError`, as for any unexpected keyword).
-
+Threads left running: Python waits for every non-daemon thread before a process exits, so one thread a workflow
+started and left running (a server, a poller, an `Event().wait()`) would keep `sparring train` alive after its run
+finished. `lingering_threads` names them; the command line reports them and exits without waiting
+(`sparring.cli.main`), and `run_training` warns about them when it returns. They live here, with the entry points,
+because this module imports nothing heavy: the command line asks on every exit, a config error's included.
 """
 
 from __future__ import annotations
@@ -168,7 +156,7 @@ class Job:
         """Build the config; a string `model` is a model path and a string `algorithm` an algorithm type.
 
         AgentJet's job arguments are accepted too (`n_gpu=8`, `num_repeat`, `lr`, `experiment_dir`, ...; see
-        `agentjet_job`): mapped onto the config where sparring has the setting, else named in one log line.
+        `agentjet_fields`): mapped onto the config where sparring has the setting, else named in one log line.
         """
         unknown = sorted(set(agentjet) - AGENTJET_ARGUMENTS)
         if unknown:

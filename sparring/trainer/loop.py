@@ -1,92 +1,37 @@
-"""[loop]
-The RL loop behind `tune()`: tasks -> episodes -> advantages -> LoRA updates.
+"""The run behind `tune()`: `run_training` from a config to a `RunResult`, the run folder it claims, the stop signals it
+obeys; and the two other ways a config runs, debug episodes and evaluation.
 
-`run_training` resolves the config once (`resolve.py`: the workflow checked
-before any model loads, the tasks, the trainable models -- one LoRA adapter
-each on a shared base model -- and the frozen auxiliary ones), then
-repeats: take a batch of tasks, run `group_size` episodes per task
-concurrently (every call batched on the engine), turn rewards into
-advantages per group and role, assemble datums per trainable model,
-`forward_backward` + `optim_step` each, log metrics and rollouts (the two
-halves of a step are `step.py`; what every step does around them, on either
-schedule, is `step_sequence.py`, and user code joins it there as step hooks,
-`step_hooks.py`).
-With `warm_start:` a new run first takes supervised steps on worked examples (`warm_start.py`).
-Every step runs in one run loop (`pipeline.py`): episodes sample from the live
-adapters, so each step sees the weights of the step before; with
-`algorithm.max_staleness` > 0 the rollouts of later steps run on frozen older
-weights while a step trains instead. Snapshot opponents are retaken at the start
-of the steps they
-are due (`TunerModelConfig.snapshot_interval_steps`). With a `league:` every training episode draws its opponent from
-the league's pool, which takes its snapshots at the start of a step (`league.py`). Every
-`eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the
-configured
-`baselines` once, beside the first evaluation; every number with a 95 %
-interval, see `evaluation.py`), and the comparison is written to
-`evaluation.json`; with `validation:` the weights are played on validation tasks when due and the best kept as the
-sampler weights `best` (`best_adapter.py`); every step and evaluation logs what prefilling its prompts cost
-(`prefill_meter.py`); every
-`save_interval_steps`, at the end and on SIGINT / SIGTERM (`stop_signals.py`: the episodes in flight cancelled, the
-last completed step kept), a
-checkpoint is written (see `checkpoints.py`) from which `resume` continues
-exactly. Adapter weights are checked finite after every update
-(`checkpoint_integrity.py`). A step that trained no token is warned about with its cause, and a
-run in which no step trained one raises `NothingTrainedError` at its end,
-without a "final" adapter (`training_signal.py`; opt out for dry runs). Failed episodes are data: a step trains its
-healthy episodes and logs the share of each error kind (`episode/error_kind/<kind>`); a step in
-which every episode failed is warned about, `stop_after_failed_steps`
-of them in a row stop the run after a checkpoint, and a run whose every step
-failed whole raises at its end; neither writes a "final" adapter
-(`failure_streak.py`).
-Episodes are counted on the console as they finish (a bar per step
-and per evaluation); at the end the reward curve (`reward.png`, `reward.svg`) and the HTML
-report (`report.html`, see `sparring.logging.report`) are written.
+`run_training` resolves the config once (`resolve.py`: the workflow checked before any model loads, the tasks, the
+trainable models -- one LoRA adapter each on a shared base model -- and the frozen auxiliary ones), resumes from the
+latest checkpoint when asked, takes the warm start's supervised steps on a new run (`step.py`), and runs every step
+in the run loop (`RunLoop`, `pipeline.py`): tasks -> episodes -> advantages -> LoRA updates, each step's rollout on
+the live weights or, with `algorithm.max_staleness` > 0, on frozen older ones while earlier steps train. After the
+last step the held-out tasks are evaluated and the weights validated once more; the comparison is written to
+`evaluation.json`; a last checkpoint is written, then the "final" adapters -- unless the run was stopped, its
+episodes kept failing or it trained nothing (`safeguards.py`: `EpisodesFailingError`, `NothingTrainedError`, each
+raised after the checkpoint so nothing is lost). At the end the reward curve (`reward.png`, `reward.svg`) and the
+HTML report (`report.html`, `sparring.logging.report`) are written. `run_debug_episodes` (`sparring run`) and
+`run_evaluation` (`sparring eval`) resolve the same config and play episodes without training.
 
+Run folders never mix: a training run starts in a new or empty folder, continues its own with `resume`, or replaces a
+finished one with `overwrite`. Re-running into a folder that holds a run would append a second run's steps to the
+first's metrics (steps 1, 2, 1, 2: one zig-zag curve in the report) and mix their checkpoints and rollouts, so
+`claim_run_folder` refuses it in one line that names both ways on (the shape of the cookbook's
+`behavior_if_log_dir_exists`). A folder holds a run when it holds one of `RUN_MARKERS`; `overwrite` deletes only such
+a folder, and a folder of other files is used as it is, never deleted.
 
-[run_folder]
-Run folders never mix: a training run starts in a new or empty folder, continues its own with `resume`, or
-replaces a finished one with `overwrite`.
-
-Re-running into a folder that holds a run would append a second run's steps to
-the first's metrics (steps 1, 2, 1, 2: one zig-zag curve in the report) and mix
-their checkpoints and rollouts, so `claim_run_folder` refuses it in one line
-that names both ways on (the shape of the cookbook's
-`behavior_if_log_dir_exists`). A folder holds a run when it holds one of
-`RUN_MARKERS`; `overwrite` deletes only such a folder, and a folder of other
-files is used as it is, never deleted.
-
-
-[lingering]
-Threads left running: what a workflow started and never ended must not keep the process alive after training.
-
-Python waits for every non-daemon thread before a process exits, so one thread a workflow started and left
-running (a server, a poller, an `Event().wait()`) would keep `sparring train` alive after its run finished.
-`lingering_threads` names them; the command line reports them and exits without waiting (`sparring.cli.main`),
-and `run_training` warns about them when it returns.
-
-
-[stop_signals]
-Stopping a training run cleanly on SIGINT (Ctrl-C) or SIGTERM.
-
-`StopSignals` replaces the two signals' handlers while a run trains: the first
-one only records which signal came (`signum`) and wakes the run, which
-cancels the episodes in flight (`cancelling`: a rollout or evaluation
-raced against the signal), lets an optimizer step or checkpoint that has
-begun finish (cancelling one halfway would leave live weights a step ahead of
-the step logged), stops at the next step boundary (`check`), checkpoints the
-last completed step, and exits `128 + signum` (130, 143). A second signal
-quits at once (`os._exit`), for a run that cannot stop in time.
-
-Nothing is raised inside the code a signal lands in (Python's default SIGINT
-handler raises KeyboardInterrupt wherever the main thread is, which left
-asyncio tasks with half-run coroutines and tracebacks); the run decides where
-to stop. The handlers are plain `signal.signal` ones, not the event loop's:
-they run even while the loop is blocked (loading a model), so a second signal
-quits then too, and they wake the loop with `call_soon_threadsafe`. Python
-runs signal handlers in the main thread only, so `install` works only there;
-elsewhere it says False and a KeyboardInterrupt or cancellation still stops
-the run with a checkpoint, without these guarantees.
-
+Stopping cleanly on SIGINT (Ctrl-C) or SIGTERM: `StopSignals` replaces the two signals' handlers while a run trains.
+The first one only records which signal came (`signum`) and wakes the run, which cancels the episodes in flight
+(`cancelling`: a rollout or evaluation raced against the signal), lets an optimizer step or checkpoint that has begun
+finish (cancelling one halfway would leave live weights a step ahead of the step logged), stops at the next step
+boundary (`check`, raising `Stopped`), checkpoints the last completed step, and exits `128 + signum` (130, 143). A
+second signal quits at once (`os._exit`), for a run that cannot stop in time. Nothing is raised inside the code a
+signal lands in (Python's default SIGINT handler raises KeyboardInterrupt wherever the main thread is, which left
+asyncio tasks with half-run coroutines and tracebacks); the run decides where to stop. The handlers are plain
+`signal.signal` ones, not the event loop's: they run even while the loop is blocked (loading a model), so a second
+signal quits then too, and they wake the loop with `call_soon_threadsafe`. Python runs signal handlers in the main
+thread only, so `install` works only there; elsewhere it says False and a KeyboardInterrupt or cancellation still
+stops the run with a checkpoint, without these guarantees.
 """
 
 from __future__ import annotations
@@ -147,7 +92,7 @@ class RunResult:
     best: Validation | None = None
     """With `validation:`, the validation of the adapter kept as `best` (its steps and metric); else None."""
     best_paths: dict[str, str] = field(default_factory=dict)
-    """With `validation:`, the `best` sampler weights per trainable model (`best_adapter.py`)."""
+    """With `validation:`, the `best` sampler weights per trainable model (`BestAdapter`, `evaluation.py`)."""
     interrupted: bool = False
     """True when Ctrl-C or SIGTERM stopped the run before its end (a checkpoint of the last completed step was
     saved, no final adapter)."""
@@ -172,7 +117,7 @@ def run_training(
     hooks: Sequence[StepHook] = (),
 ) -> RunResult:
     """Train; blocks until done. From async code, `await run_training_async(...)`. `hooks` run at both ends of every
-    step (`step_hooks.py`), after those the config names."""
+    step (`StepHook`), after those the config names."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -194,7 +139,7 @@ async def run_training_async(
 ) -> RunResult:
     """Train in `config.run_dir` (new or empty; `overwrite` replaces a run there), or continue the run in `resume`.
 
-    SIGINT and SIGTERM stop it at the last completed step with a checkpoint (`stop_signals.py`); it returns then
+    SIGINT and SIGTERM stop it at the last completed step with a checkpoint (`StopSignals`); it returns then
     with `interrupted` and the signal in `stop_signal`."""
     stop = StopSignals()
     stop.install()  # before the models load: a signal meanwhile stops the run at its first step boundary

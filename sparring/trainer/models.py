@@ -1,65 +1,37 @@
-"""[models]
-The models of one training run: trainable policies and frozen auxiliary models.
+"""The models of one training run: trainable policies, frozen auxiliary models, snapshots, the league's opponents.
 
-`TrainingModels` holds one LoRA training client per trainable model (all on
-one shared engine when they share a base model, built by
-`models_from_config.build_models`), the chat models that workflows call
-(`PolicyChatModel` on each live adapter, frozen local or OpenAI-compatible
-models for the auxiliary ones), and applies one update: `forward_backward`
-for every model first, then every `optim_step`, so the engine runs them back
-to back.
+`TrainingModels` holds one LoRA training client per trainable model (all on one shared engine when they share a
+base model, built by `resolve.build_models`), the chat models that workflows call (`PolicyChatModel` on each live
+adapter, frozen local or OpenAI-compatible models for the auxiliary ones), and applies one update: `forward_backward`
+for every model first, then every `optim_step`, so the engine runs them back to back. Every model runs on a backend
+chosen by `TunerModelConfig.backend`: 'local' (an engine in this process) or 'tinker' (a Tinker-protocol service).
+Both hand out clients with the same interface, so nothing here knows which one it has.
 
-A `Snapshot` is an auxiliary model that is a frozen copy of a trainable
-adapter (`TunerModelConfig.snapshot_of`): it lives on the same engine as its
-source, so only the LoRA matrices are copied, never the base weights.
-`refresh_snapshots` retakes it every `snapshot_interval_steps` during
-training and saves it as a PEFT directory, which the checkpoint refers to,
-so a resumed run plays against exactly the same snapshot. When rollouts run
-ahead of training (`algorithm.max_staleness`, see `pipeline.py`),
-`frozen_tuner` hands workflows policies that sample a frozen older copy of
-the weights (recorded and trained under their own model keys), and
-snapshots are retaken from that copy (`install_snapshot`) rather than from
-the live weights.
+A `Snapshot` is an auxiliary model that is a frozen copy of a trainable adapter (`TunerModelConfig.snapshot_of`): it
+lives on the same engine as its source, so only the LoRA matrices are copied, never the base weights.
+`refresh_snapshots` retakes it every `snapshot_interval_steps` and saves it as a PEFT directory, which the checkpoint
+refers to, so a resumed run plays against exactly the same snapshot. When rollouts run ahead of training
+(`algorithm.max_staleness`, `pipeline.py`), `frozen_tuner` hands workflows policies that sample a frozen older copy
+of the weights (recorded and trained under their own model keys), and snapshots are retaken from that copy
+(`install_snapshot`) rather than from the live weights.
 
-Every model runs on a backend chosen by `TunerModelConfig.backend`: 'local'
-(an engine in this process) or 'tinker' (a Tinker-protocol service). Both
-hand out clients with the same interface, so nothing here knows which one it
-has; a snapshot always lives where its source model does.
+`PrefillMeter` reads the `prefill_counts` of the in-process engines the models sample on (models on a service report
+none) and hands out what was added since its last reading, as the `engine/prompt_tokens`, `engine/prefilled_tokens`
+and `engine/prefix_hit_rate` metrics of a step or an evaluation. The counts are the engines' own, so with rollouts
+running ahead a reading can hold some of a neighbouring step's calls.
 
-
-[prefill_meter]
-What prefilling sampling prompts cost per training step and per evaluation.
-
-`PrefillMeter` reads the `prefill_counts` of the in-process engines a run's
-models sample on (models on a service report none) and hands out what was
-added since its last reading, as the `engine/prompt_tokens`,
-`engine/prefilled_tokens` and `engine/prefix_hit_rate` metrics. The counts are
-the engines' own, so with rollouts running ahead of training
-(`max_staleness`) a reading can hold some of a neighbouring step's calls.
-
-
-[league]
-The league at run time: a pool of opponents, one drawn for every training episode, and the policy's record
-against each.
-
-`League` holds the pool that `league:` configures (`league_config.py`): frozen snapshots of the learner
-(`LeagueSnapshot`, a LoRA copy on the learner's engine, also saved so a resumed run meets the same ones), scripted
-opponents (a `ScriptedChatModel` per episode, seeded per episode) and frozen auxiliary models. Around one
-training step:
-
-- `refresh(step)` adds a snapshot when one is due and evicts past `max_snapshots`;
-- `begin_step` draws every episode's opponent (`algorithms.opponent_sampling`, from the records as they stand,
-  with an RNG seeded by the league seed and the step, so a run's draws are reproducible);
-- `episode_fn(workflow)` wraps the workflow: it hands an episode its opponent and counts the outcome (and, with
-  `baseline_per_opponent`, names the opponent as the episode's `baseline_group`);
-- `end_step` returns the step's `league/...` metrics and folds its games into the records.
-
-The workflow's side of it (the public API): the drawn opponent's name is `task["workflow_args"]["opponent"]`
-(`OPPONENT_ARG`), its chat model `auxiliary_models[that name]` (play it with `.as_agent(seat, role=...)`), and the
-workflow returns `WorkflowOutput(outcome="win" | "draw" | "loss")` from the learner's side. An episode that
-reports no outcome is an error episode (kind 'bad_outcome'), never a silent gap in the records. A task marked
-`"league": false` (`LEAGUE_TASK_KEY`) is played as it is: no opponent, no outcome asked, nothing recorded.
-
+`League` is the pool that `league:` configures, one opponent drawn for every training episode, and the policy's
+record against each: frozen snapshots of the learner (`LeagueSnapshot`, a LoRA copy on the learner's engine, also
+saved so a resumed run meets the same ones), scripted opponents (a `ScriptedChatModel` per episode, seeded per
+episode) and frozen auxiliary models. Around one training step: `refresh(step)` adds a snapshot when one is due and
+evicts past `max_snapshots`; `begin_step` draws every episode's opponent (`algorithms.opponent_sampling`, with an RNG
+seeded by the league seed and the step, so a run's draws are reproducible); `episode_fn(workflow)` hands an episode
+its opponent and counts the outcome (with `baseline_per_opponent`, naming the opponent as the episode's
+`baseline_group`); `end_step` returns the step's `league/...` metrics and folds its games into the records. The
+workflow's side (the public API): the drawn opponent's name is `task["workflow_args"]["opponent"]` (`OPPONENT_ARG`),
+its chat model `auxiliary_models[that name]`, and the workflow returns `WorkflowOutput(outcome="win" | "draw" |
+"loss")` from the learner's side; an episode that reports no outcome is an error episode (kind 'bad_outcome'). A
+task marked `"league": false` (`LEAGUE_TASK_KEY`) is played as it is: no opponent, no outcome asked.
 """
 
 from __future__ import annotations

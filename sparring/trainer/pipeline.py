@@ -1,81 +1,41 @@
-"""[pipeline]
-The run loop: every step is begin -> rollout on a `RolloutWeights` -> learn -> finish, at any staleness.
+"""The run loop and the step sequence: every step is begin -> rollout on a `RolloutWeights` -> learn -> finish, at any
+staleness.
 
-A run is a two-stage pipeline in one event loop. The producer begins each
-step (`StepSequence.begin`: snapshots, league snapshot, evaluation and
-validation when due, tasks, hooks) and plays its rollout, one step after
-another; the trainer takes the rollouts in order, trains on each
-(`step.learn`), finishes the step (`StepSequence.finish`: warnings, hooks,
-log), writes the checkpoint when due, and releases the next weights version.
-The rollout of step k samples `version_of(k) = max(k - N, b)` of every
-trainable model, N = `algorithm.max_staleness` (version j = the weights after
-j optimizer steps; b = the latest barrier at or before k: an evaluation or a
-validation step, whose weights must be the trained ones). When that version
-is k the rollout waits for step k - 1 to finish: with N = 0 that is every
-step, the on-policy schedule. A version that a later rollout samples while
-newer steps train is frozen when it is reached (`FrozenWeights`: saved as
-sampler weights and copied in memory), and every rollout on that version
-samples the copy, so the rollout of k starts while the steps up to k - 1
-still train; a version no later rollout needs is never copied, and its
-rollout samples the live weights (`LiveWeights`): at N = 0, every one.
-The loss's importance ratio uses the sampler logprobs recorded
-with every token, so the PPO / CISPO clip accounts for the lag. Every step
-logs `staleness/mean` and `staleness/max`: over its episodes, the optimizer
-steps between the weights that sampled them and the weights that train on
-them, over its episodes (from the version the rollout recorded for each
-episode; a fixed lag has one version sample a whole
-rollout, so the two agree within a step and differ only where a step's
-episodes came from different versions).
+`StepSequence` is what every step does around its rollout and its update, written once. `begin` opens a step: a
+pending stop signal ends the run here, the snapshot opponents due are retaken and the league's snapshot is taken,
+the held-out tasks are evaluated when due (`HeldOut`), the weights are validated when due and kept as `best` when
+they play best (`BestAdapter`), the sampler is reseeded, the next batch of tasks is taken, and the step hooks see it.
+`finish` closes it after its update: failing, untrained and collapsing steps are warned about (`safeguards.py`), the
+hooks see the step, it is logged and shown, and the next step's resume point is recorded (`ResumePoints`). Each
+collaborator is called once a phase, so a step's data goes down through them and comes back.
 
-A league plays in the producer: its opponents are drawn before the rollout
-and its games counted after it, so its records, like everything a rollout
-reads, advance in the order of an uninterrupted run; its snapshots copy the
-weights that sample the step's rollout.
+`RunLoop` is a two-stage pipeline in one event loop. The producer begins each step and plays its rollout, one step
+after another; the trainer takes the rollouts in order, learns from each (`step.learn`), finishes the step, writes
+the checkpoint when due, and releases the next weights version. The rollout of step k samples `version_of(k) =
+max(k - N, b)` of every trainable model, N = `algorithm.max_staleness` (version j = the weights after j optimizer
+steps; b = the latest barrier at or before k: an evaluation or a validation step, whose weights must be the trained
+ones). When that version is k the rollout waits for step k - 1 to finish: with N = 0 that is every step, the
+on-policy schedule, and the rollout samples the live weights (`LiveWeights`). A version that a later rollout samples
+while newer steps train is frozen when it is reached (`FrozenWeights`: saved as sampler weights and copied in
+memory), so the rollout of k starts while the steps up to k - 1 still train; a version no later rollout needs is
+never copied. The loss's importance ratio uses the sampler logprobs recorded with every token, so the PPO / CISPO
+clip accounts for the lag; every step logs `staleness/mean` and `staleness/max` (from the version each episode
+recorded). A league plays in the producer: its opponents are drawn before the rollout and its games counted after it,
+and its snapshots copy the weights that sample the step's rollout.
 
-Why a fixed lag rather than "the newest weights there are": which weights
-sample each rollout is then a function of the config alone, so a run is
-reproducible and a resumed run is the same run. For the same reason
-rollouts never overlap one another, only training: the sampler's seed
-stream, the task stream and the global RNGs advance in the same order as in
-an uninterrupted run. Evaluations and validations are barriers: the one
-before step s waits for the weights of step s and runs with no rollout in
-flight, and the rollouts from step s on sample those weights or newer.
+Why a fixed lag rather than "the newest weights there are": which weights sample each rollout is then a function of
+the config alone, so a run is reproducible and a resumed run is the same run. For the same reason rollouts never
+overlap one another, only training: the sampler's seed stream, the task stream and the global RNGs advance in the
+order of an uninterrupted run. Evaluations and validations are barriers: the one before step s waits for the weights
+of step s and runs with no rollout in flight.
 
-Resume: a step whose rollout runs ahead records its resume point (before its
-snapshots, evaluation and tasks) when the producer reaches it; any other
-step's is recorded when the step before finishes. The checkpoint after step
-s saves the one of step s, with the saved paths of the older versions that
-rollouts s, s + 1, ... sample, and the resumed run reloads them and redoes
-the rollouts that were in flight. Saved versions that no rollout, snapshot
-or latest checkpoint needs any more are deleted (local ones; a service keeps
-its own).
-
-On the local engine the overlap is interleaving, not parallel compute: one
-worker runs the model, so sampling and training alternate on it, and the
-pipeline hides everything else -- workflow code, batching windows, advantage
-and datum assembly, logging, checkpoints -- behind the model's work. A
-Tinker-protocol service that samples and trains on separate workers
-overlaps the two themselves.
-
-
-[step_sequence]
-The step sequence: what every training step does around its rollout and its update, written once.
-
-`StepSequence.begin` opens a step: a pending stop signal ends the run here,
-the snapshot opponents due are retaken and the league's snapshot is taken,
-the held-out tasks are evaluated when due (`held_out.py`), the weights are
-validated when due and kept as `best` when they play best (`best_adapter.py`), the sampler is
-reseeded, the next batch of tasks is taken, and the step hooks see it
-(`step_hooks.py`). `StepSequence.finish` closes it after its update:
-failing, untrained and collapsing steps are warned about, the hooks see the
-step, it is logged and shown, the next step's resume point is recorded
-(`resume_points.py`; the run loop writes the checkpoint when due). The run loop
-(`pipeline.py`) begins and plays each step's rollout, then trains and
-finishes the steps in order; at `max_staleness` 0 a rollout waits for the
-weights of the step before, above it rollouts run ahead. Which weights a
-rollout samples is a `RolloutWeights`: the live ones (`LiveWeights`) or a
-frozen older version (`FrozenWeights`, `pipeline.py`).
-
+Resume: a step whose rollout runs ahead records its resume point when the producer reaches it; any other step's is
+recorded when the step before finishes. The checkpoint after step s saves the one of step s, with the saved paths of
+the older versions that rollouts s, s + 1, ... sample; the resumed run reloads them and redoes the rollouts that were
+in flight. Saved versions that nothing needs any more are deleted (local ones; a service keeps its own). On the local
+engine the overlap is interleaving, not parallel compute: one worker runs the model, and the pipeline hides
+everything else -- workflow code, batching windows, advantage and datum assembly, logging, checkpoints -- behind the
+model's work; a service that samples and trains on separate workers overlaps the two themselves.
 """
 
 from __future__ import annotations

@@ -1,37 +1,22 @@
-"""[resolve]
-Run resolution: the one step from a validated `TuneConfig` to everything a run needs.
+"""Run resolution: the one step from a validated `TuneConfig` to everything a run needs, its models built included.
 
-A config names things by string -- the workflow, judge and baselines by
-import path, the tasks by file, the models by path and backend, where
-episodes run by `runner:` -- and `tune()` may hand the workflow and
-judge over as objects instead. `resolve_run` turns all of that into a
-`ResolvedRun` once, in the order that fails cheapest first: the workflow's
-signature (and, with the Ray runner, that it pickles and that the cluster
-answers) before any data loads, the tasks before any model is located, every
-model's path or name, device and adapter before anything is written or
-loaded. Every such failure is a `ConfigError` (or `DatasetError`), one line
-that starts with the config field it is about -- so is a local model or
-adapter that is there but does not load -- and a run directory this
-resolution created is removed again when a model then fails to load.
-Training, debug episodes (`sparring run`) and evaluation (`sparring eval`)
-all start here, so they cannot disagree about what a config means.
+A config names things by string -- the workflow, judge and baselines by import path, the tasks by file, the models
+by path and backend, where episodes run by `runner:` -- and `tune()` may hand the workflow and judge over as objects
+instead. `resolve_run` turns all of that into a `ResolvedRun` once, in the order that fails cheapest first: the
+workflow's signature (and, with the Ray runner, that it pickles and that the cluster answers) before any data loads,
+the tasks before any model is located, every model's path or name, device and adapter before anything is written or
+loaded. Every such failure is a `ConfigError` (or `DatasetError`), one line that starts with the config field it is
+about -- so is a local model or adapter that is there but does not load -- and a run directory this resolution
+created is removed again when a model then fails to load. Training, debug episodes (`sparring run`) and evaluation
+(`sparring eval`) all start here, so they cannot disagree about what a config means.
 
-The models' part, checked and then built, is `models_from_config.py`.
-
-
-[models_from_config]
-The run's models from a config: checked without loading anything, then built.
-
-`check_models` finds every local model the config names (a catalogue name or
-a path), its device and its adapter folder before anything is written or
-loaded, so a typo fails in a second with the field it is about.
-`build_models` then makes them: one service per backend (a local engine per
-device, dtype and prefix-cache budget, one Tinker-protocol session per URL
-and key), a LoRA training client per trainable model, a frozen chat model per
-auxiliary one, each snapshot opponent taken from its source adapter, and the
-league's pool (`league.py`) when the config has one. A model that is there
-but does not load is a `ConfigError` naming its field, on one line.
-
+The models' part, checked without loading anything and then built: `check_models` finds every local model the
+config names (a catalogue name or a path), its device and its adapter folder before anything is written or loaded,
+so a typo fails in a second with the field it is about. `build_models` then makes them: one service per backend (a
+local engine per device, dtype and prefix-cache budget, one Tinker-protocol session per URL and key), a LoRA training
+client per trainable model, a frozen chat model per auxiliary one, each snapshot opponent taken from its source
+adapter, and the league's pool (`League`, `models.py`) when the config has one. A model that is there but does not
+load is a `ConfigError` naming its field, on one line.
 """
 
 from __future__ import annotations

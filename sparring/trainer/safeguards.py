@@ -1,71 +1,38 @@
-"""[checkpoint_integrity]
-Checkpoints that verify themselves: a manifest of every file a checkpoint needs, and checks of what those files hold.
+"""The run's safeguards: what stops a run, or says why, rather than let it go on silently on damage -- checkpoints that
+verify themselves, weights checked finite, a streak of failing steps, a step or a run that trained nothing.
 
-A checkpoint is spread over several places (its step folder, each model's training state, the older weights and
-snapshot opponents it names), any of which a crash, a full disk or a hand can damage. `write_manifest` records the
-name, size and sha256 of every such file in `manifest.json`, written last and atomically (`write_atomically`, before
-`latest.json` points at the checkpoint), and `verify_manifest` refuses a checkpoint whose files are missing,
-truncated or changed,
-naming the first bad file in one line (`CheckpointError`). `check_training_state` then reads what a model's state
-holds -- no more optimizer steps than the checkpoint's step, an adapter config that parses, finite adapter and
-optimizer tensors -- so a checkpoint written without a manifest (before manifests existed) is refused on the same
-grounds, and a NaN saved by a bug is never trained on. `check_finite_weights` runs after every optimizer step, so a
-NaN is named at the step that produced it and never reaches a saved adapter.
+Each safeguard ends in one of the run's own errors, one line naming what is wrong: `CheckpointError`,
+`NonFiniteWeightsError`, `EpisodesFailingError`, `NothingTrainedError`.
 
+Checkpoints that verify themselves. A checkpoint is spread over several places (its step folder, each model's
+training state, the older weights and snapshot opponents it names), any of which a crash, a full disk or a hand can
+damage. `write_manifest` records the name, size and sha256 of every such file in `manifest.json`, written last and
+atomically (`write_atomically`, before `latest.json` points at the checkpoint), and `verify_manifest` refuses a
+checkpoint whose files are missing, truncated or changed, naming the first bad file. `check_training_state` reads
+what a model's state holds -- no more optimizer steps than the checkpoint's step, an adapter config that parses,
+finite adapter and optimizer tensors -- so a checkpoint written without a manifest is refused on the same grounds,
+and a NaN saved by a bug is never trained on. A manifest proves files are the ones saved, not that what was saved
+fits: `check_adapter_shapes` (every LoRA tensor a 2-D `lora_A` or `lora_B` of the configured rank, paired),
+`check_optimizer_state` (one entry per adapter tensor, of its shape), `check_data_position` (the data position's
+four fields, integers in range) and `check_adapter_fits_model` (the adapter's tensors are the model's) refuse each
+misfit before anything is loaded, instead of a long traceback deep inside PEFT, torch or the task stream.
+`check_finite_weights` runs after every optimizer step, so a NaN is named at the step that produced it.
 
-[checkpoint_contents]
-What a checkpoint's files hold, checked against each other and the model before anything is loaded.
+The failure streak. Failed episodes are data, so a step goes on training its healthy episodes. A step in which none
+is healthy (each raised, timed out, returned an outcome that does not fit, or reported its own `error` metric of 1)
+trains nothing useful, and such steps in a row mean the workflow is broken, not unlucky: `FailureStreak` warns on
+each one with the commonest error kind and an example message, and once `AlgorithmConfig.stop_after_failed_steps`
+of them come in a row the loop saves a checkpoint and raises `EpisodesFailingError`. A run whose every step failed
+whole raises it too at its end, without a "final" adapter. Either message leads with the streak's first error.
 
-A manifest proves files are the ones saved, not that what was saved fits: a hand-edited or foreign adapter, an
-optimizer state from another adapter, or a data position that is not one each end a resume in a long traceback
-deep inside PEFT, torch or the task stream. These checks read shapes and fields only and refuse each misfit in
-one line naming the file (`CheckpointError`):
-
-- `check_adapter_shapes`: every LoRA tensor is a 2-D `lora_A` (rank x in) or `lora_B` (out x rank) of the rank in
-  `adapter_config.json` and `state.json`, each `lora_A` paired with a `lora_B`;
-- `check_optimizer_state`: the optimizer state holds one entry per adapter tensor, each of that tensor's shape;
-- `check_data_position`: the trainer state's data position has its four fields, integers in range;
-- `check_adapter_fits_model`: the adapter's tensors are the ones the model's adapter holds, of the same shapes.
-
-
-[failure_streak]
-The failure streak: a step in which every episode failed is called out, K of them in a row stop the run, and a
-run that trained nothing fails.
-
-Failed episodes are data, so a step goes on training its healthy episodes.
-A step in which none is healthy (each raised, timed out, returned an outcome
-that does not fit, or reported its own `error` metric of 1) trains nothing
-useful, and such steps in a row mean the workflow is broken, not
-unlucky: `FailureStreak` warns on each one with the commonest error kind and
-an example message, and once `AlgorithmConfig.stop_after_failed_steps` of
-them come in a row the loop saves a checkpoint and raises
-`EpisodesFailingError`, so no compute is spent on a run that cannot learn
-and nothing trained is lost. A run whose every step failed whole (fewer
-steps than that limit, or no limit) raises it too at its end: it trained
-nothing, so it writes no "final" adapter and does not end as if it had
-trained. Either message leads with the streak's first error, the reason of
-the first failed episode (in task order) of its first step.
-
-
-[training_signal]
-The training signal: a step that trained no token says why, and a run that trained none fails.
-
-A step trains the sampled tokens whose advantage is not zero (`tokens/trained`).
-When a step trains none, its update changed nothing, and one of a few causes
-is behind it: no trainable agent spoke (the workflow never called a
-trainable model), every episode failed, or every group's episodes got the
-same reward (group-relative advantages are then all zero: the sparse reward
-of a first game, a group of 2 on a small model). `TrainingSignal` names the
-cause in a warning on each such step, and a run in which no step trained a
-token raises `NothingTrainedError` at its end -- after its checkpoint, without
-a "final" adapter, which would only equal the initial one. A deliberate dry
-run opts out with `AlgorithmConfig.allow_nothing_trained`.
-
-Before a step trains nothing, the signal thins: more and more groups tie. When
-over half of a step's groups have tied for `THINNING_STEPS` steps in a row,
-`TrainingSignal` warns that the policy is collapsing (and again every
-`THINNING_STEPS` steps while it lasts), naming the collapse measures to read.
-
+The training signal. A step trains the sampled tokens whose advantage is not zero (`tokens/trained`). When a step
+trains none, one of a few causes is behind it: no trainable agent spoke, every episode failed, or every group's
+episodes got the same reward (group-relative advantages are then all zero). `TrainingSignal` names the cause in a
+warning on each such step, and a run in which no step trained a token raises `NothingTrainedError` at its end --
+after its checkpoint, without a "final" adapter, which would only equal the initial one; a deliberate dry run opts
+out with `AlgorithmConfig.allow_nothing_trained`. Before a step trains nothing the signal thins: when over half of a
+step's groups have tied for `THINNING_STEPS` steps in a row, `TrainingSignal` warns that the policy is collapsing,
+naming the collapse measures to read.
 """
 
 from __future__ import annotations

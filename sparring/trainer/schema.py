@@ -1,39 +1,22 @@
-"""[schema]
-The ground every job config stands on: strict pydantic records whose errors name the dotted field path.
+"""The ground every job config stands on: the record base and its errors, the bounds of its numbers, import paths.
 
-`ConfigRecord` is the base of every config record (`sparring.trainer.config`):
-an unknown key is an error, a float must be finite, and a failed validation
-raises `ConfigError` whose message is one line that starts with the field's
-dotted path (and the file, when loading one), e.g. ``job.yaml:
-algorithm.group_size: Input should be less than or equal to 1024 (got
-1000000000000)``; several problems share that line, separated by ``; ``.
-`child_annotation` walks the schema one dotted key at a time, so an unknown
-field -- in a validation error or a ``--set`` override -- is reported with
-the closest valid key ("did you mean"), or the keys that would have worked
-when none is close.
+`ConfigRecord` is the base of every config record (`config.py`, `sections.py`): an unknown key is an error, a float
+must be finite, and a failed validation raises `ConfigError` whose message is one line that starts with the field's
+dotted path (and the file, when loading one), e.g. ``job.yaml: algorithm.group_size: Input should be less than or
+equal to 1024 (got 1000000000000)``; several problems share that line, separated by ``; ``. `child_annotation` walks
+the schema one dotted key at a time, so an unknown field -- in a validation error or a ``--set`` override -- is
+reported with the closest valid key ("did you mean"), or the keys that would have worked when none is close.
 
+The `MAX_*` bounds: every number a job config holds has one, far beyond any sane run and low enough that a typo --
+an extra zero, `group_size: 1e12` -- is refused before anything runs; the field's error message states its bound,
+and the generated configuration reference shows it.
 
-[config_limits]
-The upper bounds of a config's numeric fields.
-
-Every number a job config holds has one, far beyond any sane run and low
-enough that a typo -- an extra zero, `group_size: 1e12` -- is refused before
-anything runs; the field's error message states its bound, and the generated
-configuration reference shows it.
-
-
-[imports]
-Import paths: the strings by which YAML names a workflow, a judge, a baseline policy, a loss or an advantage
-function, both ways.
-
-`import_object` resolves 'package.module:attr', 'package.module.attr' or
-'path/to/file.py:attr' to the object (a file imports its sibling modules as
-`python file.py` would), raising `ConfigError` that says which
-part failed; `is_import_path` tells such a path from a registry's name;
-`importable_path` is its inverse, the path a `Job` writes to YAML for an
-object given in Python (None when importing could not give it back: a
-lambda, a nested function, an interactive session's function).
-
+Import paths are the strings by which YAML names a workflow, a judge, a baseline policy, a loss or an advantage
+function. `import_object` resolves 'package.module:attr', 'package.module.attr' or 'path/to/file.py:attr' to the
+object (a file imports its sibling modules as `python file.py` would), raising a `ConfigError` that says which part
+failed; `is_import_path` tells such a path from a registry's name; `importable_path` is its inverse, the path a
+`Job` writes to YAML for an object given in Python (None when importing could not give it back: a lambda, a nested
+function, an interactive session's function).
 """
 
 from __future__ import annotations

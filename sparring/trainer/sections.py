@@ -1,63 +1,38 @@
-"""[dataset_config]
-The dataset sections of a job (`train_dataset`, `eval_dataset`, `validation.dataset`): where tasks come from.
+"""The sections of a job config beside its models and algorithm, one record each: what the YAML says and its checks.
 
-A `DatasetConfig` names a file, a dataset folder or an in-memory list of tasks, and how they are iterated and
-prepared (`workflow_args` merged into every task); reading it is `dataset.py`.
+A section is a `ConfigRecord` of its own, so each is read, bounded and reported like the rest of the config and
+imports nothing heavy; what a section makes happen lives with the code that does it (named below).
 
-
-[league_config]
-The `league:` section of a job: which opponents a two- or n-player workflow trains against, and how they are drawn.
-
-A league's pool holds three kinds of opponent: frozen snapshots of the policy (one taken every
-`snapshot_every_steps`, at most `max_snapshots`, evicted by `eviction`), scripted opponents (`scripted`: a
-`policy(messages, rng) -> reply` by import path, the same contract as `baselines:`) and frozen auxiliary models
-(`models`: names in `auxiliary_models`). Every training episode draws one opponent by `sampling` (see
-`algorithms.opponent_sampling`); the workflow gets it by name (see `trainer.league`). How the pool is run is
-`league.py`; this file is only what the YAML says and its checks.
-
-
-[validation_config]
-The `validation:` section of a job: which of a run's adapters it keeps as `best`, chosen by play on validation tasks.
-
-A run's last adapter is not always its best: in self-play the policy can swing from one snapshot to the next
-(docs/results.md, tic-tac-toe). With `validation:` the run plays the validation tasks with its current weights
-after every `every_steps` steps from `from_step` on, and after its last step, and keeps the weights that scored best
-on `metric` as the sampler weights `best`, beside `final`. The validation tasks are not the held-out ones: a choice
-made on those would bias the number they report. How the choice runs is `best_adapter.py`; this file is only what
-the YAML says.
-
-
-[warm_start_config]
-The `warm_start:` section of a job: supervised steps on worked examples before the first RL step.
-
-What it does is `warm_start.py`; this file is only what the YAML says.
-
-
-[collapse_response_config]
-The `algorithm.collapse_response` section: what the trainer does when a step's groups keep tying.
-
-What the YAML says and its checks; the rule is `algorithms.collapse.CollapseResponse`. The exploration of every
-rollout is logged as `collapse/exploration`, and a resumed run continues from the last one logged.
-
-
-[entropy_target_config]
-The `algorithm.entropy_target` section: an entropy bonus whose coefficient is steered towards a target entropy.
-
-What the YAML says and its checks; the rule is `algorithms.entropy_steering`. The coefficient of every update is
-logged as `optim/entropy_coef`, and a resumed run continues from the last one logged.
-
-
-[run_config]
-The run's mechanics, each a section of its own: where and how episodes run (`runner:`), when the held-out tasks
-are evaluated (`evaluation:`), when checkpoints are written (`checkpoints:`).
-
-None of them is part of the RL algorithm, so none lives in `algorithm:` any more. Their old flat keys there
-(`algorithm.save_interval_steps`, `algorithm.runner`, ...; `MOVED_KEYS`) are read for one more release:
-`MovedAlgorithmKeys` declares them on `AlgorithmConfig` (so YAML, `--set` and `AlgorithmConfig(...)` keyword
-arguments keep working, checked against the same bounds), one log line names the new keys, and
-`TuneConfig` moves the values into their sections (`move_into_sections`). Each bound is declared once, as
-the annotated types below, for the new key and its old name alike.
-
+- `DatasetConfig` (`train_dataset`, `eval_dataset`, `validation.dataset`): where tasks come from -- a file, a dataset
+  folder or an in-memory list of tasks -- and how they are iterated and prepared (`workflow_args` merged into every
+  task); reading it is `dataset.py`.
+- `LeagueConfig` (`league:`): which opponents a two- or n-player workflow trains against, and how they are drawn. A
+  league's pool holds frozen snapshots of the policy (one taken every `snapshot_every_steps`, at most
+  `max_snapshots`, evicted by `eviction`), scripted opponents (`scripted`: a `policy(messages, rng) -> reply` by
+  import path, the same contract as `baselines:`) and frozen auxiliary models (`models`: names in
+  `auxiliary_models`). Every training episode draws one opponent by `sampling` (`algorithms.opponent_sampling`); the
+  pool at run time is `League` (`models.py`).
+- `ValidationConfig` (`validation:`): which of a run's adapters it keeps as `best`. A run's last adapter is not
+  always its best: in self-play the policy can swing from one snapshot to the next (docs/results.md, tic-tac-toe).
+  The run plays the validation tasks with its current weights after every `every_steps` steps from `from_step` on,
+  and after its last step, and keeps the weights that scored best on `metric` as the sampler weights `best`, beside
+  `final`. The validation tasks are not the held-out ones: a choice made on those would bias the number they report.
+  The choice runs in `BestAdapter` (`evaluation.py`).
+- `WarmStartConfig` (`warm_start:`): supervised steps on worked examples before the first RL step (`step.py`).
+- `CollapseResponseConfig` (`algorithm.collapse_response`): what the trainer does when a step's groups keep tying;
+  the rule is `algorithms.collapse.CollapseResponse`. The exploration of every rollout is logged as
+  `collapse/exploration`, and a resumed run continues from the last one logged.
+- `EntropyTargetConfig` (`algorithm.entropy_target`): an entropy bonus whose coefficient is steered towards a target
+  entropy; the rule is `algorithms.entropy_steering`. The coefficient of every update is logged as
+  `optim/entropy_coef`, and a resumed run continues from the last one logged.
+- The run's mechanics, each a section of its own: where and how episodes run (`RunnerConfig`, `runner:`), when the
+  held-out tasks are evaluated (`EvaluationConfig`, `evaluation:`), when checkpoints are written
+  (`CheckpointsConfig`, `checkpoints:`). None of them is part of the RL algorithm, so none lives in `algorithm:` any
+  more. Their old flat keys there (`algorithm.save_interval_steps`, `algorithm.runner`, ...; `MOVED_KEYS`) are read
+  for one more release: `MovedAlgorithmKeys` declares them on `AlgorithmConfig` (so YAML, `--set` and
+  `AlgorithmConfig(...)` keyword arguments keep working, checked against the same bounds), one log line names the
+  new keys, and `TuneConfig` moves the values into their sections (`move_into_sections`). Each bound is declared
+  once, as the annotated types below, for the new key and its old name alike.
 """
 
 from __future__ import annotations
@@ -179,7 +154,9 @@ class LeagueConfig(ConfigRecord):
                 raise ValueError(
                     f"league: opponent name {name!r} starts with {SNAPSHOT_PREFIX!r}, which names the snapshots"
                 )
-        return self  # the scripted opponents' import paths are checked when the run is built (`config_names.py`)
+        return (
+            self  # the scripted opponents' import paths are checked when the run is built (`config_file.check_names`)
+        )
 
 
 class ValidationConfig(ConfigRecord):

@@ -1,48 +1,35 @@
-"""[step]
-One training step's two halves: the rollout (a batch of tasks played) and the update (episodes -> LoRA step).
+"""One training step: its batch of tasks, its two halves (the rollout and the update), the hooks user code joins it
+with, and the supervised warm-start steps before the first one.
 
-`run_rollout` plays `group_size` episodes per task with the models a tuner
-factory hands out; `learn` turns finished episodes into advantages per group
-and role, assembles datums per trainable model (with the KL penalty towards
-the base model when `kl_coef` > 0), runs `forward_backward` + `optim_step`
-for each (with `algorithm.entropy_target`, the entropy bonus's coefficient
-steered from the step's entropy first), and writes the rollouts. The run
-loop (`pipeline.py`) plays each step's rollout, then learns from it; with
-`max_staleness` > 0 later steps' rollouts run while an earlier step learns.
-`episode_metrics` is the rewards, errors and workflow metrics of a step.
+`TaskStream` turns the training tasks into steps: batches of `batch_size` tasks, reshuffled every epoch from
+`seed + epoch`, so the order is a pure function of the config; a batch never spans two epochs. Its `state_dict`
+(epoch, position, step) goes into checkpoints, and a resumed run continues with exactly the batch it would have seen
+next.
 
+`run_rollout` plays `group_size` episodes per task with the models a tuner factory hands out; `learn` turns finished
+episodes into advantages per group and role, assembles datums per trainable model (with the KL penalty towards the
+base model when `kl_coef` > 0), runs `forward_backward` + `optim_step` for each (with `algorithm.entropy_target`, the
+entropy bonus's coefficient steered from the step's entropy first), checks the weights finite, and writes the
+rollouts. `episode_metrics` is the rewards, errors and workflow metrics of a step. The run loop (`pipeline.py`) plays
+each step's rollout, then learns from it; with `max_staleness` > 0 later steps' rollouts run while an earlier one
+learns.
 
-[step_hooks]
-Step hooks: user code that runs at the two ends of every training step, on either schedule.
+A `StepHook` is the public extension point of the step sequence: `before_rollout` sees a step's tasks
+(`StepStart`) before a single episode of it plays, `after_training` sees its metrics and episodes (`StepEnd`) once
+its update is done and may add metrics of its own, logged with the step's. Both may be plain or `async` methods. The
+same hook runs at any staleness: the rollout of step k may begin before step k - 1 has trained
+(`StepStart.weights_version` says which weights sample it), and `after_training` still comes once per step, in step
+order. Hooks are given to `run_training(..., hooks=[...])` or `tune(..., step_hooks=[...])` as objects, or in a
+config as import paths of classes built with no arguments (`step_hooks:`, checked by `config_file.import_step_hook`).
+An error in a hook stops the run after the checkpoint of the last completed step, as any error of the trainer's own.
 
-A `StepHook` is the public extension point of the step sequence
-(`step_sequence.py`): `before_rollout` sees a step's tasks before a single
-episode of it plays, `after_training` sees its metrics and episodes once its
-update is done and may add metrics of its own, logged with the step's. Both
-may be plain or `async` methods. The same hook runs on-policy and with
-`algorithm.max_staleness` > 0: there the rollout of step k may begin
-before step k - 1 has trained (`StepStart.weights_version` says which
-weights sample it), and `after_training` still comes once per step, in step
-order. Hooks are given to `run_training(..., hooks=[...])` or `tune(...,
-step_hooks=[...])` as objects, or in a config as import paths of classes
-built with no arguments (`step_hooks:`). An error in a hook stops the run
-(after the checkpoint of the last completed step), as any error of the
-trainer's own does.
-
-
-[warm_start]
-A supervised warm start: cross-entropy steps on worked examples before a run's first RL step.
-
-Some skills come slowly from rewards and fast from answers. On tic-tac-toe, 80 steps of the league's games left the
-policy finding a winning or blocking move about half the time, where the same minutes of cross-entropy on the
-solver's moves reached 0.71 on unseen positions (docs/results.md). `warm_start:` (`warm_start_config.py`) gives a
-run such answers first: `steps` optimizer steps of cross-entropy on the assistant replies of chat examples, through
-the training client RL then continues with, on a fresh optimizer (the weights reloaded without Adam's moments).
-`supervised_datum` makes an example a Tinker `Datum`: the chat rendered as the policy sees it, the reply's tokens
-and its end-of-turn token as targets. It runs
-on a new run only (a resumed run's checkpoint holds its result; a stop signal during it ends the run with a
-checkpoint of the weights taught so far, which a resume does not teach again); its losses are logged at step 0.
-
+The warm start: some skills come slowly from rewards and fast from answers (on tic-tac-toe, cross-entropy on the
+solver's moves reached 0.71 on unseen positions where the same minutes of league games reached about half,
+docs/results.md). `warm_start:` gives a run such answers first: `steps` optimizer steps of cross-entropy on the
+assistant replies of chat examples, through the training client RL then continues with, on a fresh optimizer.
+`supervised_datum` makes an example a Tinker `Datum`: the chat rendered as the policy sees it, the reply's tokens and
+its end-of-turn token as targets. It runs on a new run only (a checkpoint holds its result; a stop signal during it
+ends the run with a checkpoint of the weights taught so far); its losses are logged at step 0.
 """
 
 from __future__ import annotations
