@@ -1,8 +1,8 @@
 """The RL trainer behind `tune()`, one module a concept.
 
 The job's configuration: `config` (the records a job file holds), `sections` (its datasets, league, validation, warm
-start and run mechanics), `schema` (the record base, its errors and bounds, import paths), `config_file` (the YAML
-read and written, ``--set``, the names checked, `workflow_args`). Entering a run: `job` (`tune()`, `Job`), `resolve`
+start and run mechanics), `schema` (the record base, its errors and bounds, `WorkflowArgs`), `config_file` (the YAML
+read and written, ``--set``, import paths, the names checked). Entering a run: `job` (`tune()`, `Job`), `resolve`
 (a config made runnable, its models built). What a run is made of: `models` (policies, snapshots, the league),
 `dataset` (tasks from files and dataset folders), `step` (a step's batch, rollout, update, hooks; the warm start),
 `pipeline` (the step sequence and the run loop at any staleness), `evaluation` (held-out evaluation beside baselines,
@@ -16,11 +16,8 @@ config is reported before the heavy imports.
 from typing import TYPE_CHECKING
 
 _HOMES = {
-    "TaskStream": "step",
     **dict.fromkeys(("AlgorithmConfig", "LoggingConfig", "TuneConfig", "TunerModelConfig"), "config"),
-    **dict.fromkeys(
-        ("WorkflowArgs", "apply_overrides", "dump_config", "load_config_file", "takes_args"), "config_file"
-    ),
+    **dict.fromkeys(("apply_overrides", "dump_config", "import_object", "load_config_file"), "config_file"),
     **dict.fromkeys(("DatasetError", "load_tasks", "load_train_and_eval_tasks", "split_eval"), "dataset"),
     **dict.fromkeys(("Job", "tune"), "job"),
     **dict.fromkeys(("RunResult", "run_training", "run_training_async"), "loop"),
@@ -28,7 +25,7 @@ _HOMES = {
     **dict.fromkeys(
         ("CheckpointError", "EpisodesFailingError", "NonFiniteWeightsError", "NothingTrainedError"), "safeguards"
     ),
-    **dict.fromkeys(("ConfigError", "import_object"), "schema"),
+    **dict.fromkeys(("ConfigError", "WorkflowArgs", "takes_args"), "schema"),
     **dict.fromkeys(
         (
             "CheckpointsConfig",
@@ -41,7 +38,7 @@ _HOMES = {
         ),
         "sections",
     ),
-    **dict.fromkeys(("StepEnd", "StepHook", "StepStart"), "step"),
+    **dict.fromkeys(("StepEnd", "StepHook", "StepStart", "TaskStream"), "step"),
 }
 """Each public name -> the module of this package it comes from."""
 
@@ -89,13 +86,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .config import AlgorithmConfig, LoggingConfig, TuneConfig, TunerModelConfig
-    from .config_file import WorkflowArgs, apply_overrides, dump_config, load_config_file, takes_args
+    from .config_file import apply_overrides, dump_config, import_object, load_config_file
     from .dataset import DatasetError, load_tasks, load_train_and_eval_tasks, split_eval
     from .job import Job, tune
     from .loop import RunResult, run_training, run_training_async
     from .models import LEAGUE_TASK_KEY, OPPONENT_ARG, League
     from .safeguards import CheckpointError, EpisodesFailingError, NonFiniteWeightsError, NothingTrainedError
-    from .schema import ConfigError, import_object
+    from .schema import ConfigError, WorkflowArgs, takes_args
     from .sections import (
         CheckpointsConfig,
         DatasetConfig,

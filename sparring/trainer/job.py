@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
-from .config_file import dump_config, load_config_file
-from .schema import ConfigError, import_object, importable_path
+from .config_file import dump_config, import_object, importable_path, load_config_file
+from .schema import ConfigError
 from .sections import CheckpointsConfig, EvaluationConfig, LeagueConfig, RunnerConfig, ValidationConfig, WarmStartConfig
 
 if TYPE_CHECKING:

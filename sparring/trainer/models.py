@@ -54,8 +54,8 @@ from ..rollout.outcomes import EpisodeFault
 from ..rollout.workflow import EpisodeFn, ModelRouter
 from ..types import AdamParams, Datum, ForwardBackwardOutput
 from .config import TunerModelConfig
-from .config_file import OPPONENT_ARG
-from .schema import import_object
+from .config_file import import_object
+from .schema import OPPONENT_ARG
 from .sections import SNAPSHOT_PREFIX, LeagueConfig
 
 

@@ -1,4 +1,5 @@
-"""The ground every job config stands on: the record base and its errors, the bounds of its numbers, import paths.
+"""The records a job config and a workflow's arguments are made of: the record base and its errors, the bounds of
+a config's numbers, a workflow's `workflow_args` as a typed record.
 
 `ConfigRecord` is the base of every config record (`config.py`, `sections.py`): an unknown key is an error, a float
 must be finite, and a failed validation raises `ConfigError` whose message is one line that starts with the field's
@@ -9,30 +10,31 @@ reported with the closest valid key ("did you mean"), or the keys that would hav
 
 The `MAX_*` bounds: every number a job config holds has one, far beyond any sane run and low enough that a typo --
 an extra zero, `group_size: 1e12` -- is refused before anything runs; the field's error message states its bound,
-and the generated configuration reference shows it.
+and the generated configuration reference shows it. `is_import_path` tells an import path from a registry's name
+(resolving one is `config_file.import_object`).
 
-Import paths are the strings by which YAML names a workflow, a judge, a baseline policy, a loss or an advantage
-function. `import_object` resolves 'package.module:attr', 'package.module.attr' or 'path/to/file.py:attr' to the
-object (a file imports its sibling modules as `python file.py` would), raising a `ConfigError` that says which part
-failed; `is_import_path` tells such a path from a registry's name; `importable_path` is its inverse, the path a
-`Job` writes to YAML for an object given in Python (None when importing could not give it back: a lambda, a nested
-function, an interactive session's function).
+A workflow's `workflow_args` as a typed record, checked when the run is resolved instead of read with `.get`. A game
+declares its arguments as a `WorkflowArgs` subclass, one field per argument with its type, default and a docstring
+saying what it does, and points its workflow at it: `@takes_args(MyArgs)` on a function-style workflow, the class
+attribute `workflow_args = MyArgs` on a `Workflow` subclass. The workflow reads them typed with ``MyArgs.of(task)``.
+`resolve_run` checks the config's `workflow_args` (training, eval and validation datasets) against the record right
+after importing the workflow, before any data or model loads (`check_config_args`), and then every task's merged
+arguments (`check_task_args`): a misspelt key is an error naming it and the closest valid name
+(``train_dataset.workflow_args.max_turn: unknown field; did you mean max_turns?``), a wrong type an error naming the
+key. A workflow that declares nothing gets its arguments as the plain dict it always did.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
-import importlib.util
-import os
-import re
-import sys
 import types
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Annotated, Any, Union, get_args, get_origin
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+if TYPE_CHECKING:
+    from .config import TuneConfig
 
 
 class ConfigError(ValueError):
@@ -176,116 +178,90 @@ MAX_RAY_CPUS = 1024.0
 MAX_STALENESS = 16
 
 
-def import_object(import_path: str) -> Any:
-    """Resolve 'package.module:attr', 'package.module.attr' or 'path/to/file.py:attr' to the object.
-
-    `attr` may be dotted (a class attribute); AgentJet's 'package.module->attr' works too. The current
-    directory is tried as a last resort for modules, as `python -m` would find them.
-    """
-    module_part, separator, attr_part = import_path.replace("->", ":").rpartition(":")
-    if not separator:
-        module_part, _, attr_part = import_path.rpartition(".")
-    if not module_part or not attr_part:
-        raise ConfigError(f"cannot import {import_path!r}: write it as 'package.module:name' or 'path/to/file.py:name'")
-    module = _import_file(module_part) if module_part.endswith(".py") else _import_module(module_part, import_path)
-    target: Any = module
-    for depth, name in enumerate(attr_part.split(".")):
-        try:
-            target = getattr(target, name)
-        except AttributeError:
-            owner = ".".join([module_part, *attr_part.split(".")[:depth]])
-            raise ConfigError(f"cannot import {import_path!r}: {owner} has no attribute {name!r}") from None
-    return target
-
-
-def importable_path(obj: Any) -> str | None:
-    """'module:qualname' (or 'script.py:qualname' for a script's own objects) when importing it gives back `obj`."""
-    module_name = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    if not module_name or not qualname or "<" in qualname:  # <lambda>, <locals>
-        return None
-    module = sys.modules.get(module_name)
-    target: Any = module
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
-    if target is not obj:
-        return None
-    if module_name != "__main__":
-        return f"{module_name}:{qualname}"
-    script = getattr(module, "__file__", None)  # None in an interactive session
-    return f"{Path(script).resolve()}:{qualname}" if script else None
-
-
-def _import_module(module_name: str, import_path: str) -> types.ModuleType:
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        missing_is_target = err.name is not None and (module_name == err.name or module_name.startswith(err.name + "."))
-        if not missing_is_target:
-            raise ConfigError(
-                f"cannot import {import_path!r}: importing {module_name} failed: {_one_line(err)}"
-            ) from err
-        if os.getcwd() not in sys.path:
-            sys.path.append(os.getcwd())
-            return _import_module(module_name, import_path)
-        raise ConfigError(
-            f"cannot import {import_path!r}: no module named {err.name!r} (searched sys.path and the current directory)"
-        ) from None
-    except Exception as err:
-        raise ConfigError(
-            f"cannot import {import_path!r}: importing {module_name} failed: {type(err).__name__}: {_one_line(err)}"
-        ) from err
-
-
-def _import_file(file_name: str) -> types.ModuleType:
-    path = Path(file_name).resolve()
-    if not path.is_file():
-        raise ConfigError(f"cannot import from {file_name!r}: no such file")
-    module_name = f"_sparring_user_{re.sub(r'[^0-9A-Za-z_]', '_', str(path))}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    sys.path.insert(0, str(path.parent))  # its sibling modules import as they would for `python file.py`
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:
-        del sys.modules[module_name]
-        raise ConfigError(
-            f"cannot import from {file_name!r}: running the file failed: {type(err).__name__}: {_one_line(err)}"
-        ) from err
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())
-
-
 def is_import_path(text: str) -> bool:
     """Whether a name is written as an import path: it has a ':' or a '.', which no registered built-in name has."""
     return ":" in text or "." in text
 
 
-def import_field(field: str, import_path: str, error_type: type[Exception] = ValueError) -> Any:
-    """The object at `import_path`, which the config's `field` names; an `error_type` naming `field` when it cannot
-    be imported."""
+F = TypeVar("F")
+
+
+OPPONENT_ARG = "opponent"
+"""The workflow argument that names an episode's drawn opponent (its chat model is the auxiliary model of that name);
+the league sets it, so a record of a game played in a league has this field."""
+
+
+ARGS_ATTRIBUTE = "workflow_args"
+"""The attribute of a workflow (function, class or instance) that names its `WorkflowArgs` record."""
+
+
+class WorkflowArgs(ConfigRecord):
+    """Base of a workflow's typed arguments: an unknown key, a wrong type or a value out of range is an error that
+    names the key; each field's docstring is its documentation."""
+
+    @classmethod
+    def of(cls, task: Mapping[str, Any]):
+        """The task's `workflow_args` as this record (its defaults where the task gives none); ConfigError naming
+        ``workflow_args.<key>`` when they do not fit."""
+        return check_workflow_args(cls, task.get(ARGS_ATTRIBUTE) or {}, "workflow_args")
+
+
+def takes_args(record: type[WorkflowArgs]) -> Callable[[F], F]:
+    """Declare `record` as a function-style workflow's `workflow_args` (a `Workflow` subclass sets the class
+    attribute ``workflow_args = record`` instead); the workflow is returned as it is."""
+    if not (isinstance(record, type) and issubclass(record, WorkflowArgs)):
+        raise TypeError(f"takes_args({record!r}): give a WorkflowArgs subclass")
+
+    def declare(workflow: F) -> F:
+        setattr(workflow, ARGS_ATTRIBUTE, record)
+        return workflow
+
+    return declare
+
+
+def declared_args(workflow: Any) -> type[WorkflowArgs] | None:
+    """The `WorkflowArgs` record `workflow` declares, or None (its arguments stay a plain dict)."""
+    record = getattr(workflow, ARGS_ATTRIBUTE, None)
+    if record is None:
+        return None
+    if not (isinstance(record, type) and issubclass(record, WorkflowArgs)):
+        name = getattr(workflow, "__qualname__", type(workflow).__name__)
+        raise ConfigError(f"workflow: {name}.{ARGS_ATTRIBUTE} is {record!r}, not a WorkflowArgs subclass")
+    return record
+
+
+def check_workflow_args(record: type[WorkflowArgs], args: Any, where: str) -> WorkflowArgs:
+    """`args` validated as `record`; ConfigError whose one line names each bad key as ``<where>.<key>``."""
+    if not isinstance(args, Mapping):
+        raise ConfigError(f"{where}: must be an object of {record.__name__}'s fields, got {type(args).__name__}")
     try:
-        return import_object(import_path)
-    except ConfigError as error:
-        raise error_type(f"{field}: {error}") from None
+        return record.model_validate(dict(args))
+    except ValidationError as err:
+        lines = describe_validation_error(err, record)  # one per error, starting with its location when it has one
+        placed = zip(err.errors(), lines, strict=True)
+        problems = [f"{where}.{line}" if error["loc"] else f"{where}: {line}" for error, line in placed]
+        raise ConfigError("; ".join(problems), problems) from None
 
 
-def import_policy(field: str, import_path: str) -> Any:
-    """The scripted policy at `import_path` (a baseline or a league opponent); a ValueError naming `field` if it is
-    none."""
-    policy = import_field(field, import_path)
-    if not callable(policy):
-        raise ValueError(
-            f"{field}: {import_path!r} is a {type(policy).__name__}, not a policy function "
-            "`policy(messages, rng) -> str`"
+def check_config_args(config: TuneConfig, record: type[WorkflowArgs]) -> None:
+    """The config's `workflow_args` (every dataset's) fit `record`, and a league's drawn opponent has its field."""
+    sections = {"train_dataset": config.train_dataset, "eval_dataset": config.eval_dataset}
+    if config.validation is not None:
+        sections["validation.dataset"] = config.validation.dataset
+    for where, dataset in sections.items():
+        if dataset is not None:
+            check_workflow_args(record, dataset.workflow_args, f"{where}.workflow_args")
+    if config.league is not None and OPPONENT_ARG not in record.model_fields:
+        raise ConfigError(
+            f"league: the league hands each episode its opponent as workflow_args.{OPPONENT_ARG}, "
+            f"but the workflow's {record.__name__} has no field {OPPONENT_ARG!r}; add `{OPPONENT_ARG}: str`"
         )
-    return policy
+
+
+def check_task_args(record: type[WorkflowArgs], tasks: Sequence[Mapping[str, Any]], origin: str) -> None:
+    """Every task's (merged) `workflow_args` fits `record`; ConfigError naming the first task that does not."""
+    for index, task in enumerate(tasks):
+        try:
+            check_workflow_args(record, task.get(ARGS_ATTRIBUTE) or {}, "workflow_args")
+        except ConfigError as error:
+            raise ConfigError(f"{origin}: task {task.get('task_id', index)}: {error}") from None

@@ -154,9 +154,7 @@ class LeagueConfig(ConfigRecord):
                 raise ValueError(
                     f"league: opponent name {name!r} starts with {SNAPSHOT_PREFIX!r}, which names the snapshots"
                 )
-        return (
-            self  # the scripted opponents' import paths are checked when the run is built (`config_file.check_names`)
-        )
+        return self  # the scripted opponents' import paths are checked when the run is built (`check_names`)
 
 
 class ValidationConfig(ConfigRecord):
