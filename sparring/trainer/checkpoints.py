@@ -8,8 +8,13 @@ file the checkpoint needs, with its size and sha256, `safeguards.py`) is written
 `latest.json` points at the newest complete checkpoint and is replaced atomically, so a run killed mid-save resumes
 from the previous one. Every file is written atomically (a temporary name, then a rename); the temporary files and
 folders a killed save leaves (names starting with '.') are removed when a run starts (`clean_interrupted_saves`).
-Resuming verifies the manifest and what the models' states hold before loading anything (`verify_checkpoint`, with
-the checks of `safeguards.py`), and refuses a damaged checkpoint in one line naming the bad file. A checkpoint whose
+Resuming verifies the manifest (`safeguards.py`) and what the models' states hold before loading anything
+(`verify_checkpoint`), and refuses a damaged checkpoint in one line naming the bad file. A manifest proves files are
+the ones saved, not that what was saved fits: `check_adapter_shapes` (every LoRA tensor a 2-D `lora_A` or `lora_B` of
+the configured rank, paired), `check_optimizer_state` (one entry per adapter tensor, of its shape),
+`check_data_position` (the data position's four fields, integers in range) and `check_adapter_fits_model` (the
+adapter's tensors are the model's) refuse each misfit before anything is loaded, instead of a long traceback deep
+inside PEFT, torch or the task stream. A checkpoint whose
 step was saved already is not written again, so a kill then cannot damage it. When rollouts run ahead, the older
 weights a checkpoint names are deleted once no rollout needs them, and the checkpoints that named them go with them
 (`prune_unresumable`), so every checkpoint kept resumes on its own. With `checkpoints.keep` only the newest N
@@ -37,12 +42,14 @@ import os
 import random
 import shutil
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
 
 from ..clients import RemoteTrainingClient
 from .models import TrainingModels
@@ -50,10 +57,6 @@ from .safeguards import (
     MANIFEST,
     CheckpointError,
     CheckpointSaveError,
-    check_adapter_fits_model,
-    check_adapter_shapes,
-    check_data_position,
-    check_optimizer_state,
     check_training_state,
     one_line,
     verify_manifest,
@@ -389,3 +392,90 @@ class ResumePoints:
         if self.keep is not None:
             prune_oldest(self.run_dir, self.keep)
         return saved
+
+
+DATA_FIELDS = ("epoch", "position", "step", "num_tasks")
+"""The fields of a task stream's saved position (`TaskStream.state_dict`)."""
+
+
+def saved_shapes(weights: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape of a safetensors file, read from its header only."""
+    try:
+        with safe_open(str(weights), framework="pt") as file:
+            return {name: tuple(file.get_slice(name).get_shape()) for name in file.keys()}
+    except Exception as error:  # noqa: BLE001 - any unreadable file is one line naming it
+        raise CheckpointError(f"{weights}: unreadable ({type(error).__name__}: {error})") from None
+
+
+def check_adapter_shapes(state_dir: Path) -> dict[str, tuple[int, ...]]:
+    """The adapter's tensor shapes, once each is a LoRA factor of the saved rank; CheckpointError naming the file."""
+    weights = state_dir / "adapter" / "adapter_model.safetensors"
+    rank = json.loads((state_dir / "adapter" / "adapter_config.json").read_text())["r"]
+    shapes = saved_shapes(weights)
+    if not shapes:
+        raise CheckpointError(f"{weights}: holds no tensors")
+    for name, shape in sorted(shapes.items()):
+        factor = "lora_A" if ".lora_A." in name else "lora_B" if ".lora_B." in name else None
+        if factor is None:
+            raise CheckpointError(f"{weights}: tensor {name} is not a LoRA factor (lora_A or lora_B)")
+        at = 0 if factor == "lora_A" else 1
+        if len(shape) != 2 or shape[at] != rank:
+            want = f"({rank}, in)" if factor == "lora_A" else f"(out, {rank})"
+            raise CheckpointError(f"{weights}: {name} has shape {shape}, a rank-{rank} {factor} is {want}")
+        partner = name.replace(f".{factor}.", ".lora_B." if factor == "lora_A" else ".lora_A.")
+        if partner not in shapes:
+            raise CheckpointError(f"{weights}: {name} has no {partner} beside it")
+    return shapes
+
+
+def check_optimizer_state(state_dir: Path, shapes: dict[str, tuple[int, ...]]) -> None:
+    """The saved optimizer holds one parameter per adapter tensor, and its moments have the adapter's shapes."""
+    optimizer_file = state_dir / "optimizer.pt"
+    optimizer = torch.load(optimizer_file, map_location="cpu", weights_only=False)["optimizer"]
+    if optimizer is None:  # saved before the model's first optimizer step
+        return
+    try:
+        params = [index for group in optimizer["param_groups"] for index in group["params"]]
+        moments = Counter(
+            tuple(value.shape)
+            for entry in optimizer["state"].values()
+            for name, value in entry.items()
+            if name in ("exp_avg", "exp_avg_sq")
+        )
+    except (KeyError, TypeError, AttributeError) as error:
+        raise CheckpointError(f"{optimizer_file}: not an optimizer state ({type(error).__name__}: {error})") from None
+    if len(params) != len(shapes):
+        raise CheckpointError(f"{optimizer_file}: holds {len(params)} parameters, the adapter beside it {len(shapes)}")
+    expected = Counter({shape: count * 2 for shape, count in Counter(shapes.values()).items()})
+    if optimizer["state"] and len(optimizer["state"]) == len(shapes) and moments != expected:
+        odd = sorted(set(moments) ^ set(expected)) or sorted(moments)
+        raise CheckpointError(f"{optimizer_file}: its moments' shapes do not match the adapter's (e.g. {odd[0]})")
+
+
+def check_data_position(state_file: Path, data: object) -> None:
+    """The trainer state's data position: its four fields, non-negative integers, the position within the tasks."""
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise CheckpointError(f"{state_file}: data position is a {kind}, not an object of {DATA_FIELDS}")
+    missing = [name for name in DATA_FIELDS if name not in data]
+    if missing:
+        raise CheckpointError(f"{state_file}: data position lacks {missing}")
+    for name in DATA_FIELDS:
+        value = data[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CheckpointError(f"{state_file}: data position {name} is {value!r}, not a non-negative integer")
+    if data["num_tasks"] < 1 or data["position"] > data["num_tasks"]:
+        raise CheckpointError(f"{state_file}: data position {data['position']} is outside 0..{data['num_tasks']} tasks")
+
+
+def check_adapter_fits_model(state_dir: Path, expected: dict[str, tuple[int, ...]]) -> None:
+    """The saved adapter holds exactly the tensors of the model's adapter (`expected`: name -> shape), same shapes."""
+    weights = state_dir / "adapter" / "adapter_model.safetensors"
+    shapes = saved_shapes(weights)
+    for name in sorted(set(shapes) | set(expected)):
+        if name not in expected:
+            raise CheckpointError(f"{weights}: tensor {name} is not in the model's adapter (another model or layers?)")
+        if name not in shapes:
+            raise CheckpointError(f"{weights}: lacks {name}, which the model's adapter has (another model or layers?)")
+        if shapes[name] != expected[name]:
+            raise CheckpointError(f"{weights}: {name} has shape {shapes[name]}, the model's is {expected[name]}")

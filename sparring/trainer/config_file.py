@@ -20,7 +20,8 @@ A `TuneConfig` validates its structure on construction and imports nothing to do
 `engine.losses.LOSSES`), one given as an import path ('package.module:function') imported, its signature checked
 and registered under that path, so the rest of the run looks it up like a built-in name; the `loss_fn_config` keys
 (and an entropy target's coefficient) against that loss; the baselines', the league's scripted opponents' and the
-step hooks' import paths (`import_step_hook`). Every problem is one line that starts with the field's dotted path;
+step hooks' import paths (`import_step_hook`); the config's `workflow_args` against the workflow's `WorkflowArgs`
+record (`check_config_args`). Every problem is one line that starts with the field's dotted path;
 several found at once share the line (`ConfigError`, as a config's own validation raises it). Resolving names and
 checking them live together: a check is an import, and an error names the field the import path came from.
 """
@@ -43,7 +44,15 @@ import yaml
 from pydantic import BaseModel
 
 from .config import TuneConfig
-from .schema import ConfigError, child_annotation, is_import_path, short_repr
+from .schema import (
+    OPPONENT_ARG,
+    ConfigError,
+    WorkflowArgs,
+    check_workflow_args,
+    child_annotation,
+    is_import_path,
+    short_repr,
+)
 from .sections import MOVED_KEYS, note_moved_keys
 
 
@@ -433,3 +442,18 @@ def import_policy(field: str, import_path: str) -> Any:
             "`policy(messages, rng) -> str`"
         )
     return policy
+
+
+def check_config_args(config: TuneConfig, record: type[WorkflowArgs]) -> None:
+    """The config's `workflow_args` (every dataset's) fit `record`, and a league's drawn opponent has its field."""
+    sections = {"train_dataset": config.train_dataset, "eval_dataset": config.eval_dataset}
+    if config.validation is not None:
+        sections["validation.dataset"] = config.validation.dataset
+    for where, dataset in sections.items():
+        if dataset is not None:
+            check_workflow_args(record, dataset.workflow_args, f"{where}.workflow_args")
+    if config.league is not None and OPPONENT_ARG not in record.model_fields:
+        raise ConfigError(
+            f"league: the league hands each episode its opponent as workflow_args.{OPPONENT_ARG}, "
+            f"but the workflow's {record.__name__} has no field {OPPONENT_ARG!r}; add `{OPPONENT_ARG}: str`"
+        )

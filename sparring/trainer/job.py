@@ -22,19 +22,12 @@ node, its training backbone, vLLM's memory share, swarm workers). `agentjet_fiel
 sparring trains in one process on `model.device`, so those settings do not apply here, and a job written for
 AgentJet runs with only its import changed. A name that is neither is left to the caller (a `TypeError`, as for any
 unexpected keyword).
-
-Threads left running: Python waits for every non-daemon thread before a process exits, so one thread a workflow
-started and left running (a server, a poller, an `Event().wait()`) would keep `sparring train` alive after its run
-finished. `lingering_threads` names them; the command line reports them and exits without waiting
-(`sparring.cli.main`), and `run_training` warns about them when it returns. They live here, with the entry points,
-because this module imports nothing heavy: the command line asks on every exit, a config error's included.
 """
 
 from __future__ import annotations
 
 import logging as logs
 import os
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -408,17 +401,3 @@ def _run_dir(experiment_dir: Any, experiment_name: Any) -> str | None:
         return None
     parent = os.fspath(experiment_dir) if experiment_dir is not None else "saved_experiments"
     return os.path.join(parent, experiment_name) if experiment_name is not None else parent
-
-
-def lingering_threads() -> list[str]:
-    """The names of the live non-daemon threads besides the main one: those the interpreter would wait for at exit."""
-    main = threading.main_thread()
-    return sorted(
-        thread.name
-        for thread in threading.enumerate()
-        if thread is not main and thread.is_alive() and not thread.daemon
-    )
-
-
-def lingering_warning(threads: list[str]) -> str:
-    return f"{len(threads)} thread(s) left running (started by the workflow?), not waited for: {', '.join(threads)}"

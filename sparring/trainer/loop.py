@@ -1,5 +1,5 @@
-"""The run behind `tune()`: `run_training` from a config to a `RunResult`, the run folder it claims, the stop signals it
-obeys; and the two other ways a config runs, debug episodes and evaluation.
+"""The run behind `tune()`: `run_training` from a config to a `RunResult`, and the run folder it claims; and the two
+other ways a config runs, debug episodes and evaluation.
 
 `run_training` resolves the config once (`resolve.py`: the workflow checked before any model loads, the tasks, the
 trainable models -- one LoRA adapter each on a shared base model -- and the frozen auxiliary ones), resumes from the
@@ -9,7 +9,8 @@ the live weights or, with `algorithm.max_staleness` > 0, on frozen older ones wh
 last step the held-out tasks are evaluated and the weights validated once more; the comparison is written to
 `evaluation.json`; a last checkpoint is written, then the "final" adapters -- unless the run was stopped, its
 episodes kept failing or it trained nothing (`safeguards.py`: `EpisodesFailingError`, `NothingTrainedError`, each
-raised after the checkpoint so nothing is lost). At the end the reward curve (`reward.png`, `reward.svg`) and the
+raised after the checkpoint so nothing is lost); a SIGINT or SIGTERM stops it cleanly at a step boundary
+(`StopSignals`, `safeguards.py`). At the end the reward curve (`reward.png`, `reward.svg`) and the
 HTML report (`report.html`, `sparring.logging.report`) are written. `run_debug_episodes` (`sparring run`) and
 `run_evaluation` (`sparring eval`) resolve the same config and play episodes without training.
 
@@ -19,19 +20,6 @@ first's metrics (steps 1, 2, 1, 2: one zig-zag curve in the report) and mix thei
 `claim_run_folder` refuses it in one line that names both ways on (the shape of the cookbook's
 `behavior_if_log_dir_exists`). A folder holds a run when it holds one of `RUN_MARKERS`; `overwrite` deletes only such
 a folder, and a folder of other files is used as it is, never deleted.
-
-Stopping cleanly on SIGINT (Ctrl-C) or SIGTERM: `StopSignals` replaces the two signals' handlers while a run trains.
-The first one only records which signal came (`signum`) and wakes the run, which cancels the episodes in flight
-(`cancelling`: a rollout or evaluation raced against the signal), lets an optimizer step or checkpoint that has begun
-finish (cancelling one halfway would leave live weights a step ahead of the step logged), stops at the next step
-boundary (`check`, raising `Stopped`), checkpoints the last completed step, and exits `128 + signum` (130, 143). A
-second signal quits at once (`os._exit`), for a run that cannot stop in time. Nothing is raised inside the code a
-signal lands in (Python's default SIGINT handler raises KeyboardInterrupt wherever the main thread is, which left
-asyncio tasks with half-run coroutines and tracebacks); the run decides where to stop. The handlers are plain
-`signal.signal` ones, not the event loop's: they run even while the loop is blocked (loading a model), so a second
-signal quits then too, and they wake the loop with `call_soon_threadsafe`. Python runs signal handlers in the main
-thread only, so `install` works only there; elsewhere it says False and a KeyboardInterrupt or cancellation still
-stops the run with a checkpoint, without these guarantees.
 """
 
 from __future__ import annotations
@@ -39,16 +27,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import shutil
-import signal
-import sys
-import threading
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 from ..logging import (
     ConsoleProgress,
@@ -64,11 +47,10 @@ from ..rollout import Episode, run_episodes
 from .checkpoints import clean_interrupted_saves, latest_checkpoint, restore_checkpoint
 from .config import TuneConfig
 from .evaluation import Comparison, Validation, evaluate_baselines, evaluate_policy
-from .job import lingering_threads, lingering_warning
 from .pipeline import RunLoop, StepSequence
 from .resolve import resolve_run
-from .safeguards import OPT_OUT, EpisodesFailingError, NothingTrainedError
-from .schema import ConfigError
+from .safeguards import OPT_OUT, EpisodesFailingError, NothingTrainedError, Stopped, StopSignals
+from .schema import ConfigError, lingering_threads, lingering_warning
 from .step import StepHook, warm_start
 
 log = logging.getLogger(__name__)
@@ -318,91 +300,3 @@ def claim_run_folder(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
             f"replace it with --overwrite (tune(overwrite=True)), or choose another run_dir"
         )
     shutil.rmtree(run_dir)
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-"""The signals that stop a run with a checkpoint."""
-
-T = TypeVar("T")
-
-
-class Stopped(Exception):
-    """A stop signal came: the run ends at the last completed step."""
-
-
-class StopSignals:
-    """While installed, SIGINT and SIGTERM ask the run to stop; a second one of them quits the process at once."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        """The first stop signal received; None while none came."""
-        self._event = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._previous: dict[int, object] = {}
-
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
-
-    def install(self) -> bool:
-        """Take over SIGINT and SIGTERM for the running loop; False (nothing installed) off the main thread."""
-        if threading.current_thread() is not threading.main_thread():
-            return False
-        self._loop = asyncio.get_running_loop()
-        for signum in STOP_SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._receive)
-        return True
-
-    def restore(self) -> None:
-        """Put the handlers from before `install` back."""
-        for signum, previous in self._previous.items():
-            signal.signal(
-                signum, previous if previous is not None else signal.SIG_DFL
-            )  # None: set from C, not restorable
-        self._previous.clear()
-        self._loop = None
-
-    def check(self) -> None:
-        """At a step boundary: raise Stopped once a stop signal came."""
-        if self.requested:
-            raise Stopped(signal.Signals(self.signum).name)
-
-    async def cancelling(self, awaitable: Awaitable[T]) -> T:
-        """Await `awaitable`; a stop signal meanwhile cancels it (waiting for it to unwind) and raises Stopped."""
-        if self.requested:
-            if asyncio.iscoroutine(awaitable):
-                awaitable.close()  # never started: no "never awaited" warning
-            self.check()
-        task = asyncio.ensure_future(awaitable)
-        woken = asyncio.ensure_future(self._event.wait())
-        try:
-            await asyncio.wait({task, woken}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        finally:
-            woken.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise Stopped(signal.Signals(self.signum).name)
-
-    def _receive(self, signum: int, frame) -> None:
-        name = signal.Signals(signum).name
-        if self.signum is not None:
-            print(
-                f"{name} again: quitting at once, without a checkpoint of the step in flight",
-                file=sys.stderr,
-                flush=True,
-            )
-            os._exit(128 + signum)
-        self.signum = signum
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._event.set)
-        log.warning(
-            "%s: cancelling the episodes in flight and saving a checkpoint of the last completed step (%s "
-            "again quits at once)",
-            name,
-            name,
-        )

@@ -60,7 +60,7 @@ from .safeguards import FailureStreak, TrainingSignal
 from .step import StepEnd, StepHook, StepStart, call_hook, learn, run_rollout
 
 if TYPE_CHECKING:
-    from .loop import StopSignals
+    from .safeguards import StopSignals
 
 
 @dataclass

@@ -44,10 +44,10 @@ from ..rollout import (
 from ..rollout.workflow import EpisodeFn
 from ..runners import make_player
 from .config import TuneConfig, TunerModelConfig
-from .config_file import check_names, dump_config, import_field, import_object
+from .config_file import check_config_args, check_names, dump_config, import_field, import_object
 from .dataset import load_section, load_train_and_eval_tasks
 from .models import League, Snapshot, TrainingModels
-from .schema import ConfigError, WorkflowArgs, check_config_args, check_task_args, declared_args
+from .schema import ConfigError, WorkflowArgs, check_task_args, declared_args
 from .step import StepHook, TaskStream, build_step_hooks
 
 

@@ -1,21 +1,18 @@
 """The run's safeguards: what stops a run, or says why, rather than let it go on silently on damage -- checkpoints that
-verify themselves, weights checked finite, a streak of failing steps, a step or a run that trained nothing.
+verify themselves, weights checked finite, a streak of failing steps, a step or a run that trained nothing -- and
+what stops it cleanly when asked: a stop signal.
 
 Each safeguard ends in one of the run's own errors, one line naming what is wrong: `CheckpointError`,
 `NonFiniteWeightsError`, `EpisodesFailingError`, `NothingTrainedError`.
 
-Checkpoints that verify themselves. A checkpoint is spread over several places (its step folder, each model's
-training state, the older weights and snapshot opponents it names), any of which a crash, a full disk or a hand can
-damage. `write_manifest` records the name, size and sha256 of every such file in `manifest.json`, written last and
-atomically (`write_atomically`, before `latest.json` points at the checkpoint), and `verify_manifest` refuses a
-checkpoint whose files are missing, truncated or changed, naming the first bad file. `check_training_state` reads
-what a model's state holds -- no more optimizer steps than the checkpoint's step, an adapter config that parses,
-finite adapter and optimizer tensors -- so a checkpoint written without a manifest is refused on the same grounds,
-and a NaN saved by a bug is never trained on. A manifest proves files are the ones saved, not that what was saved
-fits: `check_adapter_shapes` (every LoRA tensor a 2-D `lora_A` or `lora_B` of the configured rank, paired),
-`check_optimizer_state` (one entry per adapter tensor, of its shape), `check_data_position` (the data position's
-four fields, integers in range) and `check_adapter_fits_model` (the adapter's tensors are the model's) refuse each
-misfit before anything is loaded, instead of a long traceback deep inside PEFT, torch or the task stream.
+Checkpoints that verify themselves. A checkpoint is spread over several places (its step folder, each model's training
+state, the older weights and snapshot opponents it names), any of which a crash, a full disk or a hand can damage.
+`write_manifest` records the name, size and sha256 of every such file in `manifest.json`, written last and atomically
+(`write_atomically`, before `latest.json` points at the checkpoint), and `verify_manifest` refuses a checkpoint whose
+files are missing, truncated or changed, naming the first bad file. `check_training_state` reads what a model's state
+holds -- no more optimizer steps than the checkpoint's step, an adapter config that parses, finite adapter and optimizer
+tensors -- so a checkpoint written without a manifest is refused on the same grounds, and a NaN saved by a bug is never
+trained on. What a checkpoint's files hold is checked against each other and the model in `checkpoints.py`.
 `check_finite_weights` runs after every optimizer step, so a NaN is named at the step that produced it.
 
 The failure streak. Failed episodes are data, so a step goes on training its healthy episodes. A step in which none
@@ -33,6 +30,19 @@ after its checkpoint, without a "final" adapter, which would only equal the init
 out with `AlgorithmConfig.allow_nothing_trained`. Before a step trains nothing the signal thins: when over half of a
 step's groups have tied for `THINNING_STEPS` steps in a row, `TrainingSignal` warns that the policy is collapsing,
 naming the collapse measures to read.
+
+Stopping cleanly on SIGINT (Ctrl-C) or SIGTERM: `StopSignals` replaces the two signals' handlers while a run trains.
+The first one only records which signal came (`signum`) and wakes the run, which cancels the episodes in flight
+(`cancelling`: a rollout or evaluation raced against the signal), lets an optimizer step or checkpoint that has begun
+finish (cancelling one halfway would leave live weights a step ahead of the step logged), stops at the next step
+boundary (`check`, raising `Stopped`), checkpoints the last completed step, and exits `128 + signum` (130, 143). A
+second signal quits at once (`os._exit`), for a run that cannot stop in time. Nothing is raised inside the code a
+signal lands in (Python's default SIGINT handler raises KeyboardInterrupt wherever the main thread is, which left
+asyncio tasks with half-run coroutines and tracebacks); the run decides where to stop. The handlers are plain
+`signal.signal` ones, not the event loop's: they run even while the loop is blocked (loading a model), so a second
+signal quits then too, and they wake the loop with `call_soon_threadsafe`. Python runs signal handlers in the main
+thread only, so `install` works only there; elsewhere it says False and a KeyboardInterrupt or cancellation still
+stops the run with a checkpoint, without these guarantees.
 """
 
 from __future__ import annotations
@@ -40,18 +50,24 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import math
 import os
+import signal
+import sys
 import threading
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import load_file
 
 from ..rollout import Episode
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 """The file, in a checkpoint's step folder, listing every file the checkpoint needs."""
@@ -216,93 +232,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-DATA_FIELDS = ("epoch", "position", "step", "num_tasks")
-"""The fields of a task stream's saved position (`TaskStream.state_dict`)."""
-
-
-def saved_shapes(weights: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape of a safetensors file, read from its header only."""
-    try:
-        with safe_open(str(weights), framework="pt") as file:
-            return {name: tuple(file.get_slice(name).get_shape()) for name in file.keys()}
-    except Exception as error:  # noqa: BLE001 - any unreadable file is one line naming it
-        raise CheckpointError(f"{weights}: unreadable ({type(error).__name__}: {error})") from None
-
-
-def check_adapter_shapes(state_dir: Path) -> dict[str, tuple[int, ...]]:
-    """The adapter's tensor shapes, once each is a LoRA factor of the saved rank; CheckpointError naming the file."""
-    weights = state_dir / "adapter" / "adapter_model.safetensors"
-    rank = json.loads((state_dir / "adapter" / "adapter_config.json").read_text())["r"]
-    shapes = saved_shapes(weights)
-    if not shapes:
-        raise CheckpointError(f"{weights}: holds no tensors")
-    for name, shape in sorted(shapes.items()):
-        factor = "lora_A" if ".lora_A." in name else "lora_B" if ".lora_B." in name else None
-        if factor is None:
-            raise CheckpointError(f"{weights}: tensor {name} is not a LoRA factor (lora_A or lora_B)")
-        at = 0 if factor == "lora_A" else 1
-        if len(shape) != 2 or shape[at] != rank:
-            want = f"({rank}, in)" if factor == "lora_A" else f"(out, {rank})"
-            raise CheckpointError(f"{weights}: {name} has shape {shape}, a rank-{rank} {factor} is {want}")
-        partner = name.replace(f".{factor}.", ".lora_B." if factor == "lora_A" else ".lora_A.")
-        if partner not in shapes:
-            raise CheckpointError(f"{weights}: {name} has no {partner} beside it")
-    return shapes
-
-
-def check_optimizer_state(state_dir: Path, shapes: dict[str, tuple[int, ...]]) -> None:
-    """The saved optimizer holds one parameter per adapter tensor, and its moments have the adapter's shapes."""
-    optimizer_file = state_dir / "optimizer.pt"
-    optimizer = torch.load(optimizer_file, map_location="cpu", weights_only=False)["optimizer"]
-    if optimizer is None:  # saved before the model's first optimizer step
-        return
-    try:
-        params = [index for group in optimizer["param_groups"] for index in group["params"]]
-        moments = Counter(
-            tuple(value.shape)
-            for entry in optimizer["state"].values()
-            for name, value in entry.items()
-            if name in ("exp_avg", "exp_avg_sq")
-        )
-    except (KeyError, TypeError, AttributeError) as error:
-        raise CheckpointError(f"{optimizer_file}: not an optimizer state ({type(error).__name__}: {error})") from None
-    if len(params) != len(shapes):
-        raise CheckpointError(f"{optimizer_file}: holds {len(params)} parameters, the adapter beside it {len(shapes)}")
-    expected = Counter({shape: count * 2 for shape, count in Counter(shapes.values()).items()})
-    if optimizer["state"] and len(optimizer["state"]) == len(shapes) and moments != expected:
-        odd = sorted(set(moments) ^ set(expected)) or sorted(moments)
-        raise CheckpointError(f"{optimizer_file}: its moments' shapes do not match the adapter's (e.g. {odd[0]})")
-
-
-def check_data_position(state_file: Path, data: object) -> None:
-    """The trainer state's data position: its four fields, non-negative integers, the position within the tasks."""
-    if not isinstance(data, dict):
-        kind = type(data).__name__
-        raise CheckpointError(f"{state_file}: data position is a {kind}, not an object of {DATA_FIELDS}")
-    missing = [name for name in DATA_FIELDS if name not in data]
-    if missing:
-        raise CheckpointError(f"{state_file}: data position lacks {missing}")
-    for name in DATA_FIELDS:
-        value = data[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise CheckpointError(f"{state_file}: data position {name} is {value!r}, not a non-negative integer")
-    if data["num_tasks"] < 1 or data["position"] > data["num_tasks"]:
-        raise CheckpointError(f"{state_file}: data position {data['position']} is outside 0..{data['num_tasks']} tasks")
-
-
-def check_adapter_fits_model(state_dir: Path, expected: dict[str, tuple[int, ...]]) -> None:
-    """The saved adapter holds exactly the tensors of the model's adapter (`expected`: name -> shape), same shapes."""
-    weights = state_dir / "adapter" / "adapter_model.safetensors"
-    shapes = saved_shapes(weights)
-    for name in sorted(set(shapes) | set(expected)):
-        if name not in expected:
-            raise CheckpointError(f"{weights}: tensor {name} is not in the model's adapter (another model or layers?)")
-        if name not in shapes:
-            raise CheckpointError(f"{weights}: lacks {name}, which the model's adapter has (another model or layers?)")
-        if shapes[name] != expected[name]:
-            raise CheckpointError(f"{weights}: {name} has shape {shapes[name]}, the model's is {expected[name]}")
-
-
 class EpisodesFailingError(RuntimeError):
     """Every episode failed for `stop_after_failed_steps` steps in a row, or in every step of the run: it trained
     nothing since."""
@@ -441,3 +370,92 @@ class TrainingSignal:
     def failure(self, steps: int) -> str:
         """The one-line reason a run of `steps` steps that trained nothing fails."""
         return f"no step of this run trained a token ({steps} step(s)); last cause: {self.last_cause}"
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals that stop a run with a checkpoint."""
+
+
+T = TypeVar("T")
+
+
+class Stopped(Exception):
+    """A stop signal came: the run ends at the last completed step."""
+
+
+class StopSignals:
+    """While installed, SIGINT and SIGTERM ask the run to stop; a second one of them quits the process at once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        """The first stop signal received; None while none came."""
+        self._event = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def install(self) -> bool:
+        """Take over SIGINT and SIGTERM for the running loop; False (nothing installed) off the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        self._loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._receive)
+        return True
+
+    def restore(self) -> None:
+        """Put the handlers from before `install` back."""
+        for signum, previous in self._previous.items():
+            signal.signal(
+                signum, previous if previous is not None else signal.SIG_DFL
+            )  # None: set from C, not restorable
+        self._previous.clear()
+        self._loop = None
+
+    def check(self) -> None:
+        """At a step boundary: raise Stopped once a stop signal came."""
+        if self.requested:
+            raise Stopped(signal.Signals(self.signum).name)
+
+    async def cancelling(self, awaitable: Awaitable[T]) -> T:
+        """Await `awaitable`; a stop signal meanwhile cancels it (waiting for it to unwind) and raises Stopped."""
+        if self.requested:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never started: no "never awaited" warning
+            self.check()
+        task = asyncio.ensure_future(awaitable)
+        woken = asyncio.ensure_future(self._event.wait())
+        try:
+            await asyncio.wait({task, woken}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            woken.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise Stopped(signal.Signals(self.signum).name)
+
+    def _receive(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is not None:
+            print(
+                f"{name} again: quitting at once, without a checkpoint of the step in flight",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(128 + signum)
+        self.signum = signum
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._event.set)
+        log.warning(
+            "%s: cancelling the episodes in flight and saving a checkpoint of the last completed step (%s "
+            "again quits at once)",
+            name,
+            name,
+        )

@@ -1,5 +1,5 @@
 """The records a job config and a workflow's arguments are made of: the record base and its errors, the bounds of
-a config's numbers, a workflow's `workflow_args` as a typed record.
+a config's numbers, a workflow's `workflow_args` as a typed record; and the threads a run leaves running.
 
 `ConfigRecord` is the base of every config record (`config.py`, `sections.py`): an unknown key is an error, a float
 must be finite, and a failed validation raises `ConfigError` whose message is one line that starts with the field's
@@ -18,15 +18,22 @@ declares its arguments as a `WorkflowArgs` subclass, one field per argument with
 saying what it does, and points its workflow at it: `@takes_args(MyArgs)` on a function-style workflow, the class
 attribute `workflow_args = MyArgs` on a `Workflow` subclass. The workflow reads them typed with ``MyArgs.of(task)``.
 `resolve_run` checks the config's `workflow_args` (training, eval and validation datasets) against the record right
-after importing the workflow, before any data or model loads (`check_config_args`), and then every task's merged
-arguments (`check_task_args`): a misspelt key is an error naming it and the closest valid name
+after importing the workflow, before any data or model loads (`config_file.check_config_args`), and then every task's
+merged arguments (`check_task_args`): a misspelt key is an error naming it and the closest valid name
 (``train_dataset.workflow_args.max_turn: unknown field; did you mean max_turns?``), a wrong type an error naming the
 key. A workflow that declares nothing gets its arguments as the plain dict it always did.
+
+Threads left running: Python waits for every non-daemon thread before a process exits, so one thread a workflow
+started and left running (a server, a poller, an `Event().wait()`) would keep `sparring train` alive after its run
+finished. `lingering_threads` names them; the command line reports them and exits without waiting
+(`sparring.cli.main`), and `run_training` warns about them when it returns. They are here because this is the
+trainer's lowest module and imports nothing heavy: the command line asks on every exit, a config error's included.
 """
 
 from __future__ import annotations
 
 import difflib
+import threading
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, Union, get_args, get_origin
@@ -34,7 +41,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, Union, get_args, get_
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 if TYPE_CHECKING:
-    from .config import TuneConfig
+    pass
 
 
 class ConfigError(ValueError):
@@ -243,21 +250,6 @@ def check_workflow_args(record: type[WorkflowArgs], args: Any, where: str) -> Wo
         raise ConfigError("; ".join(problems), problems) from None
 
 
-def check_config_args(config: TuneConfig, record: type[WorkflowArgs]) -> None:
-    """The config's `workflow_args` (every dataset's) fit `record`, and a league's drawn opponent has its field."""
-    sections = {"train_dataset": config.train_dataset, "eval_dataset": config.eval_dataset}
-    if config.validation is not None:
-        sections["validation.dataset"] = config.validation.dataset
-    for where, dataset in sections.items():
-        if dataset is not None:
-            check_workflow_args(record, dataset.workflow_args, f"{where}.workflow_args")
-    if config.league is not None and OPPONENT_ARG not in record.model_fields:
-        raise ConfigError(
-            f"league: the league hands each episode its opponent as workflow_args.{OPPONENT_ARG}, "
-            f"but the workflow's {record.__name__} has no field {OPPONENT_ARG!r}; add `{OPPONENT_ARG}: str`"
-        )
-
-
 def check_task_args(record: type[WorkflowArgs], tasks: Sequence[Mapping[str, Any]], origin: str) -> None:
     """Every task's (merged) `workflow_args` fits `record`; ConfigError naming the first task that does not."""
     for index, task in enumerate(tasks):
@@ -265,3 +257,17 @@ def check_task_args(record: type[WorkflowArgs], tasks: Sequence[Mapping[str, Any
             check_workflow_args(record, task.get(ARGS_ATTRIBUTE) or {}, "workflow_args")
         except ConfigError as error:
             raise ConfigError(f"{origin}: task {task.get('task_id', index)}: {error}") from None
+
+
+def lingering_threads() -> list[str]:
+    """The names of the live non-daemon threads besides the main one: those the interpreter would wait for at exit."""
+    main = threading.main_thread()
+    return sorted(
+        thread.name
+        for thread in threading.enumerate()
+        if thread is not main and thread.is_alive() and not thread.daemon
+    )
+
+
+def lingering_warning(threads: list[str]) -> str:
+    return f"{len(threads)} thread(s) left running (started by the workflow?), not waited for: {', '.join(threads)}"

@@ -71,7 +71,7 @@ from .sections import COEF_METRIC, EXPLORATION_METRIC, DatasetConfig, WarmStartC
 
 if TYPE_CHECKING:
     from ..rollout import Episode
-    from .loop import StopSignals
+    from .safeguards import StopSignals
 
 
 class TaskStream:
