@@ -22,8 +22,8 @@ and registered under that path, so the rest of the run looks it up like a built-
 (and an entropy target's coefficient) against that loss; the baselines', the league's scripted opponents' and the
 step hooks' import paths (`import_step_hook`); the config's `workflow_args` against the workflow's `WorkflowArgs`
 record (`check_config_args`). Every problem is one line that starts with the field's dotted path;
-several found at once share the line (`ConfigError`, as a config's own validation raises it). Resolving names and
-checking them live together: a check is an import, and an error names the field the import path came from.
+several found at once share the line (`ConfigError`, as a config's own validation raises it). `import_workflow` does
+the same for the workflow and judge (`WorkflowError`): a check is an import, and an error names the field.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import sys
 import types
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel
@@ -50,10 +50,14 @@ from .schema import (
     WorkflowArgs,
     check_workflow_args,
     child_annotation,
+    declared_args,
     is_import_path,
     short_repr,
 )
 from .sections import MOVED_KEYS, note_moved_keys
+
+if TYPE_CHECKING:
+    from ..rollout.workflow import EpisodeFn
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -457,3 +461,38 @@ def check_config_args(config: TuneConfig, record: type[WorkflowArgs]) -> None:
             f"league: the league hands each episode its opponent as workflow_args.{OPPONENT_ARG}, "
             f"but the workflow's {record.__name__} has no field {OPPONENT_ARG!r}; add `{OPPONENT_ARG}: str`"
         )
+
+
+class WorkflowError(ConfigError, TypeError):
+    """The workflow or judge cannot be used: not importable, not callable, or its signature does not fit."""
+
+
+def import_workflow(
+    config: TuneConfig, workflow: Any, judge: Any
+) -> tuple[EpisodeFn, Callable | None, type[WorkflowArgs] | None]:
+    """The workflow as a checked episode function, the judge (the objects given, else imported from the config) and
+    the workflow's `WorkflowArgs` record (None when it declares none), the config's `workflow_args` checked against
+    it."""
+    from ..rollout import WorkflowSignatureError, as_episode_fn  # here: reading a config must not import torch
+
+    if workflow is None:
+        if not config.workflow:
+            raise WorkflowError(
+                "workflow: not set; give its import path (workflow: package.module:function or "
+                "path/to/file.py:Class) or pass it to tune()"
+            )
+        workflow = import_field("workflow", config.workflow, WorkflowError)
+    if judge is None and config.judge:
+        judge = import_field("judge", config.judge, WorkflowError)
+    if judge is not None and not callable(judge):
+        raise WorkflowError(
+            f"judge: {config.judge or judge!r} is a {type(judge).__name__}, not a function that scores an episode"
+        )
+    try:
+        episode_fn = as_episode_fn(workflow)  # a bad signature fails here, before any data or model loads
+    except WorkflowSignatureError as error:
+        raise WorkflowError(f"workflow: {error}") from None
+    record = declared_args(workflow)
+    if record is not None:
+        check_config_args(config, record)
+    return episode_fn, judge, record

@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..clients import SamplingClient, ServiceClient, TrainingClient
 from ..engine import EngineConfig, saved_rank
@@ -38,21 +37,15 @@ from ..rollout import (
     PolicyChatModel,
     RunnerSettings,
     ScriptedPolicy,
-    WorkflowSignatureError,
-    as_episode_fn,
 )
 from ..rollout.workflow import EpisodeFn
 from ..runners import make_player
 from .config import TuneConfig, TunerModelConfig
-from .config_file import check_config_args, check_names, dump_config, import_field, import_object
+from .config_file import check_names, dump_config, import_object, import_workflow
 from .dataset import load_section, load_train_and_eval_tasks
 from .models import League, Snapshot, TrainingModels
-from .schema import ConfigError, WorkflowArgs, check_task_args, declared_args
+from .schema import ConfigError, check_task_args
 from .step import StepHook, TaskStream, build_step_hooks
-
-
-class WorkflowError(ConfigError, TypeError):
-    """The workflow or judge cannot be used: not importable, not callable, or its signature does not fit."""
 
 
 @dataclass
@@ -106,7 +99,7 @@ def resolve_run(
     written (the run-folder check: a config error is reported first).
     """
     check_names(config)  # the loss, estimator, devices, baselines and hooks the config names: imported, checked
-    episode_fn, judge, args_record = _workflow_and_judge(config, workflow, judge)
+    episode_fn, judge, args_record = import_workflow(config, workflow, judge)
     algorithm, runner = config.algorithm, config.runner
     player = make_player(runner, episode_fn)  # an unpicklable workflow or an unreachable cluster fails here, first
     group_size = algorithm.group_size if training else 1
@@ -157,35 +150,6 @@ def resolve_run(
         models,
         build_step_hooks(config.step_hooks),
     )
-
-
-def _workflow_and_judge(
-    config: TuneConfig, workflow: Any, judge: Any
-) -> tuple[EpisodeFn, Callable | None, type[WorkflowArgs] | None]:
-    """The workflow as a checked episode function, the judge (the objects given, else imported from the config) and
-    the workflow's `WorkflowArgs` record (None when it declares none), the config's `workflow_args` checked against
-    it."""
-    if workflow is None:
-        if not config.workflow:
-            raise WorkflowError(
-                "workflow: not set; give its import path (workflow: package.module:function or "
-                "path/to/file.py:Class) or pass it to tune()"
-            )
-        workflow = import_field("workflow", config.workflow, WorkflowError)
-    if judge is None and config.judge:
-        judge = import_field("judge", config.judge, WorkflowError)
-    if judge is not None and not callable(judge):
-        raise WorkflowError(
-            f"judge: {config.judge or judge!r} is a {type(judge).__name__}, not a function that scores an episode"
-        )
-    try:
-        episode_fn = as_episode_fn(workflow)  # a bad signature fails here, before any data or model loads
-    except WorkflowSignatureError as error:
-        raise WorkflowError(f"workflow: {error}") from None
-    record = declared_args(workflow)
-    if record is not None:
-        check_config_args(config, record)
-    return episode_fn, judge, record
 
 
 def check_models(config: TuneConfig) -> None:
