@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from .loop import RunResult
     from .step import StepHook
 
+log = logs.getLogger(__name__)
+
 
 def tune(
     workflow_func: Callable | type | None = None,
@@ -86,8 +88,6 @@ def tune(
     job.set_workflow(workflow_func, judge=judge_func).set_data(train=train_dataset, eval=eval_dataset)
     return job.tune(resume=resume, overwrite=overwrite, hooks=step_hooks)
 
-
-log = logs.getLogger(__name__)
 
 DatasetSpec = DatasetConfig | dict[str, Any] | list[dict[str, Any]] | str | os.PathLike[str]
 """A dataset as `set_data` takes it: a config, its fields, the tasks themselves, or a path."""

@@ -62,6 +62,8 @@ from .step import StepEnd, StepHook, StepStart, call_hook, learn, run_rollout
 if TYPE_CHECKING:
     from .safeguards import StopSignals
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class FrozenVersion:
@@ -320,9 +322,6 @@ class RunLoop:
         if key not in futures:
             futures[key] = asyncio.get_running_loop().create_future()
         return futures[key]
-
-
-log = logging.getLogger(__name__)
 
 
 class RolloutWeights(Protocol):

@@ -60,6 +60,8 @@ from .schema import MAX_CONCURRENCY as CONCURRENCY_LIMIT
 if TYPE_CHECKING:
     from ..algorithms import CollapseResponse, EntropySteering
 
+log = logging.getLogger(__name__)
+
 
 class DatasetConfig(ConfigRecord):
     """Where tasks come from and how they are iterated."""
@@ -278,8 +280,6 @@ class EntropyTargetConfig(ConfigRecord):
         coef = logged[-1] if logged else self.initial_coef
         return EntropySteering(self.target, self.rate, self.min_coef, self.max_coef, coef)
 
-
-log = logging.getLogger(__name__)
 
 Backend = Literal["local", "ray"]
 Concurrency = Annotated[int, Field(ge=1, le=CONCURRENCY_LIMIT)]
