@@ -40,7 +40,7 @@ from sparring.envs.guess_number import guess_number, make_tasks
 from sparring.rollout import RunnerSettings, as_episode_fn
 from sparring.trainer import TuneConfig
 from sparring.trainer.loop import train_step
-from sparring.trainer.models_from_config import build_models
+from sparring.trainer.resolve import build_models
 
 API_KEY = "tml-benchmark"
 

@@ -46,7 +46,7 @@ from sparring.envs.tictactoe import TicTacToe
 from sparring.envs.tictactoe.rules import Board, best_moves, reached, tactical_positions
 from sparring.envs.tictactoe.tasks import hold_out
 from sparring.envs.tictactoe.workflow import VIEWS
-from sparring.trainer.warm_start import weighted_datum
+from sparring.trainer.step import weighted_datum
 
 
 def positions_against_perfect_play(mark: str) -> list[Board]:

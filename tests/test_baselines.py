@@ -40,7 +40,7 @@ from sparring.logging import read_metrics
 from sparring.rollout import EpisodeRecorder, as_episode_fn, recording, run_episodes
 from sparring.rollout.runner import RunnerSettings
 from sparring.trainer import ConfigError, TuneConfig, load_train_and_eval_tasks
-from sparring.trainer.config_names import check_names
+from sparring.trainer.config_file import check_names
 from sparring.trainer.evaluation import estimates_of
 
 QUIET = LoggingConfig(console=False, tensorboard=False, save_rollouts=False)

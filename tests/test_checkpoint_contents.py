@@ -16,8 +16,8 @@ from safetensors.torch import load_file, save_file
 from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
 from sparring.logging import read_metrics
 from sparring.trainer import CheckpointError, load_config_file, run_training
-from sparring.trainer.checkpoint_integrity import write_manifest
 from sparring.trainer.checkpoints import latest_checkpoint, verify_checkpoint
+from sparring.trainer.safeguards import write_manifest
 
 
 async def token_sum(task, model, auxiliary_models):

@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file
 
 from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
 from sparring.trainer import CheckpointError, NonFiniteWeightsError, load_config_file, run_training
-from sparring.trainer.checkpoint_integrity import MANIFEST
 from sparring.trainer.checkpoints import latest_checkpoint, verify_checkpoint
+from sparring.trainer.safeguards import MANIFEST
 
 QUIET = LoggingConfig(console=False, tensorboard=False)
 

@@ -9,7 +9,7 @@ import pytest
 from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
 from sparring.algorithms import collapse_metrics
 from sparring.rollout import Episode, Timeline
-from sparring.trainer.training_signal import TrainingSignal
+from sparring.trainer.safeguards import TrainingSignal
 
 
 def acted(group: int, agent: str, sampled: list[int], logprobs: list[float], role: str | None = None) -> Episode:

@@ -13,7 +13,7 @@ import yaml
 from sparring import AlgorithmConfig, CheckpointsConfig, EvaluationConfig, RunnerConfig
 from sparring.trainer import ConfigError, TuneConfig, load_config_file
 from sparring.trainer.config_file import dump_config
-from sparring.trainer.run_config import MOVED_KEYS
+from sparring.trainer.sections import MOVED_KEYS
 
 NOTE = "deprecated config keys"
 
@@ -175,7 +175,7 @@ def test_a_missing_workflow_is_one_line_when_the_run_is_built_before_any_model_l
 
 
 def test_the_checks_of_names_list_every_problem_on_one_line():
-    from sparring.trainer.config_names import check_names
+    from sparring.trainer.config_file import check_names
 
     config = TuneConfig(
         model={"device": "gpu"},

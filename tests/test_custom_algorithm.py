@@ -31,7 +31,7 @@ from sparring.logging import read_metrics
 from sparring.rollout.types import Episode, Timeline
 from sparring.server import create_app
 from sparring.trainer import ConfigError, TuneConfig
-from sparring.trainer.config_names import check_names
+from sparring.trainer.config_file import check_names
 from sparring.types import Datum, ModelInput
 
 LOSS = "custom_algorithms:plain_policy_gradient"

@@ -20,8 +20,7 @@ from sybil.evaluators.python import PythonEvaluator
 from sybil.parsers.markdown import CodeBlockParser
 
 from sparring.trainer import config as config_module
-from sparring.trainer.schema import ConfigRecord
-from sparring.trainer.workflow_args import WorkflowArgs
+from sparring.trainer.schema import ConfigRecord, WorkflowArgs
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])

@@ -11,7 +11,7 @@ from sparring.engine.losses import LOSSES, register_loss
 from sparring.envs.tictactoe import make_tasks, tictactoe
 from sparring.logging import read_metrics
 from sparring.trainer import ConfigError, TuneConfig
-from sparring.trainer.entropy_target_config import EntropyTargetConfig
+from sparring.trainer.sections import EntropyTargetConfig
 
 
 def test_the_coefficient_rises_below_the_target_falls_above_it_within_its_bounds():

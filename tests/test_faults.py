@@ -41,7 +41,7 @@ from sparring.rollout.episode_clock import EpisodeClock, SharedTime
 from sparring.rollout.loop_interrupt import INTERRUPT_SIGNAL, MainThreadInterrupter
 from sparring.rollout.player import CANCEL_GRACE_S
 from sparring.trainer import EpisodesFailingError
-from sparring.trainer.failure_streak import FailureStreak
+from sparring.trainer.safeguards import FailureStreak
 
 TIMEOUT_S = 1.5
 BLOCK_S = 2.0  # longer than the timeout: every episode waiting meanwhile would time out if it were charged for it
@@ -333,7 +333,7 @@ def test_steps_in_which_every_episode_fails_warn_and_stop_the_run_after_a_checkp
         group_size=2, batch_size=2, episode_timeout_s=TIMEOUT_S, error_reward=-0.25, stop_after_failed_steps=2
     )
     with (
-        caplog.at_level(logging.WARNING, logger="sparring.trainer.step_sequence"),
+        caplog.at_level(logging.WARNING, logger="sparring.trainer.pipeline"),
         pytest.raises(EpisodesFailingError) as stopped,
     ):
         tune(

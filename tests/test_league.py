@@ -29,9 +29,9 @@ from sparring.integrations import TunerHandle
 from sparring.logging import read_metrics, render_report
 from sparring.rollout import PolicyChatModel, RunnerSettings, ScriptedChatModel, as_episode_fn, run_episodes
 from sparring.trainer import ConfigError, TuneConfig
-from sparring.trainer.config_names import check_names
-from sparring.trainer.league import LEAGUE_TASK_KEY, League
-from sparring.trainer.league_config import LeagueConfig
+from sparring.trainer.config_file import check_names
+from sparring.trainer.models import LEAGUE_TASK_KEY, League
+from sparring.trainer.sections import LeagueConfig
 
 RECORDS = {
     "random_legal": OpponentRecord(wins=8, draws=0, losses=0),  # failure (0 + 1) / (8 + 2) = 0.1

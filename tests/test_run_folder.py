@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from sparring.cli import app
 from sparring.logging import read_metrics
 from sparring.trainer import ConfigError, run_training
-from sparring.trainer.run_folder import claim_run_folder
+from sparring.trainer.loop import claim_run_folder
 
 runner = CliRunner()
 

@@ -18,7 +18,7 @@ from sparring import (
 )
 from sparring.logging import read_metrics
 from sparring.trainer import ConfigError, TuneConfig, run_training
-from sparring.trainer.models_from_config import build_models
+from sparring.trainer.resolve import build_models
 
 TASKS = [{"topic": f"topic {i}"} for i in range(4)]
 QUIET = LoggingConfig(console=False, tensorboard=False)

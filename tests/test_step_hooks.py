@@ -20,7 +20,7 @@ from sparring import (
 )
 from sparring.logging import read_metrics
 from sparring.trainer import ConfigError, TuneConfig
-from sparring.trainer.config_names import check_names
+from sparring.trainer.config_file import check_names
 
 TASKS = [{"topic": f"topic {i}"} for i in range(4)]
 EVAL_TASKS = [{"topic": "held out"}]

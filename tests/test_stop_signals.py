@@ -147,7 +147,7 @@ def test_sigint_and_sigterm_checkpoint_the_last_step_and_resume_into_the_uninter
 
 
 def test_a_signal_cancels_what_is_awaited_and_the_handlers_are_put_back():
-    from sparring.trainer.stop_signals import Stopped, StopSignals
+    from sparring.trainer.safeguards import Stopped, StopSignals
 
     before = signal.getsignal(signal.SIGTERM)
     unwound = []
@@ -178,7 +178,7 @@ def test_a_signal_cancels_what_is_awaited_and_the_handlers_are_put_back():
 
 SIGNALLED_TWICE = """
 import asyncio, os, signal, time
-from sparring.trainer.stop_signals import StopSignals
+from sparring.trainer.safeguards import StopSignals
 
 async def main():
     stop = StopSignals()

@@ -9,9 +9,14 @@ import pytest
 import yaml
 
 from sparring.trainer.config import AlgorithmConfig, DatasetConfig, TuneConfig, TunerModelConfig
-from sparring.trainer.config_file import apply_overrides, dump_config, load_config_file
-from sparring.trainer.config_names import check_names
-from sparring.trainer.imports import import_object, importable_path
+from sparring.trainer.config_file import (
+    apply_overrides,
+    check_names,
+    dump_config,
+    import_object,
+    importable_path,
+    load_config_file,
+)
 from sparring.trainer.job import Job
 from sparring.trainer.schema import ConfigError
 from sparring.types import AdamParams, SamplingParams

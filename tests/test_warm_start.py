@@ -10,7 +10,7 @@ from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, TuneCon
 from sparring.envs import load_game_config
 from sparring.logging import read_metrics
 from sparring.trainer import ConfigError, DatasetError
-from sparring.trainer.warm_start import supervised_datum
+from sparring.trainer.step import supervised_datum
 
 QUIET = LoggingConfig(console=False, tensorboard=False, save_rollouts=False)
 

@@ -35,7 +35,7 @@ import logging
 import os
 import sys
 
-from ..trainer.lingering import lingering_threads
+from ..trainer.schema import lingering_threads
 from .common import CONFIG, OVERRIDES, app, options
 
 # The commands, registered on `app` in the order `sparring --help` lists them.

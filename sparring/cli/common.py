@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from ..envs import GAMES, load_config
-from ..trainer.dataset_layout import DatasetError
+from ..trainer.dataset import DatasetError
 from ..trainer.schema import ConfigError
 
 # Everything else (torch, transformers, the engine, the trainer) is imported inside the commands, after the config

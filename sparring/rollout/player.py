@@ -21,7 +21,7 @@ then returns without an `await` is a timeout too: its result came after its time
 A workflow cannot end the run: `SystemExit` and `KeyboardInterrupt` raised by its code (`sys.exit(3)`, a
 `raise KeyboardInterrupt`) would leave an asyncio task through the event loop and stop training, so the workflow's
 coroutine runs inside `_contained`, which turns them into `WorkflowExit`, an error episode like any other. A real
-Ctrl-C is no exception in workflow code: the trainer takes SIGINT over (`sparring.trainer.stop_signals`).
+Ctrl-C is no exception in workflow code: the trainer takes SIGINT over (`sparring.trainer.safeguards.StopSignals`).
 """
 
 from __future__ import annotations

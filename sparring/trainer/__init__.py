@@ -1,5 +1,13 @@
-"""The RL loop behind `tune()`: job configuration (records, YAML file, import paths), its resolution into a run,
-task datasets, the job object.
+"""The RL trainer behind `tune()`, one module a concept.
+
+The job's configuration: `config` (the records a job file holds), `sections` (its datasets, league, validation, warm
+start and run mechanics), `schema` (the record base, its errors and bounds, `WorkflowArgs`), `config_file` (the YAML
+read and written, ``--set``, import paths, the names checked). Entering a run: `job` (`tune()`, `Job`), `resolve`
+(a config made runnable, its models built). What a run is made of: `models` (policies, snapshots, the league),
+`dataset` (tasks from files and dataset folders), `step` (a step's batch, rollout, update, hooks; the warm start),
+`pipeline` (the step sequence and the run loop at any staleness), `evaluation` (held-out evaluation beside baselines,
+the `best` adapter), `checkpoints` (and the resume points they hold), `safeguards` (what stops a run on damage), and
+`loop` (`run_training`: the run folder, stop signals, the result).
 
 Names are imported on first use (PEP 562): the config's records and file reader load without torch, so a bad
 config is reported before the heavy imports.
@@ -8,26 +16,29 @@ config is reported before the heavy imports.
 from typing import TYPE_CHECKING
 
 _HOMES = {
-    **dict.fromkeys(("CheckpointError", "NonFiniteWeightsError"), "checkpoint_integrity"),
     **dict.fromkeys(("AlgorithmConfig", "LoggingConfig", "TuneConfig", "TunerModelConfig"), "config"),
-    **dict.fromkeys(("apply_overrides", "dump_config", "load_config_file"), "config_file"),
-    **dict.fromkeys(("TaskStream", "load_tasks", "load_train_and_eval_tasks", "split_eval"), "dataset"),
-    "DatasetConfig": "dataset_config",
-    "DatasetError": "dataset_layout",
-    "EpisodesFailingError": "failure_streak",
-    "import_object": "imports",
-    "Job": "job",
-    **dict.fromkeys(("LEAGUE_TASK_KEY", "League", "OPPONENT_ARG"), "league"),
-    "LeagueConfig": "league_config",
-    **dict.fromkeys(("CheckpointsConfig", "EvaluationConfig", "RunnerConfig"), "run_config"),
+    **dict.fromkeys(("apply_overrides", "dump_config", "import_object", "load_config_file"), "config_file"),
+    **dict.fromkeys(("DatasetError", "load_tasks", "load_train_and_eval_tasks", "split_eval"), "dataset"),
+    **dict.fromkeys(("Job", "tune"), "job"),
     **dict.fromkeys(("RunResult", "run_training", "run_training_async"), "loop"),
-    "ValidationConfig": "validation_config",
-    "WarmStartConfig": "warm_start_config",
-    "ConfigError": "schema",
-    **dict.fromkeys(("StepEnd", "StepHook", "StepStart"), "step_hooks"),
-    "NothingTrainedError": "training_signal",
-    "tune": "tune",
-    **dict.fromkeys(("WorkflowArgs", "takes_args"), "workflow_args"),
+    **dict.fromkeys(("LEAGUE_TASK_KEY", "League", "OPPONENT_ARG"), "models"),
+    **dict.fromkeys(
+        ("CheckpointError", "EpisodesFailingError", "NonFiniteWeightsError", "NothingTrainedError"), "safeguards"
+    ),
+    **dict.fromkeys(("ConfigError", "WorkflowArgs", "takes_args"), "schema"),
+    **dict.fromkeys(
+        (
+            "CheckpointsConfig",
+            "DatasetConfig",
+            "EvaluationConfig",
+            "LeagueConfig",
+            "RunnerConfig",
+            "ValidationConfig",
+            "WarmStartConfig",
+        ),
+        "sections",
+    ),
+    **dict.fromkeys(("StepEnd", "StepHook", "StepStart", "TaskStream"), "step"),
 }
 """Each public name -> the module of this package it comes from."""
 
@@ -74,26 +85,24 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .checkpoint_integrity import CheckpointError, NonFiniteWeightsError
     from .config import AlgorithmConfig, LoggingConfig, TuneConfig, TunerModelConfig
-    from .config_file import apply_overrides, dump_config, load_config_file
-    from .dataset import TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
-    from .dataset_config import DatasetConfig
-    from .dataset_layout import DatasetError
-    from .failure_streak import EpisodesFailingError
-    from .imports import import_object
-    from .job import Job
-    from .league import LEAGUE_TASK_KEY, OPPONENT_ARG, League
-    from .league_config import LeagueConfig
+    from .config_file import apply_overrides, dump_config, import_object, load_config_file
+    from .dataset import DatasetError, load_tasks, load_train_and_eval_tasks, split_eval
+    from .job import Job, tune
     from .loop import RunResult, run_training, run_training_async
-    from .run_config import CheckpointsConfig, EvaluationConfig, RunnerConfig
-    from .schema import ConfigError
-    from .step_hooks import StepEnd, StepHook, StepStart
-    from .training_signal import NothingTrainedError
-    from .tune import tune
-    from .validation_config import ValidationConfig
-    from .warm_start_config import WarmStartConfig
-    from .workflow_args import WorkflowArgs, takes_args
+    from .models import LEAGUE_TASK_KEY, OPPONENT_ARG, League
+    from .safeguards import CheckpointError, EpisodesFailingError, NonFiniteWeightsError, NothingTrainedError
+    from .schema import ConfigError, WorkflowArgs, takes_args
+    from .sections import (
+        CheckpointsConfig,
+        DatasetConfig,
+        EvaluationConfig,
+        LeagueConfig,
+        RunnerConfig,
+        ValidationConfig,
+        WarmStartConfig,
+    )
+    from .step import StepEnd, StepHook, StepStart, TaskStream
 
 
 def __getattr__(name: str):

@@ -1,68 +1,59 @@
-"""Run checkpoints: everything needed to continue a run as if it never stopped.
+"""Run checkpoints and the resume points they are written from: everything needed to continue a run as if it never
+stopped.
 
-A checkpoint is `run_dir/checkpoints/step_<N>/`: one training-state
-directory per trainable model (adapter + optimizer, via `save_state`) and
-`trainer_state.json` (step, data position, Python/NumPy/torch RNG, and the
-saved adapter and step of every snapshot opponent, the league's pool and
-records), written last.
-`manifest.json` (every file the checkpoint needs, with its size and sha256,
-see `checkpoint_integrity.py`) is written after everything else, and
-`latest.json` points at the newest complete checkpoint and is replaced
-atomically, so a run killed mid-save resumes from the previous one. Every
-file is written atomically (a temporary name, then a rename); the temporary
-files and folders a killed save leaves (names starting with '.') are removed
-when a run starts (`clean_interrupted_saves`). Resuming verifies the manifest
-and what the models' states hold before loading anything (adapter shapes
-against its config and the model, optimizer state against the adapter, the
-data position's fields: `checkpoint_contents.py`), and refuses a damaged
-checkpoint in one line naming the bad file. A checkpoint whose step
-was saved already (the end of a run whose last step was checkpointed) is not
-written again, so a kill then cannot damage it. When rollouts run ahead, the
-older weights a checkpoint names are deleted once no rollout needs them; the
-checkpoints that named them go with them (`prune_unresumable`), so every
-checkpoint kept resumes on its own. With `checkpoints.keep` only
-the newest N complete checkpoints stay (`prune_oldest`): a run that saves
-every step does not fill the disk with optimizer states.
+A checkpoint is `run_dir/checkpoints/step_<N>/`: one training-state directory per trainable model (adapter +
+optimizer, via `save_state`) and `trainer_state.json` (step, data position, Python/NumPy/torch RNG, and the saved
+adapter and step of every snapshot opponent, the league's pool and records), written last. `manifest.json` (every
+file the checkpoint needs, with its size and sha256, `safeguards.py`) is written after everything else, and
+`latest.json` points at the newest complete checkpoint and is replaced atomically, so a run killed mid-save resumes
+from the previous one. Every file is written atomically (a temporary name, then a rename); the temporary files and
+folders a killed save leaves (names starting with '.') are removed when a run starts (`clean_interrupted_saves`).
+Resuming verifies the manifest (`safeguards.py`) and what the models' states hold before loading anything
+(`verify_checkpoint`), and refuses a damaged checkpoint in one line naming the bad file. A manifest proves files are
+the ones saved, not that what was saved fits: `check_adapter_shapes` (every LoRA tensor a 2-D `lora_A` or `lora_B` of
+the configured rank, paired), `check_optimizer_state` (one entry per adapter tensor, of its shape),
+`check_data_position` (the data position's four fields, integers in range) and `check_adapter_fits_model` (the
+adapter's tensors are the model's) refuse each misfit before anything is loaded, instead of a long traceback deep
+inside PEFT, torch or the task stream. A checkpoint whose
+step was saved already is not written again, so a kill then cannot damage it. When rollouts run ahead, the older
+weights a checkpoint names are deleted once no rollout needs them, and the checkpoints that named them go with them
+(`prune_unresumable`), so every checkpoint kept resumes on its own. With `checkpoints.keep` only the newest N
+complete checkpoints stay (`prune_oldest`): a run that saves every step does not fill the disk with optimizer states.
 
-For a model on a Tinker-protocol service (backend 'tinker') the training
-state is saved on the service: `trainer_state.json` records the path the
-service returned (`tinker://...`) and the model's backend, and resuming loads
-that state (weights and optimizer) into a new model on the service. Snapshot
-opponents are saved wherever their source model lives, the same way.
+For a model on a Tinker-protocol service (backend 'tinker') the training state is saved on the service:
+`trainer_state.json` records the path the service returned (`tinker://...`) and the model's backend, and resuming
+loads that state (weights and optimizer) into a new model on the service. Snapshot opponents are saved wherever their
+source model lives, the same way.
 
-Besides the models' training state a checkpoint holds a `ResumePoint`: the
-data position, RNG state and snapshot opponents from which the next step's
-rollout starts, and, when rollouts run ahead of training
-(`algorithm.max_staleness` > 0, see `pipeline.py`), the saved weights of
-the older versions the next rollouts sample from. The on-policy loop takes
-it as things stand after a step; the pipeline takes the one it captured when
-its rollouts reached that step, so a resumed run redoes exactly the rollouts
-that were in flight.
+A `ResumePoint` is where a step's rollout starts: the data position (`TaskStream`), RNG state and snapshot opponents,
+and, when rollouts run ahead of training (`algorithm.max_staleness` > 0, `pipeline.py`), the saved weights of the
+older versions the next rollouts sample from. `ResumePoints` records a step's point the first time the run reaches it
+and forgets it once a later step has finished; the checkpoint after `s` steps holds the point of step `s` (and the
+metrics record of step `s`, to repair a torn metrics.jsonl), so a resumed run redoes exactly the rollouts that were
+in flight.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import random
 import shutil
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
 
 from ..clients import RemoteTrainingClient
-from .checkpoint_contents import (
-    check_adapter_fits_model,
-    check_adapter_shapes,
-    check_data_position,
-    check_optimizer_state,
-)
-from .checkpoint_integrity import (
+from .models import TrainingModels
+from .safeguards import (
     MANIFEST,
     CheckpointError,
     CheckpointSaveError,
@@ -72,7 +63,7 @@ from .checkpoint_integrity import (
     write_atomically,
     write_manifest,
 )
-from .dataset import TaskStream
+from .step import TaskStream
 
 log = logging.getLogger(__name__)
 
@@ -358,3 +349,133 @@ def _local_paths(state: dict) -> list[Path]:
 
 def _backend(client) -> str:
     return "tinker" if isinstance(client, RemoteTrainingClient) else "local"
+
+
+class ResumePoints:
+    """The resume point of every step reached and not yet outdated, and the checkpoints written from them."""
+
+    def __init__(
+        self, run_dir: Path, stream: TaskStream, models: TrainingModels, first_step: int, keep: int | None = None
+    ) -> None:
+        self.run_dir = run_dir
+        self.stream = stream
+        self.models = models
+        self.keep = keep
+        """Checkpoints kept (`checkpoints.keep`): older ones are deleted after each save; None keeps all."""
+        self.reached: dict[int, ResumePoint] = {}
+        """Step -> where its rollout starts, for each step reached and not yet outdated by a later finished step."""
+        self.logged: dict[int, dict] = {}
+        """Steps finished -> the record metrics.jsonl got for it, kept in its checkpoint (to repair a torn line)."""
+        self.reach(first_step)
+
+    def reach(self, step: int) -> None:
+        """Record where the rollout of `step` starts (the first call for a step counts): before its snapshots,
+        evaluation and tasks."""
+        self.reached.setdefault(step, ResumePoint.now(self.stream, self.models))
+
+    def advance(self, steps: int, logged: dict | None = None) -> None:
+        """`steps` steps have finished (`logged`: the metrics record of the last): reach the next one and forget the
+        points of those before it."""
+        self.reach(steps)
+        for outdated in [step for step in self.reached if step < steps]:
+            del self.reached[outdated]
+        if logged is not None:
+            self.logged = {steps: logged}
+
+    def checkpoint(self, steps: int, versions: dict[int, dict[str, str]] | None = None) -> Path:
+        """Write the checkpoint after `steps` steps; `versions`: the older weights (version -> model key -> saved path)
+        that the rollouts from `steps` on sample, when they run ahead of training."""
+        point = self.reached[steps]
+        if versions:
+            point = dataclasses.replace(point, versions=versions)
+        saved = save_checkpoint(self.run_dir, steps, self.models, point, self.logged.get(steps))
+        if self.keep is not None:
+            prune_oldest(self.run_dir, self.keep)
+        return saved
+
+
+DATA_FIELDS = ("epoch", "position", "step", "num_tasks")
+"""The fields of a task stream's saved position (`TaskStream.state_dict`)."""
+
+
+def saved_shapes(weights: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape of a safetensors file, read from its header only."""
+    try:
+        with safe_open(str(weights), framework="pt") as file:
+            return {name: tuple(file.get_slice(name).get_shape()) for name in file.keys()}
+    except Exception as error:  # noqa: BLE001 - any unreadable file is one line naming it
+        raise CheckpointError(f"{weights}: unreadable ({type(error).__name__}: {error})") from None
+
+
+def check_adapter_shapes(state_dir: Path) -> dict[str, tuple[int, ...]]:
+    """The adapter's tensor shapes, once each is a LoRA factor of the saved rank; CheckpointError naming the file."""
+    weights = state_dir / "adapter" / "adapter_model.safetensors"
+    rank = json.loads((state_dir / "adapter" / "adapter_config.json").read_text())["r"]
+    shapes = saved_shapes(weights)
+    if not shapes:
+        raise CheckpointError(f"{weights}: holds no tensors")
+    for name, shape in sorted(shapes.items()):
+        factor = "lora_A" if ".lora_A." in name else "lora_B" if ".lora_B." in name else None
+        if factor is None:
+            raise CheckpointError(f"{weights}: tensor {name} is not a LoRA factor (lora_A or lora_B)")
+        at = 0 if factor == "lora_A" else 1
+        if len(shape) != 2 or shape[at] != rank:
+            want = f"({rank}, in)" if factor == "lora_A" else f"(out, {rank})"
+            raise CheckpointError(f"{weights}: {name} has shape {shape}, a rank-{rank} {factor} is {want}")
+        partner = name.replace(f".{factor}.", ".lora_B." if factor == "lora_A" else ".lora_A.")
+        if partner not in shapes:
+            raise CheckpointError(f"{weights}: {name} has no {partner} beside it")
+    return shapes
+
+
+def check_optimizer_state(state_dir: Path, shapes: dict[str, tuple[int, ...]]) -> None:
+    """The saved optimizer holds one parameter per adapter tensor, and its moments have the adapter's shapes."""
+    optimizer_file = state_dir / "optimizer.pt"
+    optimizer = torch.load(optimizer_file, map_location="cpu", weights_only=False)["optimizer"]
+    if optimizer is None:  # saved before the model's first optimizer step
+        return
+    try:
+        params = [index for group in optimizer["param_groups"] for index in group["params"]]
+        moments = Counter(
+            tuple(value.shape)
+            for entry in optimizer["state"].values()
+            for name, value in entry.items()
+            if name in ("exp_avg", "exp_avg_sq")
+        )
+    except (KeyError, TypeError, AttributeError) as error:
+        raise CheckpointError(f"{optimizer_file}: not an optimizer state ({type(error).__name__}: {error})") from None
+    if len(params) != len(shapes):
+        raise CheckpointError(f"{optimizer_file}: holds {len(params)} parameters, the adapter beside it {len(shapes)}")
+    expected = Counter({shape: count * 2 for shape, count in Counter(shapes.values()).items()})
+    if optimizer["state"] and len(optimizer["state"]) == len(shapes) and moments != expected:
+        odd = sorted(set(moments) ^ set(expected)) or sorted(moments)
+        raise CheckpointError(f"{optimizer_file}: its moments' shapes do not match the adapter's (e.g. {odd[0]})")
+
+
+def check_data_position(state_file: Path, data: object) -> None:
+    """The trainer state's data position: its four fields, non-negative integers, the position within the tasks."""
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise CheckpointError(f"{state_file}: data position is a {kind}, not an object of {DATA_FIELDS}")
+    missing = [name for name in DATA_FIELDS if name not in data]
+    if missing:
+        raise CheckpointError(f"{state_file}: data position lacks {missing}")
+    for name in DATA_FIELDS:
+        value = data[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CheckpointError(f"{state_file}: data position {name} is {value!r}, not a non-negative integer")
+    if data["num_tasks"] < 1 or data["position"] > data["num_tasks"]:
+        raise CheckpointError(f"{state_file}: data position {data['position']} is outside 0..{data['num_tasks']} tasks")
+
+
+def check_adapter_fits_model(state_dir: Path, expected: dict[str, tuple[int, ...]]) -> None:
+    """The saved adapter holds exactly the tensors of the model's adapter (`expected`: name -> shape), same shapes."""
+    weights = state_dir / "adapter" / "adapter_model.safetensors"
+    shapes = saved_shapes(weights)
+    for name in sorted(set(shapes) | set(expected)):
+        if name not in expected:
+            raise CheckpointError(f"{weights}: tensor {name} is not in the model's adapter (another model or layers?)")
+        if name not in shapes:
+            raise CheckpointError(f"{weights}: lacks {name}, which the model's adapter has (another model or layers?)")
+        if shapes[name] != expected[name]:
+            raise CheckpointError(f"{weights}: {name} has shape {shapes[name]}, the model's is {expected[name]}")

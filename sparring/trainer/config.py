@@ -1,31 +1,22 @@
 """The configuration of a training job: the validated records a job YAML file holds.
 
-One `TuneConfig` describes a whole run -- the workflow to execute, the models
-(trainable, several trainable, frozen auxiliaries), the RL algorithm, the
-datasets, logging -- and is exactly what a job YAML file holds, so `tune(...)`,
-the `Job` object and `sparring train config.yaml` all meet here. Its parts
-(`DatasetConfig`, `TunerModelConfig`, `AlgorithmConfig`) take their names
-from the AgentScope tuner so code written for it reads the same.
+One `TuneConfig` describes a whole run -- the workflow to execute, the models (trainable, several trainable, frozen
+auxiliaries), the RL algorithm, the datasets, logging -- and is exactly what a job YAML file holds, so `tune(...)`,
+the `Job` object and `sparring train config.yaml` all meet here. Its parts (`DatasetConfig`, `TunerModelConfig`,
+`AlgorithmConfig`) take their names from the AgentScope tuner so code written for it reads the same.
 
-Every config validates on construction (see `schema.ConfigRecord`: a bad
-value raises `ConfigError`, one line naming the dotted field path). Every
-number has an upper bound (the `MAX_*` constants, `config_limits.py`) far beyond any sane run
-and low enough that a typo -- an extra zero, `group_size: 1e12` -- is
-refused before anything runs. The run's mechanics -- where episodes run,
-when to evaluate, when to checkpoint -- are sections of their own
-(`run_config.py`); their old keys in `algorithm:` are still read, for one
-release. The runner's defaults are `runner_defaults.py`'s, which
-`RunnerSettings` takes too.
+Every config validates on construction (`schema.ConfigRecord`: a bad value raises `ConfigError`, one line naming
+the dotted field path), and every number has an upper bound (the `MAX_*` constants of `schema.py`). The sections
+beside the algorithm -- datasets, league, validation, warm start, and the run's mechanics (where episodes run, when
+to evaluate, when to checkpoint) -- are `sections.py`; the mechanics' old keys in `algorithm:` are still read, for
+one release. The runner's defaults are `runner_defaults.py`'s, which `RunnerSettings` takes too.
 
-Reading a config imports no user code, no torch and no registry: the names
-a config can only check against what they name -- the workflow's and
-baselines' import paths, `algorithm_type`, `loss_fn` and its
-`loss_fn_config` keys, a model's torch device -- are checked (and a loss or
-estimator given by import path registered) by `config_names.check_names`
-when the run is built, before any data or model loads. So the command line
-reports a malformed file in a fraction of a second. Reading and writing the
-YAML file is `config_file.py`; turning a config into a runnable run is
-`resolve.py`.
+Reading a config imports no user code, no torch and no registry: the names a config can only check against what
+they name -- the workflow's and baselines' import paths, `algorithm_type`, `loss_fn` and its `loss_fn_config` keys,
+a model's torch device -- are checked (and a loss or estimator given by import path registered) by
+`config_file.check_names` when the run is built, before any data or model loads. So the command line reports a
+malformed file in a fraction of a second. Reading and writing the YAML file is `config_file.py`; turning a config
+into a runnable run is `resolve.py`.
 """
 
 from __future__ import annotations
@@ -38,9 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..runner_defaults import GROUP_SIZE
-from ..runner_defaults import RUNNER_DEFAULTS as RUNNER_DEFAULTS  # where it was read before runner_defaults.py
-from .collapse_response_config import CollapseResponseConfig
-from .config_limits import (
+from ..runner_defaults import RUNNER_DEFAULTS as RUNNER_DEFAULTS
+from .schema import (
     MAX_BATCH_SIZE,
     MAX_COEFFICIENT,
     MAX_CONTEXT_TOKENS,
@@ -55,18 +45,26 @@ from .config_limits import (
     MAX_STEPS,
     MAX_TEMPERATURE,
     MAX_VOCABULARY,
+    ConfigRecord,
+    is_import_path,
 )
-from .dataset_config import DatasetConfig
-from .entropy_target_config import EntropyTargetConfig
-from .imports import is_import_path
-from .league_config import LeagueConfig
-from .run_config import CheckpointsConfig, EvaluationConfig, MovedAlgorithmKeys, RunnerConfig, move_into_sections
-from .schema import ConfigRecord
-from .validation_config import ValidationConfig
-from .warm_start_config import WarmStartConfig
+from .sections import (
+    CheckpointsConfig,
+    CollapseResponseConfig,
+    DatasetConfig,
+    EntropyTargetConfig,
+    EvaluationConfig,
+    LeagueConfig,
+    MovedAlgorithmKeys,
+    RunnerConfig,
+    ValidationConfig,
+    WarmStartConfig,
+    move_into_sections,
+)
 
 if TYPE_CHECKING:
     from ..types import AdamParams
+
 
 DEFAULT_MODEL_NAME = "policy"
 _MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -195,7 +193,7 @@ class AlgorithmConfig(ConfigRecord, MovedAlgorithmKeys):
     loss_fn_config: dict[str, float] = Field(default_factory=dict)
     """Loss settings, e.g. clip_low_threshold / clip_high_threshold for ppo and cispo."""
     entropy_target: EntropyTargetConfig | None = None
-    """An entropy bonus whose coefficient is steered each step towards a target entropy (`entropy_target_config.py`),
+    """An entropy bonus whose coefficient is steered each step towards a target entropy (`EntropyTargetConfig`),
     instead of a fixed `loss_fn_config.entropy_coef`; None: no steering."""
     kl_coef: float = Field(default=0.0, ge=0.0, le=MAX_COEFFICIENT)
     """Weight of a KL penalty towards the base model; 0 disables it (and its extra forward pass)."""
@@ -230,7 +228,7 @@ class AlgorithmConfig(ConfigRecord, MovedAlgorithmKeys):
     this value: bounded variance for a little bias where a raised temperature makes p / q large."""
     collapse_response: CollapseResponseConfig | None = Field(default_factory=CollapseResponseConfig)
     """When groups keep tying, widen the next rollouts' exploration (and narrow it back once they differ), logged as
-    `collapse/exploration` (`collapse_response_config.py`); None: only the collapse warning."""
+    `collapse/exploration` (`CollapseResponseConfig`); None: only the collapse warning."""
     max_staleness: int = Field(default=0, ge=0, le=MAX_STALENESS)
     """Asynchronous off-policy training: the rollouts of step k sample the weights of step k - N (a frozen copy) and
     run while earlier steps train, so at most N optimizer steps lie between the weights that sampled a token and the
@@ -339,16 +337,16 @@ class TuneConfig(ConfigRecord):
     `policy(messages, rng) -> reply` (e.g. 'sparring.envs.guess_number:binary_search'); never trained."""
     league: LeagueConfig | None = None
     """An opponent pool (policy snapshots, scripted and frozen opponents) from which every training episode draws its
-    opponent (see `league_config.py`, docs/league.md); None: the workflow picks its own opponents."""
+    opponent (`LeagueConfig`, `sections.py`; docs/league.md); None: the workflow picks its own opponents."""
     validation: ValidationConfig | None = None
-    """Validation tasks on which the run chooses the adapter it keeps as `best` (`validation_config.py`); None: no
+    """Validation tasks on which the run chooses the adapter it keeps as `best` (`ValidationConfig`); None: no
     choice."""
     warm_start: WarmStartConfig | None = None
     """Supervised steps on worked examples (chats ending in the reply to learn) before the first RL step
-    (`warm_start_config.py`); None: RL from the first step."""
+    (`WarmStartConfig`); None: RL from the first step."""
     step_hooks: list[str] = Field(default_factory=list)
     """Import paths of `StepHook` classes (built with no arguments) whose methods run before every step's rollout
-    and after its update (`step_hooks.py`); hooks built in Python are passed to `tune(step_hooks=...)` instead."""
+    and after its update (`StepHook`, `step.py`); hooks built in Python are passed to `tune(step_hooks=...)` instead."""
 
     @model_validator(mode="after")
     def _moved_keys_and_baseline_names(self) -> TuneConfig:

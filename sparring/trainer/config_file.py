@@ -1,29 +1,63 @@
-"""The job YAML file: reading it (with ``--set section.field=value`` overrides) and writing it.
+"""What a job file says and what its names mean: the YAML read and written, ``--set``, import paths, the names checked.
 
-`load_config_file` reads and validates a job file, every error prefixed with
-the file name, or with the `--set` override it comes from; import paths that
-name a file or module beside the config file resolve against its folder; `apply_overrides` implements ``--set``
-against the
-`TuneConfig` schema, so a typo is reported with the keys that would have
-worked; `dump_config` writes a config back, every field included, so a run
+The YAML file. `load_config_file` reads and validates a job file, every error prefixed with the file name, or with
+the `--set` override it comes from; import paths that name a file or module beside the config file resolve against
+its folder. `apply_overrides` implements ``--set section.field=value`` against the `TuneConfig` schema, so a typo is
+reported with the keys that would have worked; `dump_config` writes a config back, every field included, so a run
 directory holds the exact file that reproduces it.
+
+Import paths are the strings by which YAML names a workflow, a judge, a baseline policy, a loss or an advantage
+function. `import_object` resolves 'package.module:attr', 'package.module.attr' or 'path/to/file.py:attr' to the
+object (a file imports its sibling modules as `python file.py` would), raising a `ConfigError` that says which part
+failed; `importable_path` is its inverse, the path a `Job` writes to YAML for an object given in Python (None when
+importing could not give it back: a lambda, a nested function, an interactive session's function); `import_field`
+and `import_policy` name the config field in the error.
+
+The names in a config that only what they name can check, run when the run is built, never when a config is read.
+A `TuneConfig` validates its structure on construction and imports nothing to do it; `check_names`, which
+`resolve_run` calls first, before any data or model loads, checks what a name means: each model's torch device;
+`algorithm.algorithm_type` and `algorithm.loss_fn` against their registries (`ADVANTAGE_ESTIMATORS`,
+`engine.losses.LOSSES`), one given as an import path ('package.module:function') imported, its signature checked
+and registered under that path, so the rest of the run looks it up like a built-in name; the `loss_fn_config` keys
+(and an entropy target's coefficient) against that loss; the baselines', the league's scripted opponents' and the
+step hooks' import paths (`import_step_hook`); the config's `workflow_args` against the workflow's `WorkflowArgs`
+record (`check_config_args`). Every problem is one line that starts with the field's dotted path;
+several found at once share the line (`ConfigError`, as a config's own validation raises it). `import_workflow` does
+the same for the workflow and judge (`WorkflowError`): a check is an import, and an error names the field.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.util
+import inspect
 import os
 import re
-from collections.abc import Hashable, Sequence
+import sys
+import types
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel
 
 from .config import TuneConfig
-from .run_config import MOVED_KEYS, note_moved_keys
-from .schema import ConfigError, child_annotation, short_repr
+from .schema import (
+    OPPONENT_ARG,
+    ConfigError,
+    WorkflowArgs,
+    check_workflow_args,
+    child_annotation,
+    declared_args,
+    is_import_path,
+    short_repr,
+)
+from .sections import MOVED_KEYS, note_moved_keys
+
+if TYPE_CHECKING:
+    from ..rollout.workflow import EpisodeFn
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -206,3 +240,259 @@ def dump_config(config: TuneConfig, path: str | os.PathLike[str]) -> Path:
     text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def check_names(config: TuneConfig) -> None:
+    """Check (and register) every name `config` gives that needs an import to check; ConfigError listing each
+    problem with its field path."""
+    problems: list[str] = []
+
+    def check(field: str | None, run: Callable[[], object]) -> None:
+        try:
+            run()
+        except ValueError as error:  # ConfigError included
+            problems.append(f"{field}: {error}" if field else str(error))
+
+    models = {"model": config.model} if config.models is None else {f"models.{k}": v for k, v in config.models.items()}
+    models.update({f"auxiliary_models.{name}": model for name, model in config.auxiliary_models.items()})
+    for path, model in models.items():
+        check(f"{path}.device", lambda device=model.device: _torch_device(device))
+    algorithm = config.algorithm
+    check("algorithm.algorithm_type", lambda: _estimator(algorithm.algorithm_type))
+    before = len(problems)
+    check("algorithm.loss_fn", lambda: _loss(algorithm.loss_fn))
+    if len(problems) == before:  # the loss is known: its settings can be checked against it
+        from ..engine.losses import check_loss_config
+
+        check("algorithm.loss_fn_config", lambda: check_loss_config(algorithm.loss_fn, algorithm.loss_fn_config))
+        if algorithm.entropy_target is not None:
+            coefficient = {"entropy_coef": algorithm.entropy_target.initial_coef}
+            check("algorithm.entropy_target", lambda: check_loss_config(algorithm.loss_fn, coefficient))
+    for name, path in config.baselines.items():
+        check(None, lambda name=name, path=path: import_policy(f"baselines.{name}", path))
+    if config.league is not None:
+        for name, path in config.league.scripted.items():
+            check(None, lambda name=name, path=path: import_policy(f"league.scripted.{name}", path))
+    for index, path in enumerate(config.step_hooks):
+        check(None, lambda index=index, path=path: import_step_hook(f"step_hooks[{index}]", path))
+    if problems:
+        raise ConfigError("; ".join(problems), problems)
+
+
+def _torch_device(value: str) -> None:
+    import torch
+
+    try:
+        torch.device(value)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{value!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from None
+
+
+def _estimator(value: str) -> None:
+    from ..algorithms import ADVANTAGE_ESTIMATORS, register_estimator
+
+    if value in ADVANTAGE_ESTIMATORS:
+        return
+    if not is_import_path(value):
+        raise ValueError(
+            f"unknown advantage estimator {value!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)} "
+            "or give the import path 'package.module:function' of one"
+        )
+    register_estimator(value, import_object(value))
+
+
+def _loss(value: str) -> None:
+    from ..engine.losses import LOSSES, advantage_weighted_losses, register_loss
+
+    if value not in LOSSES and is_import_path(value):
+        loss = import_object(value)
+        register_loss(value, loss)
+    choices = advantage_weighted_losses()
+    if value not in choices:
+        carry = "its datums carry target_tokens, logprobs and advantages, and train where the advantage is not 0"
+        raise ValueError(
+            f"loss_fn {value!r} is not a loss the RL loop trains with ({carry}); choose one of "
+            f"{choices} or give the import path 'package.module:function' of one"
+        )
+
+
+HOOK_METHODS = ("before_rollout", "after_training")
+
+
+def import_step_hook(field: str, import_path: str) -> Any:
+    """The hook class (or hook object) at `import_path`; a ValueError naming `field` when it is neither."""
+    hook = import_field(field, import_path)
+    if not any(callable(getattr(hook, method, None)) for method in HOOK_METHODS):
+        raise ValueError(
+            f"{field}: {import_path!r} has neither `before_rollout` nor `after_training`; a step hook is a "
+            "StepHook subclass (sparring.StepHook)"
+        )
+    if isinstance(hook, type):
+        try:
+            inspect.signature(hook).bind()
+        except TypeError:
+            raise ValueError(
+                f"{field}: the class {import_path!r} needs constructor arguments; a hook named in a config "
+                "is built with none (pass a built one to tune(step_hooks=...))"
+            ) from None
+    return hook
+
+
+def import_object(import_path: str) -> Any:
+    """Resolve 'package.module:attr', 'package.module.attr' or 'path/to/file.py:attr' to the object.
+
+    `attr` may be dotted (a class attribute); AgentJet's 'package.module->attr' works too. The current
+    directory is tried as a last resort for modules, as `python -m` would find them.
+    """
+    module_part, separator, attr_part = import_path.replace("->", ":").rpartition(":")
+    if not separator:
+        module_part, _, attr_part = import_path.rpartition(".")
+    if not module_part or not attr_part:
+        raise ConfigError(f"cannot import {import_path!r}: write it as 'package.module:name' or 'path/to/file.py:name'")
+    module = _import_file(module_part) if module_part.endswith(".py") else _import_module(module_part, import_path)
+    target: Any = module
+    for depth, name in enumerate(attr_part.split(".")):
+        try:
+            target = getattr(target, name)
+        except AttributeError:
+            owner = ".".join([module_part, *attr_part.split(".")[:depth]])
+            raise ConfigError(f"cannot import {import_path!r}: {owner} has no attribute {name!r}") from None
+    return target
+
+
+def importable_path(obj: Any) -> str | None:
+    """'module:qualname' (or 'script.py:qualname' for a script's own objects) when importing it gives back `obj`."""
+    module_name = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module_name or not qualname or "<" in qualname:  # <lambda>, <locals>
+        return None
+    module = sys.modules.get(module_name)
+    target: Any = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    if target is not obj:
+        return None
+    if module_name != "__main__":
+        return f"{module_name}:{qualname}"
+    script = getattr(module, "__file__", None)  # None in an interactive session
+    return f"{Path(script).resolve()}:{qualname}" if script else None
+
+
+def _import_module(module_name: str, import_path: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing_is_target = err.name is not None and (module_name == err.name or module_name.startswith(err.name + "."))
+        if not missing_is_target:
+            raise ConfigError(
+                f"cannot import {import_path!r}: importing {module_name} failed: {_one_line(err)}"
+            ) from err
+        if os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
+            return _import_module(module_name, import_path)
+        raise ConfigError(
+            f"cannot import {import_path!r}: no module named {err.name!r} (searched sys.path and the current directory)"
+        ) from None
+    except Exception as err:
+        raise ConfigError(
+            f"cannot import {import_path!r}: importing {module_name} failed: {type(err).__name__}: {_one_line(err)}"
+        ) from err
+
+
+def _import_file(file_name: str) -> types.ModuleType:
+    path = Path(file_name).resolve()
+    if not path.is_file():
+        raise ConfigError(f"cannot import from {file_name!r}: no such file")
+    module_name = f"_sparring_user_{re.sub(r'[^0-9A-Za-z_]', '_', str(path))}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, str(path.parent))  # its sibling modules import as they would for `python file.py`
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[module_name]
+        raise ConfigError(
+            f"cannot import from {file_name!r}: running the file failed: {type(err).__name__}: {_one_line(err)}"
+        ) from err
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def import_field(field: str, import_path: str, error_type: type[Exception] = ValueError) -> Any:
+    """The object at `import_path`, which the config's `field` names; an `error_type` naming `field` when it cannot
+    be imported."""
+    try:
+        return import_object(import_path)
+    except ConfigError as error:
+        raise error_type(f"{field}: {error}") from None
+
+
+def import_policy(field: str, import_path: str) -> Any:
+    """The scripted policy at `import_path` (a baseline or a league opponent); a ValueError naming `field` if it is
+    none."""
+    policy = import_field(field, import_path)
+    if not callable(policy):
+        raise ValueError(
+            f"{field}: {import_path!r} is a {type(policy).__name__}, not a policy function "
+            "`policy(messages, rng) -> str`"
+        )
+    return policy
+
+
+def check_config_args(config: TuneConfig, record: type[WorkflowArgs]) -> None:
+    """The config's `workflow_args` (every dataset's) fit `record`, and a league's drawn opponent has its field."""
+    sections = {"train_dataset": config.train_dataset, "eval_dataset": config.eval_dataset}
+    if config.validation is not None:
+        sections["validation.dataset"] = config.validation.dataset
+    for where, dataset in sections.items():
+        if dataset is not None:
+            check_workflow_args(record, dataset.workflow_args, f"{where}.workflow_args")
+    if config.league is not None and OPPONENT_ARG not in record.model_fields:
+        raise ConfigError(
+            f"league: the league hands each episode its opponent as workflow_args.{OPPONENT_ARG}, "
+            f"but the workflow's {record.__name__} has no field {OPPONENT_ARG!r}; add `{OPPONENT_ARG}: str`"
+        )
+
+
+class WorkflowError(ConfigError, TypeError):
+    """The workflow or judge cannot be used: not importable, not callable, or its signature does not fit."""
+
+
+def import_workflow(
+    config: TuneConfig, workflow: Any, judge: Any
+) -> tuple[EpisodeFn, Callable | None, type[WorkflowArgs] | None]:
+    """The workflow as a checked episode function, the judge (the objects given, else imported from the config) and
+    the workflow's `WorkflowArgs` record (None when it declares none), the config's `workflow_args` checked against
+    it."""
+    from ..rollout import WorkflowSignatureError, as_episode_fn  # here: reading a config must not import torch
+
+    if workflow is None:
+        if not config.workflow:
+            raise WorkflowError(
+                "workflow: not set; give its import path (workflow: package.module:function or "
+                "path/to/file.py:Class) or pass it to tune()"
+            )
+        workflow = import_field("workflow", config.workflow, WorkflowError)
+    if judge is None and config.judge:
+        judge = import_field("judge", config.judge, WorkflowError)
+    if judge is not None and not callable(judge):
+        raise WorkflowError(
+            f"judge: {config.judge or judge!r} is a {type(judge).__name__}, not a function that scores an episode"
+        )
+    try:
+        episode_fn = as_episode_fn(workflow)  # a bad signature fails here, before any data or model loads
+    except WorkflowSignatureError as error:
+        raise WorkflowError(f"workflow: {error}") from None
+    record = declared_args(workflow)
+    if record is not None:
+        check_config_args(config, record)
+    return episode_fn, judge, record

@@ -1,22 +1,27 @@
-"""The job object: a training run assembled in Python, saved as YAML, and run.
+"""The entry points that assemble a run in Python: `tune()`, the `Job` object, AgentJet's job arguments.
 
-Shaped after AgentJet's job (``Job(model=..., algorithm=...)``,
-``.set_workflow(...)``, ``.set_data(...)``, YAML dump/load, ``.tune()``),
-a `Job` is a `TuneConfig` plus the in-process workflow and judge objects.
-The YAML that `dump_yaml` writes is the file ``sparring train`` reads, so a
-job sketched in a notebook can be edited by hand and launched from the
-command line, and the other way round.
+`tune()` is the AgentScope-shaped entry point, one call from workflow to trained adapter. It takes the reference
+tuner's arguments (workflow_func, judge_func, train_dataset, eval_dataset, model, auxiliary_models, algorithm) plus
+sparring's `models` (several trainable models at once), `run_dir`, `logging`, the config's sections, `resume`,
+`overwrite` and `step_hooks`, builds the same `TuneConfig` that `sparring train config.yaml` reads, and runs it.
 
-AgentJet's spellings are aliases: ``set_data(type="hf"|"jsonl",
-dataset_path=..., training_split=..., validation_split=...)``,
-``dump_job_as_yaml`` and ``load_job_from_yaml`` (which loads into this job),
-and its job arguments (``n_gpu=8``, ``num_repeat``, ``lr``, ...) are accepted:
-mapped, or named in one log line as not applying (`agentjet_job`).
+`Job` is a training run assembled in Python, saved as YAML, and run. Shaped after AgentJet's job (``Job(model=...,
+algorithm=...)``, ``.set_workflow(...)``, ``.set_data(...)``, YAML dump/load, ``.tune()``), a `Job` is a
+`TuneConfig` plus the in-process workflow and judge objects. The YAML that `dump_yaml` writes is the file ``sparring
+train`` reads, so a job sketched in a notebook can be edited by hand and launched from the command line, and the
+other way round. YAML names a workflow by import path, so only importable workflows (functions or classes at the top
+level of a module or script) can be saved; a lambda or a function defined inside another function still trains
+through `tune()` in the same process, and `dump_yaml` refuses it with an explanation.
 
-YAML names a workflow by import path, so only importable workflows
-(functions or classes at the top level of a module or script) can be saved.
-A lambda or a function defined inside another function still trains through
-`tune()` in the same process; `dump_yaml` refuses it with an explanation.
+AgentJet's spellings are aliases: ``set_data(type="hf"|"jsonl", dataset_path=..., training_split=...,
+validation_split=...)``, ``dump_job_as_yaml`` and ``load_job_from_yaml`` (which loads into this job), and its job
+arguments (``AgentJetJob(n_gpu=8, backbone="verl", lr=..., ...)``). AgentJet's job takes what to train (group size,
+batch, learning rate, LoRA rank, token lengths, where the run goes) beside how its launcher places the work (GPUs per
+node, its training backbone, vLLM's memory share, swarm workers). `agentjet_fields` maps the first kind onto the
+`TuneConfig` fields a `Job` is built from, and names the second kind in one note, which `Job` logs as one line:
+sparring trains in one process on `model.device`, so those settings do not apply here, and a job written for
+AgentJet runs with only its import changed. A name that is neither is left to the caller (a `TypeError`, as for any
+unexpected keyword).
 """
 
 from __future__ import annotations
@@ -24,19 +29,65 @@ from __future__ import annotations
 import logging as logs
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .agentjet_job import AGENTJET_ARGUMENTS, agentjet_fields
 from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
-from .config_file import dump_config, load_config_file
-from .imports import import_object, importable_path
-from .league_config import LeagueConfig
-from .run_config import CheckpointsConfig, EvaluationConfig, RunnerConfig
+from .config_file import dump_config, import_object, importable_path, load_config_file
 from .schema import ConfigError
-from .validation_config import ValidationConfig
-from .warm_start_config import WarmStartConfig
+from .sections import CheckpointsConfig, EvaluationConfig, LeagueConfig, RunnerConfig, ValidationConfig, WarmStartConfig
+
+if TYPE_CHECKING:
+    from .loop import RunResult
+    from .step import StepHook
 
 log = logs.getLogger(__name__)
+
+
+def tune(
+    workflow_func: Callable | type | None = None,
+    judge_func: Callable | None = None,
+    train_dataset: DatasetConfig | list[dict] | str | None = None,
+    model: TunerModelConfig | None = None,
+    auxiliary_models: dict[str, TunerModelConfig] | None = None,
+    algorithm: AlgorithmConfig | None = None,
+    eval_dataset: DatasetConfig | list[dict] | str | None = None,
+    *,
+    models: dict[str, TunerModelConfig] | None = None,
+    run_dir: str | Path | None = None,
+    logging: LoggingConfig | None = None,
+    league: LeagueConfig | None = None,
+    validation: ValidationConfig | None = None,
+    warm_start: WarmStartConfig | None = None,
+    runner: RunnerConfig | None = None,
+    evaluation: EvaluationConfig | None = None,
+    checkpoints: CheckpointsConfig | None = None,
+    resume: str | Path | None = None,
+    overwrite: bool = False,
+    step_hooks: Sequence[StepHook] = (),
+) -> RunResult:
+    """Train the agents of `workflow_func` (a function- or class-style workflow); returns the run's result.
+
+    `resume` continues the run in that folder; `overwrite` replaces a run already in `run_dir` (refused without either);
+    `step_hooks` run before every step's rollout and after its update (`StepHook`).
+    """
+    job = Job(
+        model=model or TunerModelConfig(),
+        models=models,
+        auxiliary_models=auxiliary_models or {},
+        algorithm=algorithm or AlgorithmConfig(),
+        run_dir=str(run_dir) if run_dir is not None else None,
+        logging=logging or LoggingConfig(),
+        league=league,
+        validation=validation,
+        warm_start=warm_start,
+        runner=runner,
+        evaluation=evaluation,
+        checkpoints=checkpoints,
+    )
+    job.set_workflow(workflow_func, judge=judge_func).set_data(train=train_dataset, eval=eval_dataset)
+    return job.tune(resume=resume, overwrite=overwrite, hooks=step_hooks)
+
 
 DatasetSpec = DatasetConfig | dict[str, Any] | list[dict[str, Any]] | str | os.PathLike[str]
 """A dataset as `set_data` takes it: a config, its fields, the tasks themselves, or a path."""
@@ -98,7 +149,7 @@ class Job:
         """Build the config; a string `model` is a model path and a string `algorithm` an algorithm type.
 
         AgentJet's job arguments are accepted too (`n_gpu=8`, `num_repeat`, `lr`, `experiment_dir`, ...; see
-        `agentjet_job`): mapped onto the config where sparring has the setting, else named in one log line.
+        `agentjet_fields`): mapped onto the config where sparring has the setting, else named in one log line.
         """
         unknown = sorted(set(agentjet) - AGENTJET_ARGUMENTS)
         if unknown:
@@ -246,3 +297,107 @@ class Job:
         return run_training(
             self.config, workflow=self._workflow, judge=self._judge, resume=resume, overwrite=overwrite, hooks=hooks
         )
+
+
+MAPPED: dict[str, tuple[str, str]] = {
+    "num_repeat": ("algorithm", "group_size"),
+    "grpo_n": ("algorithm", "group_size"),
+    "batch_size": ("algorithm", "batch_size"),
+    "lr": ("algorithm", "learning_rate"),
+    "lora_rank": ("model", "lora_rank"),
+    "max_model_len": ("model", "max_model_len"),
+    "max_response_length_in_one_turn": ("model", "max_tokens"),
+}
+"""AgentJet argument -> (TuneConfig section, field) it sets."""
+
+NOT_APPLYING: dict[str, str] = {
+    "n_gpu": "one process trains on model.device",
+    "n_gpu_for_infer": "sampling shares the training process's model",
+    "backbone": "sparring's own engine trains, not verl or trinity",
+    "tinkerscript_mode": "no launcher modes",
+    "swarm_mode": "episodes run in this process (or on Ray: runner.backend)",
+    "swarm_mode_sample_collection_method": "a step waits for its whole batch",
+    "max_env_worker": "episodes in flight: runner.max_concurrency",
+    "gpu_memory_utilization": "no vLLM engine to size",
+    "mini_batch_num": "one optimizer step per training step",
+    "ppo_epochs": "one pass per batch",
+    "max_prompt_length": "prompts are bounded by model.max_model_len",
+    "max_response_length": "replies are bounded per turn by model.max_tokens",
+    "lora_alpha": "not a setting here",
+    "lora_target_modules": "adapters cover the engine's fixed set of projections",
+    "lora_load_format": "adapters are saved as PEFT safetensors",
+    "layered_summon": "no sharded weights to gather",
+    "compute_madness_checklist": "not a check here",
+    "base_yaml_config": "an AgentJet YAML file does not load: Job.load_yaml reads sparring's",
+    "ensure_new_experiment": "a run folder holding a run is refused unless resumed or overwritten",
+    "project_name": "runs are named by run_dir",
+}
+"""AgentJet argument -> why it does not apply to sparring's one-process engine (said in the note)."""
+
+RUN_DIR_ARGUMENTS = ("experiment_dir", "experiment_name")
+"""AgentJet's run location: `experiment_dir/experiment_name` becomes `run_dir`."""
+
+AGENTJET_ARGUMENTS = frozenset(MAPPED) | frozenset(NOT_APPLYING) | frozenset(RUN_DIR_ARGUMENTS) | {"logging"}
+"""Every AgentJet job argument a `Job` accepts beside its own."""
+
+
+def agentjet_fields(fields: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """Apply AgentJet's `arguments` to a Job's TuneConfig `fields` (in place); the note on those that do not apply.
+
+    A mapped argument that contradicts the same field given in `model=` / `algorithm=` is a ConfigError naming
+    both; AgentJet's `lora_rank=0` (full fine-tuning) is noted, since sparring always trains a LoRA adapter.
+    `logging` is AgentJet's backend name ('tensorboard', 'wandb' with `project_name`; others are noted).
+    """
+    ignored = {name: value for name, value in arguments.items() if name in NOT_APPLYING and value is not None}
+    for name, value in arguments.items():
+        if name not in MAPPED or value is None:
+            continue
+        if name == "lora_rank" and value == 0:
+            ignored[name] = value
+            continue
+        section, field = MAPPED[name]
+        current = fields.get(section)
+        values = dict(current) if current is not None else {}
+        if current is not None and field in _given(current) and values[field] != value:
+            raise ConfigError(f"{name}={value!r} contradicts {section}.{field}={values[field]!r}; give one of them")
+        fields[section] = {**values, field: value}
+    backend = arguments.get("logging")
+    if backend == "tensorboard":
+        fields["logging"] = {"tensorboard": True}
+    elif backend == "wandb":
+        fields["logging"] = {"wandb_project": arguments.get("project_name") or "sparring"}
+        ignored.pop("project_name", None)  # it named the W&B project
+    elif backend is not None:
+        ignored["logging"] = backend
+    run_dir = _run_dir(arguments.get("experiment_dir"), arguments.get("experiment_name"))
+    if run_dir is not None:
+        if fields.get("run_dir") is not None and fields["run_dir"] != run_dir:
+            raise ConfigError(
+                f"experiment_dir / experiment_name ({run_dir}) contradict run_dir={fields['run_dir']!r}; "
+                "give one of them"
+            )
+        fields["run_dir"] = run_dir
+    if not ignored:
+        return None
+    reasons = "; ".join(f"{name}={value!r} ({_reason(name)})" for name, value in ignored.items())
+    return f"AgentJet job arguments that do not apply on this machine, accepted and not used: {reasons}"
+
+
+def _given(section: Any) -> set[str]:
+    """The fields a section value sets itself: a dict's keys, a config record's explicitly set fields."""
+    return set(section) if isinstance(section, dict) else set(getattr(section, "model_fields_set", ()))
+
+
+def _reason(name: str) -> str:
+    if name == "lora_rank":
+        return "sparring always trains a LoRA adapter; rank stays model.lora_rank"
+    if name == "logging":
+        return "metrics go to metrics.jsonl, TensorBoard or W&B: logging='tensorboard' | 'wandb'"
+    return NOT_APPLYING[name]
+
+
+def _run_dir(experiment_dir: Any, experiment_name: Any) -> str | None:
+    if experiment_dir is None and experiment_name is None:
+        return None
+    parent = os.fspath(experiment_dir) if experiment_dir is not None else "saved_experiments"
+    return os.path.join(parent, experiment_name) if experiment_name is not None else parent

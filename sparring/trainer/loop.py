@@ -1,45 +1,25 @@
-"""The RL loop behind `tune()`: tasks -> episodes -> advantages -> LoRA updates.
+"""The run behind `tune()`: `run_training` from a config to a `RunResult`, and the run folder it claims; and the two
+other ways a config runs, debug episodes and evaluation.
 
-`run_training` resolves the config once (`resolve.py`: the workflow checked
-before any model loads, the tasks, the trainable models -- one LoRA adapter
-each on a shared base model -- and the frozen auxiliary ones), then
-repeats: take a batch of tasks, run `group_size` episodes per task
-concurrently (every call batched on the engine), turn rewards into
-advantages per group and role, assemble datums per trainable model,
-`forward_backward` + `optim_step` each, log metrics and rollouts (the two
-halves of a step are `step.py`; what every step does around them, on either
-schedule, is `step_sequence.py`, and user code joins it there as step hooks,
-`step_hooks.py`).
-With `warm_start:` a new run first takes supervised steps on worked examples (`warm_start.py`).
-Every step runs in one run loop (`pipeline.py`): episodes sample from the live
-adapters, so each step sees the weights of the step before; with
-`algorithm.max_staleness` > 0 the rollouts of later steps run on frozen older
-weights while a step trains instead. Snapshot opponents are retaken at the start
-of the steps they
-are due (`TunerModelConfig.snapshot_interval_steps`). With a `league:` every training episode draws its opponent from
-the league's pool, which takes its snapshots at the start of a step (`league.py`). Every
-`eval_interval_steps` (with 0: before the first step) and after the last, the held-out tasks are evaluated (the
-configured
-`baselines` once, beside the first evaluation; every number with a 95 %
-interval, see `evaluation.py`), and the comparison is written to
-`evaluation.json`; with `validation:` the weights are played on validation tasks when due and the best kept as the
-sampler weights `best` (`best_adapter.py`); every step and evaluation logs what prefilling its prompts cost
-(`prefill_meter.py`); every
-`save_interval_steps`, at the end and on SIGINT / SIGTERM (`stop_signals.py`: the episodes in flight cancelled, the
-last completed step kept), a
-checkpoint is written (see `checkpoints.py`) from which `resume` continues
-exactly. Adapter weights are checked finite after every update
-(`checkpoint_integrity.py`). A step that trained no token is warned about with its cause, and a
-run in which no step trained one raises `NothingTrainedError` at its end,
-without a "final" adapter (`training_signal.py`; opt out for dry runs). Failed episodes are data: a step trains its
-healthy episodes and logs the share of each error kind (`episode/error_kind/<kind>`); a step in
-which every episode failed is warned about, `stop_after_failed_steps`
-of them in a row stop the run after a checkpoint, and a run whose every step
-failed whole raises at its end; neither writes a "final" adapter
-(`failure_streak.py`).
-Episodes are counted on the console as they finish (a bar per step
-and per evaluation); at the end the reward curve (`reward.png`, `reward.svg`) and the HTML
-report (`report.html`, see `sparring.logging.report`) are written.
+`run_training` resolves the config once (`resolve.py`: the workflow checked before any model loads, the tasks, the
+trainable models -- one LoRA adapter each on a shared base model -- and the frozen auxiliary ones), resumes from the
+latest checkpoint when asked, takes the warm start's supervised steps on a new run (`step.py`), and runs every step
+in the run loop (`RunLoop`, `pipeline.py`): tasks -> episodes -> advantages -> LoRA updates, each step's rollout on
+the live weights or, with `algorithm.max_staleness` > 0, on frozen older ones while earlier steps train. After the
+last step the held-out tasks are evaluated and the weights validated once more; the comparison is written to
+`evaluation.json`; a last checkpoint is written, then the "final" adapters -- unless the run was stopped, its
+episodes kept failing or it trained nothing (`safeguards.py`: `EpisodesFailingError`, `NothingTrainedError`, each
+raised after the checkpoint so nothing is lost); a SIGINT or SIGTERM stops it cleanly at a step boundary
+(`StopSignals`, `safeguards.py`). At the end the reward curve (`reward.png`, `reward.svg`) and the
+HTML report (`report.html`, `sparring.logging.report`) are written. `run_debug_episodes` (`sparring run`) and
+`run_evaluation` (`sparring eval`) resolve the same config and play episodes without training.
+
+Run folders never mix: a training run starts in a new or empty folder, continues its own with `resume`, or replaces a
+finished one with `overwrite`. Re-running into a folder that holds a run would append a second run's steps to the
+first's metrics (steps 1, 2, 1, 2: one zig-zag curve in the report) and mix their checkpoints and rollouts, so
+`claim_run_folder` refuses it in one line that names both ways on (the shape of the cookbook's
+`behavior_if_log_dir_exists`). A folder holds a run when it holds one of `RUN_MARKERS`; `overwrite` deletes only such
+a folder, and a folder of other files is used as it is, never deleted.
 """
 
 from __future__ import annotations
@@ -47,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,20 +44,14 @@ from ..logging import (
 )
 from ..logging.metrics import METRICS_FILE, repair_torn_end
 from ..rollout import Episode, run_episodes
-from .best_adapter import Validation
 from .checkpoints import clean_interrupted_saves, latest_checkpoint, restore_checkpoint
 from .config import TuneConfig
-from .evaluation import Comparison, evaluate_baselines, evaluate_policy
-from .failure_streak import EpisodesFailingError
-from .lingering import lingering_threads, lingering_warning
-from .pipeline import RunLoop
+from .evaluation import Comparison, Validation, evaluate_baselines, evaluate_policy
+from .pipeline import RunLoop, StepSequence
 from .resolve import resolve_run
-from .run_folder import claim_run_folder
-from .step_hooks import StepHook
-from .step_sequence import StepSequence
-from .stop_signals import Stopped, StopSignals
-from .training_signal import OPT_OUT, NothingTrainedError
-from .warm_start import warm_start
+from .safeguards import OPT_OUT, EpisodesFailingError, NothingTrainedError, Stopped, StopSignals
+from .schema import ConfigError, lingering_threads, lingering_warning
+from .step import StepHook, warm_start
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +74,7 @@ class RunResult:
     best: Validation | None = None
     """With `validation:`, the validation of the adapter kept as `best` (its steps and metric); else None."""
     best_paths: dict[str, str] = field(default_factory=dict)
-    """With `validation:`, the `best` sampler weights per trainable model (`best_adapter.py`)."""
+    """With `validation:`, the `best` sampler weights per trainable model (`BestAdapter`, `evaluation.py`)."""
     interrupted: bool = False
     """True when Ctrl-C or SIGTERM stopped the run before its end (a checkpoint of the last completed step was
     saved, no final adapter)."""
@@ -124,7 +99,7 @@ def run_training(
     hooks: Sequence[StepHook] = (),
 ) -> RunResult:
     """Train; blocks until done. From async code, `await run_training_async(...)`. `hooks` run at both ends of every
-    step (`step_hooks.py`), after those the config names."""
+    step (`StepHook`), after those the config names."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -146,7 +121,7 @@ async def run_training_async(
 ) -> RunResult:
     """Train in `config.run_dir` (new or empty; `overwrite` replaces a run there), or continue the run in `resume`.
 
-    SIGINT and SIGTERM stop it at the last completed step with a checkpoint (`stop_signals.py`); it returns then
+    SIGINT and SIGTERM stop it at the last completed step with a checkpoint (`StopSignals`); it returns then
     with `interrupted` and the signal in `stop_signal`."""
     stop = StopSignals()
     stop.install()  # before the models load: a signal meanwhile stops the run at its first step boundary
@@ -300,3 +275,28 @@ async def run_evaluation(config: TuneConfig, workflow=None, judge=None, limit: i
             run.episode_fn, chosen, run.models, run.settings, run.judge, run.baselines, config.algorithm.seed, progress
         )
     return Comparison([model, *baselines], subject=label)
+
+
+RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
+"""What a training run writes first: a folder holding one of these is a sparring run."""
+
+
+def claim_run_folder(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
+    """Make `run_dir` ready for a new run (or check it for a resumed one); ConfigError when that would mix runs."""
+    if resume:
+        if overwrite:
+            raise ConfigError("give resume (continue the run) or overwrite (replace it), not both")
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(
+                f"resume: {run_dir} holds no run to continue (no config.yaml there); give the folder a "
+                "training run wrote"
+            )
+        return
+    if not any((run_dir / marker).exists() for marker in RUN_MARKERS):
+        return  # new, empty, or other files only (e.g. `sparring eval`'s eval.json): no run to mix with
+    if not overwrite:
+        raise ConfigError(
+            f"run_dir: {run_dir} already holds a run; continue it with --resume {run_dir} (tune(resume=...)), "
+            f"replace it with --overwrite (tune(overwrite=True)), or choose another run_dir"
+        )
+    shutil.rmtree(run_dir)

@@ -1,77 +1,68 @@
-"""The run loop: every step is begin -> rollout on a `RolloutWeights` -> learn -> finish, at any staleness.
+"""The run loop and the step sequence: every step is begin -> rollout on a `RolloutWeights` -> learn -> finish, at any
+staleness.
 
-A run is a two-stage pipeline in one event loop. The producer begins each
-step (`StepSequence.begin`: snapshots, league snapshot, evaluation and
-validation when due, tasks, hooks) and plays its rollout, one step after
-another; the trainer takes the rollouts in order, trains on each
-(`step.learn`), finishes the step (`StepSequence.finish`: warnings, hooks,
-log), writes the checkpoint when due, and releases the next weights version.
-The rollout of step k samples `version_of(k) = max(k - N, b)` of every
-trainable model, N = `algorithm.max_staleness` (version j = the weights after
-j optimizer steps; b = the latest barrier at or before k: an evaluation or a
-validation step, whose weights must be the trained ones). When that version
-is k the rollout waits for step k - 1 to finish: with N = 0 that is every
-step, the on-policy schedule. A version that a later rollout samples while
-newer steps train is frozen when it is reached (`FrozenWeights`: saved as
-sampler weights and copied in memory), and every rollout on that version
-samples the copy, so the rollout of k starts while the steps up to k - 1
-still train; a version no later rollout needs is never copied, and its
-rollout samples the live weights (`LiveWeights`): at N = 0, every one.
-The loss's importance ratio uses the sampler logprobs recorded
-with every token, so the PPO / CISPO clip accounts for the lag. Every step
-logs `staleness/mean` and `staleness/max`: over its episodes, the optimizer
-steps between the weights that sampled them and the weights that train on
-them, over its episodes (from the version the rollout recorded for each
-episode; a fixed lag has one version sample a whole
-rollout, so the two agree within a step and differ only where a step's
-episodes came from different versions).
+`StepSequence` is what every step does around its rollout and its update, written once. `begin` opens a step: a
+pending stop signal ends the run here, the snapshot opponents due are retaken and the league's snapshot is taken,
+the held-out tasks are evaluated when due (`HeldOut`), the weights are validated when due and kept as `best` when
+they play best (`BestAdapter`), the sampler is reseeded, the next batch of tasks is taken, and the step hooks see it.
+`finish` closes it after its update: failing, untrained and collapsing steps are warned about (`safeguards.py`), the
+hooks see the step, it is logged and shown, and the next step's resume point is recorded (`ResumePoints`). Each
+collaborator is called once a phase, so a step's data goes down through them and comes back.
 
-A league plays in the producer: its opponents are drawn before the rollout
-and its games counted after it, so its records, like everything a rollout
-reads, advance in the order of an uninterrupted run; its snapshots copy the
-weights that sample the step's rollout.
+`RunLoop` is a two-stage pipeline in one event loop. The producer begins each step and plays its rollout, one step
+after another; the trainer takes the rollouts in order, learns from each (`step.learn`), finishes the step, writes
+the checkpoint when due, and releases the next weights version. The rollout of step k samples `version_of(k) =
+max(k - N, b)` of every trainable model, N = `algorithm.max_staleness` (version j = the weights after j optimizer
+steps; b = the latest barrier at or before k: an evaluation or a validation step, whose weights must be the trained
+ones). When that version is k the rollout waits for step k - 1 to finish: with N = 0 that is every step, the
+on-policy schedule, and the rollout samples the live weights (`LiveWeights`). A version that a later rollout samples
+while newer steps train is frozen when it is reached (`FrozenWeights`: saved as sampler weights and copied in
+memory), so the rollout of k starts while the steps up to k - 1 still train; a version no later rollout needs is
+never copied. The loss's importance ratio uses the sampler logprobs recorded with every token, so the PPO / CISPO
+clip accounts for the lag; every step logs `staleness/mean` and `staleness/max` (from the version each episode
+recorded). A league plays in the producer: its opponents are drawn before the rollout and its games counted after it,
+and its snapshots copy the weights that sample the step's rollout.
 
-Why a fixed lag rather than "the newest weights there are": which weights
-sample each rollout is then a function of the config alone, so a run is
-reproducible and a resumed run is the same run. For the same reason
-rollouts never overlap one another, only training: the sampler's seed
-stream, the task stream and the global RNGs advance in the same order as in
-an uninterrupted run. Evaluations and validations are barriers: the one
-before step s waits for the weights of step s and runs with no rollout in
-flight, and the rollouts from step s on sample those weights or newer.
+Why a fixed lag rather than "the newest weights there are": which weights sample each rollout is then a function of
+the config alone, so a run is reproducible and a resumed run is the same run. For the same reason rollouts never
+overlap one another, only training: the sampler's seed stream, the task stream and the global RNGs advance in the
+order of an uninterrupted run. Evaluations and validations are barriers: the one before step s waits for the weights
+of step s and runs with no rollout in flight.
 
-Resume: a step whose rollout runs ahead records its resume point (before its
-snapshots, evaluation and tasks) when the producer reaches it; any other
-step's is recorded when the step before finishes. The checkpoint after step
-s saves the one of step s, with the saved paths of the older versions that
-rollouts s, s + 1, ... sample, and the resumed run reloads them and redoes
-the rollouts that were in flight. Saved versions that no rollout, snapshot
-or latest checkpoint needs any more are deleted (local ones; a service keeps
-its own).
-
-On the local engine the overlap is interleaving, not parallel compute: one
-worker runs the model, so sampling and training alternate on it, and the
-pipeline hides everything else -- workflow code, batching windows, advantage
-and datum assembly, logging, checkpoints -- behind the model's work. A
-Tinker-protocol service that samples and trains on separate workers
-overlaps the two themselves.
+Resume: a step whose rollout runs ahead records its resume point when the producer reaches it; any other step's is
+recorded when the step before finishes. The checkpoint after step s saves the one of step s, with the saved paths of
+the older versions that rollouts s, s + 1, ... sample; the resumed run reloads them and redoes the rollouts that were
+in flight. Saved versions that nothing needs any more are deleted (local ones; a service keeps its own). On the local
+engine the overlap is interleaving, not parallel compute: one worker runs the model, and the pipeline hides
+everything else -- workflow code, batching windows, advantage and datum assembly, logging, checkpoints -- behind the
+model's work; a service that samples and trains on separate workers overlaps the two themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from ..integrations import TunerHandle
+from ..logging import MetricsLogger, RolloutWriter, TrainingProgress
 from ..rollout import Episode
-from .checkpoints import prune_unresumable
-from .models import TrainingModels
-from .step import learn, run_rollout
-from .step_sequence import LiveWeights, RolloutWeights, StepSequence
+from .checkpoints import ResumePoints, prune_unresumable
+from .evaluation import BestAdapter, HeldOut
+from .models import PrefillMeter, TrainingModels
+from .resolve import ResolvedRun
+from .safeguards import FailureStreak, TrainingSignal
+from .step import StepEnd, StepHook, StepStart, call_hook, learn, run_rollout
+
+if TYPE_CHECKING:
+    from .safeguards import StopSignals
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -331,3 +322,142 @@ class RunLoop:
         if key not in futures:
             futures[key] = asyncio.get_running_loop().create_future()
         return futures[key]
+
+
+class RolloutWeights(Protocol):
+    """The weights a step's rollout, and the evaluation before it, sample."""
+
+    version: int
+    """Optimizer steps those weights have taken."""
+
+    def tuner_factory(self, training: bool) -> Callable[[], TunerHandle]:
+        """Tuners on these weights: for the rollout (`training`: its temperature floor applies) or an evaluation."""
+
+    async def retake_snapshots(self, step: int) -> None:
+        """Retake the snapshot opponents due at the start of `step`, and the league's snapshot, from these weights."""
+
+
+@dataclass
+class LiveWeights:
+    """The weights being trained, as the on-policy loop samples them."""
+
+    models: TrainingModels
+    """The run's models."""
+    version: int
+    """Optimizer steps taken: the step about to run."""
+
+    def tuner_factory(self, training: bool) -> Callable[[], TunerHandle]:
+        return self.models.make_training_tuner if training else self.models.make_tuner
+
+    async def retake_snapshots(self, step: int) -> None:
+        self.models.refresh_snapshots(step)
+        if self.models.league is not None:
+            self.models.league.refresh(step)
+
+
+@dataclass
+class StepRecord:
+    """What a run's steps have produced so far."""
+
+    steps: int
+    """Optimizer steps taken in total (resumed ones included)."""
+    history: list[dict] = field(default_factory=list)
+    """Metrics of every step this process trained."""
+
+
+class StepSequence:
+    """The phases of every training step, and the bookkeeping they share: logging, warnings, evaluations,
+    checkpoints."""
+
+    def __init__(
+        self,
+        run: ResolvedRun,
+        run_dir: Path,
+        start_step: int,
+        logger: MetricsLogger,
+        progress: TrainingProgress,
+        stop: StopSignals,
+        hooks: list[StepHook],
+        previous_metrics: list[dict],
+    ) -> None:
+        """`previous_metrics`: the logged metrics of a resumed run's earlier steps (empty for a new run)."""
+        self.run = run
+        self.run_dir = run_dir
+        self.models = run.models
+        self.warm_started = run.config.warm_start is not None or any(
+            model.adapter_path for model in run.config.trainable_models().values()
+        )
+        """A trainable model starts from a saved adapter or a warm start: its step-0 evaluation is labelled 'step 0',
+        not 'untrained'."""
+        self.algorithm = run.config.algorithm
+        self.logger = logger
+        self.progress = progress
+        self.stop = stop
+        self.hooks = hooks
+        self.points = ResumePoints(run_dir, run.stream, self.models, start_step, run.config.checkpoints.keep)
+        self.rollouts = RolloutWriter(run_dir) if run.config.logging.save_rollouts else None
+        """Where each trained step's episodes are written (by `step.learn`); None when the config turns it off."""
+        self.streak = FailureStreak(self.algorithm.stop_after_failed_steps)
+        self.signal = TrainingSignal(
+            trained_before=any(record.get("tokens/trained", 0.0) > 0 for record in previous_metrics)
+        )
+        self.entropy = (
+            self.algorithm.entropy_target.steering(previous_metrics) if self.algorithm.entropy_target else None
+        )
+        """The entropy bonus's steered coefficient (`step.learn` moves it); None without `algorithm.entropy_target`."""
+        response = self.algorithm.collapse_response
+        self.collapse = response.response(self.algorithm.exploration, previous_metrics) if response else None
+        """The exploration the collapse response sets (`step.learn` moves it); None without
+        `algorithm.collapse_response`."""
+        if self.collapse is not None:
+            self.models.rollout_exploration = self.collapse.exploration
+        self.meter = PrefillMeter(self.models)
+        self.record = StepRecord(steps=start_step)
+        eval_tasks = run.eval_tasks[: run.config.evaluation.max_tasks or None]
+        self.held_out = HeldOut(run, eval_tasks, self.meter, logger, progress)
+        self.best = BestAdapter.open(run, run_dir, self.meter, logger, progress)
+        """The validations that choose the adapter kept as `best`; None without `validation:`."""
+
+    async def begin(self, step: int, weights: RolloutWeights) -> StepStart:
+        """Open `step`: an empty prefix cache, snapshots and league, the evaluation and validation when due, the reseed,
+        its tasks, the hooks."""
+        self.stop.check()
+        await self.models.empty_prefix_caches()
+        await weights.retake_snapshots(step)
+        snapshot_ages = self.models.snapshot_ages(weights.version)
+        if self.held_out.evaluates and self.run.config.evaluation.evaluates_before(step):
+            label = "untrained" if step == 0 and not self.warm_started else f"step {step}"
+            await self.stop.cancelling(self.held_out.evaluate(step, label, weights.tuner_factory(training=False)))
+        await self.validate(step, weights.tuner_factory(training=False))
+        self.models.reseed(self.algorithm.seed, step)
+        start = StepStart(step, next(self.run.stream), weights.version, snapshot_ages)
+        for hook in self.hooks:
+            await call_hook(hook.before_rollout, start)
+        return start
+
+    async def validate(self, steps: int, make_tuner: Callable[[], TunerHandle]) -> None:
+        """Validate the weights after `steps` steps (`make_tuner`'s) when they are a candidate not validated yet."""
+        if self.best is not None and self.best.due(steps, self.run.stream.num_steps):
+            await self.stop.cancelling(self.best.validate(steps, make_tuner))
+
+    async def finish(self, step: int, metrics: dict[str, float], episodes: list[Episode]) -> bool:
+        """Close a trained step: warnings, hooks, logging, the next resume point; True when the run must stop
+        (every episode failing for `stop_after_failed_steps` steps)."""
+        failing = self.streak.observe(episodes)
+        untrained = self.signal.observe(episodes, metrics)
+        warning = (
+            failing
+            or (None if self.algorithm.allow_nothing_trained else untrained)
+            or self.signal.collapse_warning(metrics)
+        )
+        if warning:
+            log.warning("step %d: %s", step + 1, warning)
+        for hook in self.hooks:
+            metrics.update(await call_hook(hook.after_training, StepEnd(step, dict(metrics), episodes)) or {})
+        metrics.update(self.meter.take().metrics())
+        self.record.history.append(metrics)
+        logged = self.logger.log(step + 1, metrics)
+        self.progress.update(step + 1, metrics)
+        self.record.steps = step + 1
+        self.points.advance(step + 1, logged)
+        return self.streak.exhausted

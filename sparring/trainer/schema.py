@@ -1,25 +1,47 @@
-"""The ground every job config stands on: strict pydantic records whose errors name the dotted field path.
+"""The records a job config and a workflow's arguments are made of: the record base and its errors, the bounds of
+a config's numbers, a workflow's `workflow_args` as a typed record; and the threads a run leaves running.
 
-`ConfigRecord` is the base of every config record (`sparring.trainer.config`):
-an unknown key is an error, a float must be finite, and a failed validation
-raises `ConfigError` whose message is one line that starts with the field's
-dotted path (and the file, when loading one), e.g. ``job.yaml:
-algorithm.group_size: Input should be less than or equal to 1024 (got
-1000000000000)``; several problems share that line, separated by ``; ``.
-`child_annotation` walks the schema one dotted key at a time, so an unknown
-field -- in a validation error or a ``--set`` override -- is reported with
-the closest valid key ("did you mean"), or the keys that would have worked
-when none is close.
+`ConfigRecord` is the base of every config record (`config.py`, `sections.py`): an unknown key is an error, a float
+must be finite, and a failed validation raises `ConfigError` whose message is one line that starts with the field's
+dotted path (and the file, when loading one), e.g. ``job.yaml: algorithm.group_size: Input should be less than or
+equal to 1024 (got 1000000000000)``; several problems share that line, separated by ``; ``. `child_annotation` walks
+the schema one dotted key at a time, so an unknown field -- in a validation error or a ``--set`` override -- is
+reported with the closest valid key ("did you mean"), or the keys that would have worked when none is close.
+
+The `MAX_*` bounds: every number a job config holds has one, far beyond any sane run and low enough that a typo --
+an extra zero, `group_size: 1e12` -- is refused before anything runs; the field's error message states its bound,
+and the generated configuration reference shows it. `is_import_path` tells an import path from a registry's name
+(resolving one is `config_file.import_object`).
+
+A workflow's `workflow_args` as a typed record, checked when the run is resolved instead of read with `.get`. A game
+declares its arguments as a `WorkflowArgs` subclass, one field per argument with its type, default and a docstring
+saying what it does, and points its workflow at it: `@takes_args(MyArgs)` on a function-style workflow, the class
+attribute `workflow_args = MyArgs` on a `Workflow` subclass. The workflow reads them typed with ``MyArgs.of(task)``.
+`resolve_run` checks the config's `workflow_args` (training, eval and validation datasets) against the record right
+after importing the workflow, before any data or model loads (`config_file.check_config_args`), and then every task's
+merged arguments (`check_task_args`): a misspelt key is an error naming it and the closest valid name
+(``train_dataset.workflow_args.max_turn: unknown field; did you mean max_turns?``), a wrong type an error naming the
+key. A workflow that declares nothing gets its arguments as the plain dict it always did.
+
+Threads left running: Python waits for every non-daemon thread before a process exits, so one thread a workflow
+started and left running (a server, a poller, an `Event().wait()`) would keep `sparring train` alive after its run
+finished. `lingering_threads` names them; the command line reports them and exits without waiting
+(`sparring.cli.main`), and `run_training` warns about them when it returns. They are here because this is the
+trainer's lowest module and imports nothing heavy: the command line asks on every exit, a config error's included.
 """
 
 from __future__ import annotations
 
 import difflib
+import threading
 import types
-from collections.abc import Sequence
-from typing import Annotated, Any, Union, get_args, get_origin
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+if TYPE_CHECKING:
+    pass
 
 
 class ConfigError(ValueError):
@@ -139,3 +161,113 @@ def unknown_field(key: str, valid: Sequence[str], where: str) -> str:
     if close:
         return f"unknown field; did you mean {close[0]}?"
     return f"unknown field; valid fields {where}: {', '.join(valid) or 'any'}"
+
+
+MAX_STEPS = 1_000_000
+MAX_EPOCHS = 100_000
+MAX_TASKS = 100_000_000
+MAX_SEED = 2**32 - 1
+MAX_CONTEXT_TOKENS = 1_048_576
+MAX_NEW_TOKENS = 131_072
+MAX_TEMPERATURE = 10.0
+MAX_VOCABULARY = 1_048_576
+MAX_LORA_RANK = 1024
+MAX_LEARNING_RATE = 1.0
+MAX_GROUP_SIZE = 1024
+MAX_BATCH_SIZE = 4096
+MAX_EPISODES_PER_STEP = 65_536
+MAX_COEFFICIENT = 100.0
+MAX_GRAD_CLIP_NORM = 1e6
+MAX_CONCURRENCY = 4096
+MAX_EPISODE_TIMEOUT_S = 86_400.0
+MAX_ABS_REWARD = 1e6
+MAX_RAY_CPUS = 1024.0
+MAX_STALENESS = 16
+
+
+def is_import_path(text: str) -> bool:
+    """Whether a name is written as an import path: it has a ':' or a '.', which no registered built-in name has."""
+    return ":" in text or "." in text
+
+
+F = TypeVar("F")
+
+
+OPPONENT_ARG = "opponent"
+"""The workflow argument that names an episode's drawn opponent (its chat model is the auxiliary model of that name);
+the league sets it, so a record of a game played in a league has this field."""
+
+
+ARGS_ATTRIBUTE = "workflow_args"
+"""The attribute of a workflow (function, class or instance) that names its `WorkflowArgs` record."""
+
+
+class WorkflowArgs(ConfigRecord):
+    """Base of a workflow's typed arguments: an unknown key, a wrong type or a value out of range is an error that
+    names the key; each field's docstring is its documentation."""
+
+    @classmethod
+    def of(cls, task: Mapping[str, Any]):
+        """The task's `workflow_args` as this record (its defaults where the task gives none); ConfigError naming
+        ``workflow_args.<key>`` when they do not fit."""
+        return check_workflow_args(cls, task.get(ARGS_ATTRIBUTE) or {}, "workflow_args")
+
+
+def takes_args(record: type[WorkflowArgs]) -> Callable[[F], F]:
+    """Declare `record` as a function-style workflow's `workflow_args` (a `Workflow` subclass sets the class
+    attribute ``workflow_args = record`` instead); the workflow is returned as it is."""
+    if not (isinstance(record, type) and issubclass(record, WorkflowArgs)):
+        raise TypeError(f"takes_args({record!r}): give a WorkflowArgs subclass")
+
+    def declare(workflow: F) -> F:
+        setattr(workflow, ARGS_ATTRIBUTE, record)
+        return workflow
+
+    return declare
+
+
+def declared_args(workflow: Any) -> type[WorkflowArgs] | None:
+    """The `WorkflowArgs` record `workflow` declares, or None (its arguments stay a plain dict)."""
+    record = getattr(workflow, ARGS_ATTRIBUTE, None)
+    if record is None:
+        return None
+    if not (isinstance(record, type) and issubclass(record, WorkflowArgs)):
+        name = getattr(workflow, "__qualname__", type(workflow).__name__)
+        raise ConfigError(f"workflow: {name}.{ARGS_ATTRIBUTE} is {record!r}, not a WorkflowArgs subclass")
+    return record
+
+
+def check_workflow_args(record: type[WorkflowArgs], args: Any, where: str) -> WorkflowArgs:
+    """`args` validated as `record`; ConfigError whose one line names each bad key as ``<where>.<key>``."""
+    if not isinstance(args, Mapping):
+        raise ConfigError(f"{where}: must be an object of {record.__name__}'s fields, got {type(args).__name__}")
+    try:
+        return record.model_validate(dict(args))
+    except ValidationError as err:
+        lines = describe_validation_error(err, record)  # one per error, starting with its location when it has one
+        placed = zip(err.errors(), lines, strict=True)
+        problems = [f"{where}.{line}" if error["loc"] else f"{where}: {line}" for error, line in placed]
+        raise ConfigError("; ".join(problems), problems) from None
+
+
+def check_task_args(record: type[WorkflowArgs], tasks: Sequence[Mapping[str, Any]], origin: str) -> None:
+    """Every task's (merged) `workflow_args` fits `record`; ConfigError naming the first task that does not."""
+    for index, task in enumerate(tasks):
+        try:
+            check_workflow_args(record, task.get(ARGS_ATTRIBUTE) or {}, "workflow_args")
+        except ConfigError as error:
+            raise ConfigError(f"{origin}: task {task.get('task_id', index)}: {error}") from None
+
+
+def lingering_threads() -> list[str]:
+    """The names of the live non-daemon threads besides the main one: those the interpreter would wait for at exit."""
+    main = threading.main_thread()
+    return sorted(
+        thread.name
+        for thread in threading.enumerate()
+        if thread is not main and thread.is_alive() and not thread.daemon
+    )
+
+
+def lingering_warning(threads: list[str]) -> str:
+    return f"{len(threads)} thread(s) left running (started by the workflow?), not waited for: {', '.join(threads)}"

@@ -1,22 +1,49 @@
-"""One training step's two halves: the rollout (a batch of tasks played) and the update (episodes -> LoRA step).
+"""One training step: its batch of tasks, its two halves (the rollout and the update), the hooks user code joins it
+with, and the supervised warm-start steps before the first one.
 
-`run_rollout` plays `group_size` episodes per task with the models a tuner
-factory hands out; `learn` turns finished episodes into advantages per group
-and role, assembles datums per trainable model (with the KL penalty towards
-the base model when `kl_coef` > 0), runs `forward_backward` + `optim_step`
-for each (with `algorithm.entropy_target`, the entropy bonus's coefficient
-steered from the step's entropy first), and writes the rollouts. The run
-loop (`pipeline.py`) plays each step's rollout, then learns from it; with
-`max_staleness` > 0 later steps' rollouts run while an earlier step learns.
-`episode_metrics` is the rewards, errors and workflow metrics of a step.
+`TaskStream` turns the training tasks into steps: batches of `batch_size` tasks, reshuffled every epoch from
+`seed + epoch`, so the order is a pure function of the config; a batch never spans two epochs. Its `state_dict`
+(epoch, position, step) goes into checkpoints, and a resumed run continues with exactly the batch it would have seen
+next.
+
+`run_rollout` plays `group_size` episodes per task with the models a tuner factory hands out; `learn` turns finished
+episodes into advantages per group and role, assembles datums per trainable model (with the KL penalty towards the
+base model when `kl_coef` > 0), runs `forward_backward` + `optim_step` for each (with `algorithm.entropy_target`, the
+entropy bonus's coefficient steered from the step's entropy first), checks the weights finite, and writes the
+rollouts. `episode_metrics` is the rewards, errors and workflow metrics of a step. The run loop (`pipeline.py`) plays
+each step's rollout, then learns from it; with `max_staleness` > 0 later steps' rollouts run while an earlier one
+learns.
+
+A `StepHook` is the public extension point of the step sequence: `before_rollout` sees a step's tasks
+(`StepStart`) before a single episode of it plays, `after_training` sees its metrics and episodes (`StepEnd`) once
+its update is done and may add metrics of its own, logged with the step's. Both may be plain or `async` methods. The
+same hook runs at any staleness: the rollout of step k may begin before step k - 1 has trained
+(`StepStart.weights_version` says which weights sample it), and `after_training` still comes once per step, in step
+order. Hooks are given to `run_training(..., hooks=[...])` or `tune(..., step_hooks=[...])` as objects, or in a
+config as import paths of classes built with no arguments (`step_hooks:`, checked by `config_file.import_step_hook`).
+An error in a hook stops the run after the checkpoint of the last completed step, as any error of the trainer's own.
+
+The warm start: some skills come slowly from rewards and fast from answers (on tic-tac-toe, cross-entropy on the
+solver's moves reached 0.71 on unseen positions where the same minutes of league games reached about half,
+docs/results.md). `warm_start:` gives a run such answers first: `steps` optimizer steps of cross-entropy on the
+assistant replies of chat examples, through the training client RL then continues with, on a fresh optimizer.
+`supervised_datum` makes an example a Tinker `Datum`: the chat rendered as the policy sees it, the reply's tokens and
+its end-of-turn token as targets. It runs on a new run only (a checkpoint holds its result; a stop signal during it
+ends the run with a checkpoint of the weights taught so far); its losses are logged at step 0.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import inspect
+import math
+import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..algorithms import (
     CollapseResponse,
@@ -31,14 +58,135 @@ from ..algorithms import (
     weight_advantages,
 )
 from ..integrations import TunerHandle
-from ..logging import ConsoleProgress, RolloutWriter, mean_metrics
+from ..logging import ConsoleProgress, RolloutWriter, TrainingProgress, mean_metrics
+from ..models.renderer import ChatRenderer, get_renderer
 from ..rollout import Episode, RunnerSettings, run_episodes
-from ..types import ModelInput
-from .checkpoint_integrity import check_finite_weights
-from .collapse_response_config import EXPLORATION_METRIC
+from ..types import AdamParams, Datum, ModelInput
 from .config import TuneConfig
-from .entropy_target_config import COEF_METRIC
+from .config_file import import_step_hook
+from .dataset import DatasetError, load_tasks
 from .models import TrainingModels, step_seed
+from .safeguards import check_finite_weights
+from .sections import COEF_METRIC, EXPLORATION_METRIC, DatasetConfig, WarmStartConfig
+
+if TYPE_CHECKING:
+    from ..rollout import Episode
+    from .safeguards import StopSignals
+
+
+class TaskStream:
+    """Batches of tasks, one per training step, deterministic and resumable at step boundaries.
+
+    A batch never spans two epochs, so the last batch of an epoch may be
+    smaller. Without `total_steps` the stream runs `total_epochs` epochs;
+    with it, exactly `total_steps` batches, starting new epochs as needed.
+    Each yielded task is a deep copy, so a workflow may change it freely.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[dict[str, Any]],
+        batch_size: int,
+        *,
+        total_epochs: int = 1,
+        total_steps: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if not tasks:
+            raise DatasetError("a task stream needs at least one task")
+        if batch_size < 1 or total_epochs < 1 or (total_steps is not None and total_steps < 1):
+            raise ValueError(
+                f"batch_size, total_epochs and total_steps must be >= 1, got {batch_size}, {total_epochs}, "
+                f"{total_steps}"
+            )
+        self._tasks = list(tasks)
+        self.batch_size = batch_size
+        self.total_epochs = total_epochs
+        self.total_steps = total_steps
+        self.shuffle = shuffle
+        self.seed = seed
+        self._epoch = 0
+        self._position = 0
+        self._step = 0
+        self._order = self._epoch_order(0)
+
+    @classmethod
+    def from_config(
+        cls, config: DatasetConfig, batch_size: int, tasks: Sequence[dict[str, Any]] | None = None
+    ) -> TaskStream:
+        """A stream over `tasks` (default: `load_tasks(config)`) with the config's epochs, steps and shuffling."""
+        return cls(
+            load_tasks(config) if tasks is None else tasks,
+            batch_size,
+            total_epochs=config.total_epochs,
+            total_steps=config.total_steps,
+            shuffle=config.shuffle,
+            seed=config.seed,
+        )
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(len(self._tasks) / self.batch_size)
+
+    @property
+    def num_steps(self) -> int:
+        """Batches this stream yields in total, from its start."""
+        return self.total_steps if self.total_steps is not None else self.total_epochs * self.steps_per_epoch
+
+    @property
+    def step(self) -> int:
+        """Batches yielded so far (including those before a resume)."""
+        return self._step
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self._tasks)))
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        return order
+
+    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
+        return self
+
+    def __next__(self) -> list[dict[str, Any]]:
+        if self._step >= self.num_steps:
+            raise StopIteration
+        if self._position >= len(self._tasks):
+            self._epoch += 1
+            self._position = 0
+            self._order = self._epoch_order(self._epoch)
+        indices = self._order[self._position : self._position + self.batch_size]
+        self._position += len(indices)
+        self._step += 1
+        return [copy.deepcopy(self._tasks[index]) for index in indices]
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the stream stands; `load_state_dict` on a stream over the same tasks continues from here."""
+        return {"epoch": self._epoch, "position": self._position, "step": self._step, "num_tasks": len(self._tasks)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        missing = {"epoch", "position", "step", "num_tasks"} - set(state)
+        if missing:
+            raise ValueError(f"task stream state lacks {sorted(missing)}")
+        if state["num_tasks"] != len(self._tasks):
+            raise DatasetError(
+                f"the dataset has {len(self._tasks)} tasks but the saved state was taken with {state['num_tasks']}; "
+                "resuming would not continue the same task order"
+            )
+        if not 0 <= state["position"] <= len(self._tasks):
+            raise ValueError(f"task stream position {state['position']} is outside 0..{len(self._tasks)}")
+        self._epoch = int(state["epoch"])
+        self._position = int(state["position"])
+        self._step = int(state["step"])
+        self._order = self._epoch_order(self._epoch)
 
 
 async def run_rollout(
@@ -178,3 +326,148 @@ def episode_metrics(episodes: list[Episode], error_reward: float) -> dict[str, f
     kinds = Counter(kind for kind, _ in failures)
     error_kinds = {f"episode/error_kind/{kind}": count / len(episodes) for kind, count in sorted(kinds.items())}
     return {**metrics, **mean_metrics(per_agent), **mean_metrics(per_role), **merged, **error_kinds}
+
+
+@dataclass(frozen=True)
+class StepStart:
+    """A training step about to play its rollout."""
+
+    step: int
+    """The step's index, from 0 (the checkpoint after it is `step + 1`)."""
+    tasks: list[dict]
+    """The batch of tasks the rollout plays, each `group_size` times."""
+    weights_version: int
+    """Optimizer steps of the weights that sample the rollout: `step` on-policy, less with `max_staleness` > 0."""
+    snapshot_ages: dict[str, float]
+    """`snapshot/<name>/age_steps` of the snapshot opponents the rollout plays against."""
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """A training step whose update is done, before it is logged."""
+
+    step: int
+    """The step's index, from 0."""
+    metrics: dict[str, float]
+    """What the step logs (read-only here: return a dict from `after_training` to add metrics)."""
+    episodes: list[Episode]
+    """The episodes it trained on, grouped by task."""
+
+
+class StepHook:
+    """Base class of a step hook: override either method; both do nothing here."""
+
+    def before_rollout(self, start: StepStart) -> None:
+        """Called once per step before its first episode plays."""
+
+    def after_training(self, end: StepEnd) -> dict[str, float] | None:
+        """Called once per step after its optimizer step; a returned dict is logged with the step's metrics."""
+        return None
+
+
+async def call_hook(method, argument) -> dict[str, float] | None:
+    """Call a hook's method, awaiting it when it is async."""
+    result = method(argument)
+    return await result if inspect.isawaitable(result) else result
+
+
+def build_step_hooks(import_paths: list[str]) -> list[StepHook]:
+    """The config's hooks, built: a class is instantiated with no arguments, an object is used as it is."""
+    hooks = [import_step_hook(f"step_hooks[{index}]", path) for index, path in enumerate(import_paths)]
+    return [hook() if isinstance(hook, type) else hook for hook in hooks]
+
+
+WARM_STARTED = "warm-started"
+"""The name its weights are saved under (`save_state`) before RL reloads them with a fresh optimizer."""
+REPORT_EVERY_STEPS = 25
+"""Console lines while it runs: one every this many steps, with the mean loss of the steps since the last line."""
+
+
+def supervised_datum(renderer: ChatRenderer, example: dict, where: str) -> Datum:
+    """The example's chat up to its last message as the prompt, that assistant reply (and its end-of-turn token) as
+    the weighted targets."""
+    messages = example.get("messages")
+    if (
+        not isinstance(messages, list)
+        or len(messages) < 2
+        or not all(isinstance(m, dict) for m in messages)
+        or messages[-1].get("role") != "assistant"
+    ):
+        raise DatasetError(
+            f"{where}: a warm-start example needs `messages`, a chat ending in the assistant reply to learn"
+        )
+    reply = messages[-1].get("content")
+    weight = example.get("weight", 1.0)
+    if not isinstance(reply, str) or not reply:
+        raise DatasetError(f"{where}: the last message's content must be the reply's text, got {reply!r}")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+        raise DatasetError(f"{where}: weight must be a positive number, got {weight!r}")
+    return weighted_datum(
+        renderer.render(messages[:-1]), renderer.encode_text(reply) + renderer.stop_token_ids[:1], float(weight)
+    )
+
+
+def weighted_datum(prompt: list[int], reply: list[int], weight: float) -> Datum:
+    """A cross-entropy datum: `prompt` then `reply`, the reply's tokens the targets, each weighted `weight`."""
+    tokens = prompt + reply
+    weights = [0.0] * (len(prompt) - 1) + [weight] * len(reply)
+    return Datum(
+        model_input=ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights}
+    )
+
+
+async def warm_start(
+    config: WarmStartConfig, models: TrainingModels, progress: TrainingProgress, stop: StopSignals
+) -> dict[str, float]:
+    """Run the supervised steps; returns their metrics (loss per weighted target token: the first step's, and the
+    mean of the last REPORT_EVERY_STEPS steps')."""
+    started = time.perf_counter()
+    key = config.model_key(list(models.clients))
+    client, adam_params = models.clients[key], AdamParams(learning_rate=config.learning_rate)
+    renderer = get_renderer(client.get_tokenizer())
+    examples = load_tasks(config.dataset)
+    data = [
+        supervised_datum(renderer, example, f"warm_start.dataset: row {index}")
+        for index, example in enumerate(examples)
+    ]
+    target_weights = [sum(datum.loss_fn_inputs["weights"].tolist()) for datum in data]
+    batches = TaskStream(
+        [{"row": index} for index in range(len(data))],
+        config.batch_size,
+        total_steps=config.steps,
+        shuffle=config.dataset.shuffle,
+        seed=config.dataset.seed,
+    )
+    losses, step_activity = [], progress.activity
+    for step, rows in enumerate(batches):
+        stop.check()  # a stop signal ends the run here, its checkpoint holding the weights taught so far
+        progress.activity = f"warm start {step + 1}/{config.steps}"  # what the console's heartbeat names
+        picked = [row["row"] for row in rows]
+        batch = [data[index] for index in picked]
+        output, _ = await asyncio.gather(
+            client.forward_backward(batch, "cross_entropy", None), client.optim_step(adam_params)
+        )
+        losses.append(output.loss / sum(target_weights[index] for index in picked))
+        if progress.enabled and ((step + 1) % REPORT_EVERY_STEPS == 0 or step + 1 == config.steps):
+            progress.line(
+                f"warm start {step + 1}/{config.steps}: loss per target token {_recent(losses):.3f} (mean "
+                f"of the last {REPORT_EVERY_STEPS} steps)"
+            )
+    progress.activity = step_activity
+    # RL starts with a fresh optimizer: Adam's moments, scaled to the supervised gradients, would shrink its updates
+    # to nothing for the first RL steps.
+    saved = await client.save_state(WARM_STARTED)
+    await client.load_weights(saved.path)
+    return {
+        "warm_start/steps": float(config.steps),
+        "warm_start/loss_first": losses[0],
+        "warm_start/loss_last": _recent(losses),
+        "warm_start/examples": float(len(data)),
+        "time/warm_start": time.perf_counter() - started,
+    }
+
+
+def _recent(losses: list[float]) -> float:
+    """The mean loss of the last REPORT_EVERY_STEPS steps (one batch's loss is noisy)."""
+    recent = losses[-REPORT_EVERY_STEPS:]
+    return sum(recent) / len(recent)
