@@ -39,8 +39,8 @@ from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelCo
 from sparring.envs.guess_number import guess_number, make_tasks
 from sparring.rollout import RunnerSettings, as_episode_fn
 from sparring.trainer import TuneConfig
-from sparring.trainer.loop import train_step
 from sparring.trainer.resolve import build_models
+from sparring.trainer.step import learn, run_rollout
 
 API_KEY = "tml-benchmark"
 
@@ -112,12 +112,14 @@ async def measure(args, model_name: str, url: str, directory: Path) -> dict[str,
         for name in ("local", "remote"):
             models[name].reseed(0, step)
             started = time.perf_counter()
-            metrics = await train_step(
-                episode_fn, batch, models[name], settings, None, configs[name], None, step, args.steps + 1
+            episodes = await run_rollout(
+                episode_fn, batch, models[name].make_training_tuner, settings, None, step, seed=0
             )
+            rollout_s = time.perf_counter() - started
+            metrics = await learn(episodes, models[name], settings, configs[name], None, step, args.steps + 1)
             row = {
                 "step_s": time.perf_counter() - started,
-                "rollout_s": metrics["time/rollout"],
+                "rollout_s": rollout_s,
                 "train_s": metrics["time/train"],
                 "tokens": metrics.get("tokens/trained", 0.0),
             }
