@@ -39,7 +39,7 @@ def test_run_prints_transcripts_without_training(tmp_path, tiny_model_dir):
 
 def test_run_exits_1_when_episodes_failed_and_warns_when_no_trainable_agent_spoke(tmp_path, tiny_model_dir):
     config = str(write_config(tmp_path, tiny_model_dir))
-    failing = runner.invoke(app, ["run", config, "--tasks", "3", "--set", "workflow=tests.test_faults:always_raises"])
+    failing = runner.invoke(app, ["run", config, "--tasks", "3", "--set", "workflow=tests.test_failing_runs:always_raises"])
     assert failing.exit_code == 1, failing.output
     assert "error: 3 of 3 episodes failed (first: " in failing.output and "broken workflow" in failing.output
     silent = runner.invoke(app, ["run", config, "--set", "workflow=tests.test_training_signal:nobody_trainable_speaks"])
