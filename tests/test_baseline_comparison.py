@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from sparring import (
     AlgorithmConfig,
     DatasetConfig,
+    EvaluationConfig,
     Job,
     LoggingConfig,
     TunerModelConfig,
@@ -58,7 +59,8 @@ def test_tune_evaluates_baselines_once_beside_the_first_and_last_evaluation(tiny
         train_dataset=DatasetConfig(tasks=tasks, total_steps=2, workflow_args={"max_turns": 4}),
         eval_dataset=DatasetConfig(tasks=tasks, workflow_args={"max_turns": 4}),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=2),
-        algorithm=AlgorithmConfig(group_size=2, batch_size=2, eval_interval_steps=1),
+        algorithm=AlgorithmConfig(group_size=2, batch_size=2),
+        evaluation=EvaluationConfig(interval_steps=1),
         run_dir=str(tmp_path / "run"),
         logging=QUIET,
         baselines={

@@ -18,6 +18,7 @@ from sparring import (
     AlgorithmConfig,
     DatasetConfig,
     LoggingConfig,
+    RunnerConfig,
     TunerModelConfig,
     tune,
 )
@@ -42,9 +43,8 @@ async def always_raises(task, model, auxiliary_models):
 
 def test_steps_in_which_every_episode_fails_warn_and_stop_the_run_after_a_checkpoint(tiny_model_dir, tmp_path, caplog):
     tasks = [{"task_id": str(i)} for i in range(4)]
-    algorithm = AlgorithmConfig(
-        group_size=2, batch_size=2, episode_timeout_s=TIMEOUT_S, error_reward=-0.25, stop_after_failed_steps=2
-    )
+    algorithm = AlgorithmConfig(group_size=2, batch_size=2, stop_after_failed_steps=2)
+    runner = RunnerConfig(episode_timeout_s=TIMEOUT_S, error_reward=-0.25)
     with (
         caplog.at_level(logging.WARNING, logger="sparring.trainer.step_sequence"),
         pytest.raises(EpisodesFailingError) as stopped,
@@ -54,6 +54,7 @@ def test_steps_in_which_every_episode_fails_warn_and_stop_the_run_after_a_checkp
             train_dataset=DatasetConfig(tasks=tasks, total_steps=5),
             model=model_config(tiny_model_dir),
             algorithm=algorithm,
+            runner=runner,
             run_dir=tmp_path / "run",
             logging=QUIET,
         )
@@ -92,13 +93,15 @@ def test_a_healthy_step_ends_the_failure_streak():
 
 def test_a_run_whose_every_step_failed_raises_the_first_error_and_writes_no_final_adapter(tiny_model_dir, tmp_path):
     tasks = [{"task_id": str(i)} for i in range(4)]
-    algorithm = AlgorithmConfig(group_size=2, batch_size=2, episode_timeout_s=TIMEOUT_S, stop_after_failed_steps=3)
+    algorithm = AlgorithmConfig(group_size=2, batch_size=2, stop_after_failed_steps=3)
+    runner = RunnerConfig(episode_timeout_s=TIMEOUT_S)
     with pytest.raises(EpisodesFailingError) as failed:
         tune(
             always_raises,
             train_dataset=DatasetConfig(tasks=tasks, total_steps=2, shuffle=False),
             model=model_config(tiny_model_dir),
             algorithm=algorithm,
+            runner=runner,
             run_dir=tmp_path / "run",
             logging=QUIET,
         )
@@ -137,7 +140,7 @@ def test_sparring_train_exits_1_with_the_first_error_when_every_episode_failed(t
 
 CTRL_C_SCRIPT = """
 import asyncio, json, sys, time
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
+from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, RunnerConfig, TunerModelConfig, WorkflowOutput, tune
 
 async def workflow(task, model, auxiliary_models):
     await model([{"role": "user", "content": "hi"}])
@@ -149,7 +152,8 @@ async def workflow(task, model, auxiliary_models):
 tasks = [{"task_id": "blocks"}, {"task_id": "healthy"}]
 result = tune(workflow, train_dataset=DatasetConfig(tasks=tasks, total_steps=3, shuffle=False),
               model=TunerModelConfig(model_path=sys.argv[1], max_tokens=4, lora_rank=4),
-              algorithm=AlgorithmConfig(group_size=1, batch_size=2, episode_timeout_s=1.0), run_dir=sys.argv[2],
+              algorithm=AlgorithmConfig(group_size=1, batch_size=2), runner=RunnerConfig(episode_timeout_s=1.0),
+              run_dir=sys.argv[2],
               logging=LoggingConfig(console=False, tensorboard=False))
 print(json.dumps({"interrupted": result.interrupted, "steps": result.steps, "final": result.sampler_paths}), flush=True)
 """

@@ -24,6 +24,7 @@ from sparring import (
     AlgorithmConfig,
     DatasetConfig,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerHandle,
     TunerModelConfig,
@@ -128,14 +129,14 @@ def test_every_fault_is_an_error_episode_of_its_kind_and_the_healthy_ones_train(
     tasks = [{"task_id": fault, "fault": fault} for fault in FAULTS] + [
         {"task_id": f"healthy-{i}", "fault": "healthy"} for i in range(2)
     ]
-    algorithm = AlgorithmConfig(
-        group_size=2, batch_size=len(tasks), learning_rate=1e-3, episode_timeout_s=TIMEOUT_S, error_reward=-0.5
-    )
+    algorithm = AlgorithmConfig(group_size=2, batch_size=len(tasks), learning_rate=1e-3)
+    runner = RunnerConfig(episode_timeout_s=TIMEOUT_S, error_reward=-0.5)
     result = tune(
         faulty,
         train_dataset=DatasetConfig(tasks=tasks, total_steps=1, shuffle=False),
         model=model_config(tiny_model_dir),
         algorithm=algorithm,
+        runner=runner,
         run_dir=tmp_path / "run",
         logging=QUIET,
     )
@@ -299,14 +300,14 @@ def test_an_episode_blocking_the_loop_past_its_time_is_interrupted_there_and_the
 ):
     handler_before = signal.getsignal(INTERRUPT_SIGNAL)
     tasks = [{"task_id": fault, "fault": fault}] + [{"task_id": f"healthy-{i}", "fault": "healthy"} for i in range(3)]
-    algorithm = AlgorithmConfig(
-        group_size=2, batch_size=len(tasks), learning_rate=1e-3, episode_timeout_s=TIMEOUT_S, error_reward=-0.5
-    )
+    algorithm = AlgorithmConfig(group_size=2, batch_size=len(tasks), learning_rate=1e-3)
+    runner = RunnerConfig(episode_timeout_s=TIMEOUT_S, error_reward=-0.5)
     result = tune(
         faulty,
         train_dataset=DatasetConfig(tasks=tasks, total_steps=1, shuffle=False),
         model=model_config(tiny_model_dir),
         algorithm=algorithm,
+        runner=runner,
         run_dir=tmp_path / "run",
         logging=QUIET,
     )

@@ -43,11 +43,11 @@ def write_job(folder: Path, tiny_model_dir: Path, max_staleness: int) -> Path:
             "group_size": 2,
             "batch_size": 1,
             "learning_rate": 1e-3,
-            "save_interval_steps": 1,
             "drop_zero_variance_groups": False,
-            "episode_timeout_s": 60,
             "max_staleness": max_staleness,
         },
+        "runner": {"episode_timeout_s": 60},
+        "checkpoints": {"interval_steps": 1},
         "train_dataset": {"tasks": TASKS, "total_steps": TOTAL_STEPS, "workflow_args": {"max_turns": 1}},
         "logging": {"tensorboard": False, "console": False, "save_rollouts": True},
     }

@@ -12,7 +12,9 @@ import sparring.envs.tictactoe
 from sparring import (
     AlgorithmConfig,
     DatasetConfig,
+    EvaluationConfig,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerModelConfig,
     tune,
@@ -45,14 +47,9 @@ def test_two_training_steps_on_the_tiny_model(tiny_model_dir, tmp_path, opponent
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=4, lora_rank=4),
         auxiliary_models={"snapshot": TunerModelConfig(snapshot_of="policy", snapshot_interval_steps=1)},
         # The tiny model's moves are often all invalid (every reward -1): this checks the plumbing, not learning.
-        algorithm=AlgorithmConfig(
-            group_size=2,
-            batch_size=2,
-            learning_rate=1e-3,
-            eval_interval_steps=2,
-            episode_timeout_s=60,
-            allow_nothing_trained=True,
-        ),
+        algorithm=AlgorithmConfig(group_size=2, batch_size=2, learning_rate=1e-3, allow_nothing_trained=True),
+        runner=RunnerConfig(episode_timeout_s=60),
+        evaluation=EvaluationConfig(interval_steps=2),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )
