@@ -229,8 +229,9 @@ def test_os_exit_in_an_episode_on_ray_ends_only_its_worker_and_is_an_error_episo
         workflow_func=exits_the_process,
         train_dataset=DatasetConfig(tasks=[{"task_id": topic, "topic": topic} for topic in topics], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
+        # One episode a task: each step's os._exit costs a worker (and its start again) of its own.
         algorithm=AlgorithmConfig(
-            algorithm_type="reinforce", drop_zero_variance_groups=False, group_size=2, batch_size=2
+            algorithm_type="reinforce", drop_zero_variance_groups=False, group_size=1, batch_size=2
         ),
         runner=RunnerConfig(episode_timeout_s=30, error_reward=-0.5, backend="ray"),
         run_dir=tmp_path / "run",
