@@ -4,11 +4,13 @@
 `agentscope1_overlay()` installs AgentScope 1.x (the
 `agentscope1` extra, pinned in requirements/agentscope1.txt) and what it needs beyond the venv into a cached overlay
 directory (`pip_overlay`), and
-`run_on_agentscope1(test_file)` runs that module's tests with the overlay first on `PYTHONPATH`.
+`run_on_agentscope1(test_file)` checks that module's tests passed with the overlay first on `PYTHONPATH` (both
+modules run in one subprocess, once a session).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import subprocess
@@ -40,8 +42,24 @@ def agentscope1_overlay() -> Path:
     return pip_overlay(pinned("agentscope1"), Path(sys.prefix) / "agentscope1-overlay")
 
 
+AGENTSCOPE1_MODULES = ("test_agentscope.py", "test_agentscope_tutorial.py")
+"""The modules re-run against AgentScope 1.x, in one subprocess (one start of pytest, torch and AgentScope for both)."""
+
+
 def run_on_agentscope1(test_file: Path) -> None:
     """Run `test_file`'s tests against AgentScope 1.x; fails with their output unless all pass."""
+    assert test_file.name in AGENTSCOPE1_MODULES, test_file
+    returncode, stdout, stderr = _agentscope1_run()
+    outcomes = [line.split(" ", 1) for line in stdout.splitlines() if line.startswith(("PASSED ", "FAILED ", "ERROR "))]
+    mine = [outcome for outcome, test in outcomes if test.startswith(f"tests/{test_file.name}::")]
+    assert returncode == 0 and mine and set(mine) == {"PASSED"}, stdout[-4000:] + stderr[-2000:]
+    assert " passed" in stdout and "failed" not in stdout
+
+
+@functools.cache
+def _agentscope1_run() -> tuple[int, str, str]:
+    """The modules of `AGENTSCOPE1_MODULES` run once against AgentScope 1.x: exit code, stdout (every test's outcome
+    listed: `-rfEp`) and stderr."""
     overlay = agentscope1_overlay()
     env = {
         **os.environ,
@@ -55,9 +73,10 @@ def run_on_agentscope1(test_file: Path) -> None:
             "-m",
             "pytest",
             "-q",
+            "-rfEp",
             "-p",
             "no:cacheprovider",
-            str(test_file),
+            *(str(ROOT / "tests" / name) for name in AGENTSCOPE1_MODULES),
             "-W",
             "ignore::DeprecationWarning",
         ],
@@ -67,5 +86,4 @@ def run_on_agentscope1(test_file: Path) -> None:
         text=True,
         timeout=600,
     )
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and "failed" not in run.stdout
+    return run.returncode, run.stdout, run.stderr

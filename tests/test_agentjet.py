@@ -124,11 +124,11 @@ def werewolf_job(tmp_path, tiny_model_dir) -> Job:
             "group_size": 2,
             "batch_size": 2,
             "learning_rate": 1e-3,
-            "save_interval_steps": 0,
-            "eval_interval_steps": 0,
             "drop_zero_variance_groups": False,
             "allow_nothing_trained": True,
         },  # the tiny model's games may all end alike: this checks the job plumbing
+        evaluation={"interval_steps": 0},
+        checkpoints={"interval_steps": 0},
         run_dir=tmp_path / "run",
         logging={"console": False, "tensorboard": False},
     )

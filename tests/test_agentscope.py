@@ -26,8 +26,11 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from sparring import (  # noqa: E402
     AlgorithmConfig,
+    CheckpointsConfig,
     DatasetConfig,
+    EvaluationConfig,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerHandle,
     TunerModelConfig,
@@ -456,15 +459,10 @@ def test_a_react_agent_workflow_trains_end_to_end(tiny_model_dir, tmp_path):
         workflow_func=VariedCalculator,
         train_dataset=DatasetConfig(tasks=EXAMPLE.TASKS[:4], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
-        algorithm=AlgorithmConfig(
-            group_size=3,
-            batch_size=2,
-            learning_rate=1e-3,
-            drop_zero_variance_groups=False,
-            save_interval_steps=0,
-            eval_interval_steps=0,
-            episode_timeout_s=60,
-        ),
+        algorithm=AlgorithmConfig(group_size=3, batch_size=2, learning_rate=1e-3, drop_zero_variance_groups=False),
+        runner=RunnerConfig(episode_timeout_s=60),
+        evaluation=EvaluationConfig(interval_steps=0),
+        checkpoints=CheckpointsConfig(interval_steps=0),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )

@@ -21,7 +21,17 @@ from agentscope_suite import in_agentscope1_subprocess, load_example, run_on_age
 from scripted_sampler import ScriptedSampler  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerHandle, TunerModelConfig, tune  # noqa: E402
+from sparring import (  # noqa: E402
+    AlgorithmConfig,
+    CheckpointsConfig,
+    DatasetConfig,
+    EvaluationConfig,
+    LoggingConfig,
+    RunnerConfig,
+    TunerHandle,
+    TunerModelConfig,
+    tune,
+)
 from sparring.integrations import agentscope_major, agentscope_model  # noqa: E402
 from sparring.logging import read_rollouts  # noqa: E402
 from sparring.models import get_renderer  # noqa: E402
@@ -129,10 +139,12 @@ def test_the_tutorial_trains_one_step_on_the_tiny_model(tiny_model_dir, tmp_path
             batch_size=1,
             learning_rate=1e-3,
             drop_zero_variance_groups=False,
-            save_interval_steps=0,
-            eval_interval_steps=0,
-            episode_timeout_s=240,
             allow_nothing_trained=True,
+        ),
+        runner=RunnerConfig(episode_timeout_s=240),
+        evaluation=EvaluationConfig(interval_steps=0),
+        checkpoints=CheckpointsConfig(
+            interval_steps=0
         ),  # the tiny model's games may all end alike: this checks the plumbing
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),

@@ -11,10 +11,13 @@ from safetensors.torch import load_file
 
 from sparring import (
     AlgorithmConfig,
+    CheckpointsConfig,
     DatasetConfig,
+    EvaluationConfig,
     Job,
     LeagueConfig,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerModelConfig,
     ValidationConfig,
@@ -60,15 +63,13 @@ def config(
     total_steps,
     max_staleness,
     workflow="tests.test_async_training:versus_rival",
-    **algorithm,
+    eval_every=0,
 ):
     model = TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=5, lora_rank=4)
     settings = dict(
         group_size=2,
         batch_size=2,
         learning_rate=2e-2,
-        save_interval_steps=1,
-        episode_timeout_s=60,
         seed=5,
         drop_zero_variance_groups=False,
         max_staleness=max_staleness,
@@ -76,7 +77,10 @@ def config(
     job = Job(
         model=model,
         auxiliary_models={"rival": TunerModelConfig(snapshot_of="policy", snapshot_interval_steps=2)},
-        algorithm=AlgorithmConfig(**{**settings, **algorithm}),
+        algorithm=AlgorithmConfig(**settings),
+        runner=RunnerConfig(episode_timeout_s=60),
+        evaluation=EvaluationConfig(interval_steps=eval_every),
+        checkpoints=CheckpointsConfig(interval_steps=1),
         run_dir=str(run_dir),
         logging=QUIET,
     )
@@ -126,7 +130,7 @@ def test_max_staleness_is_bounded_with_a_one_line_error():
 @pytest.mark.timeout(240)
 def test_each_rollout_samples_the_weights_of_n_steps_before_and_evaluations_are_barriers(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
-    result = run_training(config(tiny_model_dir, run_dir, total_steps=5, max_staleness=1, eval_interval_steps=3))
+    result = run_training(config(tiny_model_dir, run_dir, total_steps=5, max_staleness=1, eval_every=3))
     assert result.steps == 5
     metrics = [m for m in read_metrics(run_dir) if "staleness/max" in m]
     # Step k trains on the rollout of version max(k - 1, last evaluation step); evaluations at steps 0 and 3.
@@ -191,13 +195,9 @@ def test_several_trainable_models_train_asynchronously(tiny_model_dir, tmp_path)
     job = Job(
         models={"policy": model, "second": model},
         algorithm=AlgorithmConfig(
-            group_size=2,
-            batch_size=2,
-            learning_rate=1e-2,
-            episode_timeout_s=60,
-            drop_zero_variance_groups=False,
-            max_staleness=1,
+            group_size=2, batch_size=2, learning_rate=1e-2, drop_zero_variance_groups=False, max_staleness=1
         ),
+        runner=RunnerConfig(episode_timeout_s=60),
         run_dir=str(tmp_path / "run"),
         logging=QUIET,
     )
@@ -229,11 +229,11 @@ def test_a_league_and_validation_with_rollouts_running_ahead(tiny_model_dir, tmp
             batch_size=2,
             learning_rate=1e-3,
             rollout_temperature_floor=1.0,
-            save_interval_steps=2,
-            episode_timeout_s=60,
             allow_nothing_trained=True,
             max_staleness=1,
         ),
+        runner=RunnerConfig(episode_timeout_s=60),
+        checkpoints=CheckpointsConfig(interval_steps=2),
         run_dir=str(run_dir),
         logging=QUIET,
     )

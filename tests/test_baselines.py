@@ -1,30 +1,21 @@
-"""Scripted baselines: the scripted chat model in the trainable slot, each game's baselines playing the real
-workflows to known values, the 95 % intervals against hand-computed numbers, the `baselines:` config, and
-the comparison (models and baselines side by side) from `tune()` and `sparring eval` on the tiny model."""
+"""Scripted baselines: the scripted chat model in the trainable slot, and each game's baselines playing the real
+workflows to known values (per-episode estimates of them included). The 95 % intervals: tests/test_intervals.py;
+the `baselines:` config and the comparison from `tune()` and `sparring eval`: tests/test_baseline_comparison.py."""
 
 import asyncio
-import json
 import math
 import random
 
 import pytest
-import yaml
-from typer.testing import CliRunner
 
 from sparring import (
-    AlgorithmConfig,
-    DatasetConfig,
-    Job,
-    LoggingConfig,
     ScriptedChatModel,
     TunerHandle,
-    TunerModelConfig,
     WorkflowOutput,
 )
-from sparring.algorithms import Estimate, bootstrap_interval, estimate, separation, wilson_interval
-from sparring.cli import app
-from sparring.envs import game_config_path, load_game_config
+from sparring.algorithms import Estimate, wilson_interval
 from sparring.envs import guess_number as gn
+from sparring.envs import load_game_config
 from sparring.envs import tictactoe as ttt
 from sparring.envs import twenty_questions as tq
 from sparring.envs import werewolf as ww
@@ -36,14 +27,10 @@ from sparring.envs.tictactoe import workflow as ttt_workflow
 from sparring.envs.tictactoe.rules import Board
 from sparring.envs.twenty_questions import baselines as tq_baselines
 from sparring.envs.twenty_questions import rules as tq_rules
-from sparring.logging import read_metrics
 from sparring.rollout import EpisodeRecorder, as_episode_fn, recording, run_episodes
 from sparring.rollout.runner import RunnerSettings
-from sparring.trainer import ConfigError, TuneConfig, load_train_and_eval_tasks
-from sparring.trainer.config_file import check_names
+from sparring.trainer import load_train_and_eval_tasks
 from sparring.trainer.evaluation import estimates_of
-
-QUIET = LoggingConfig(console=False, tensorboard=False, save_rollouts=False)
 
 
 def play(workflow, tasks, policy, auxiliary=None, seed=0):
@@ -329,42 +316,6 @@ def test_coordinated_werewolves_name_the_same_good_player_and_win_more_than_rand
     assert wins["coordinated_werewolves"] > wins["random_valid"] + 15, wins
 
 
-# --- intervals -------------------------------------------------------------------------------
-
-
-def test_wilson_interval_matches_hand_computed_values():
-    # 15/16: centre (p + z²/2n)/(1 + z²/n) = 1.057546/1.240091 = 0.852797, half-width 0.136084.
-    assert wilson_interval(15, 16) == pytest.approx((0.716713, 0.988881), abs=1e-6)
-    # 0/10: the upper end is z²/(n + z²) = 3.841459/13.841459.
-    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.277533), abs=1e-6)
-    # 5/10: symmetric about 1/2, half-width z·sqrt(0.025 + z²/400)/(1 + z²/10) = 0.2634.
-    assert wilson_interval(5, 10) == pytest.approx((0.236593, 0.763407), abs=1e-6)
-    with pytest.raises(ValueError, match="at least one trial"):
-        wilson_interval(0, 0)
-
-
-def test_bootstrap_interval_matches_hand_computed_values():
-    # Two values 0 and 2: resampled means are 0, 1, 2 with probability 1/4, 1/2, 1/4 -> 2.5 % at 0, 97.5 % at 2.
-    assert bootstrap_interval([0.0, 2.0]) == (0.0, 2.0)
-    assert bootstrap_interval([0.3] * 5) == pytest.approx((0.3, 0.3))
-    low, high = bootstrap_interval(list(range(100)))
-    assert low < 49.5 < high and high - low == pytest.approx(2 * 1.96 * 28.87 / 10, rel=0.15)  # ≈ the normal interval
-    assert bootstrap_interval([1.0, 5.0, 2.0]) == bootstrap_interval([1.0, 5.0, 2.0]), "a fixed seed"
-
-
-def test_estimate_picks_wilson_for_0_1_values_and_bootstrap_otherwise_and_separation_needs_disjoint_intervals():
-    assert estimate([1, 0, 1, 1]) == Estimate(0.75, *wilson_interval(3, 4), 4, "wilson")
-    assert estimate([0.5, 1.0]).method == "bootstrap"
-    with pytest.raises(ValueError):
-        estimate([])
-    a, b, c = (
-        Estimate(0.9, 0.8, 1.0, 10, "wilson"),
-        Estimate(0.5, 0.3, 0.7, 10, "wilson"),
-        Estimate(0.75, 0.6, 0.85, 10, "wilson"),
-    )
-    assert separation(a, b) == "above" and separation(b, a) == "below" and separation(a, c) is None
-
-
 def test_episode_estimates_take_per_episode_values():
     episodes = play(
         gn.guess_number, [{"secret": s, "workflow_args": {"max_turns": 4}} for s in (8, 16)], gn.binary_search
@@ -373,133 +324,6 @@ def test_episode_estimates_take_per_episode_values():
     assert found["workflow/success"] == Estimate(0.5, *wilson_interval(1, 2), 2, "wilson")
     assert found["reward/mean"].method == "bootstrap" and found["reward/mean"].n == 2
     assert found["agent/policy/reward"].mean == found["reward/mean"].mean
-
-
-# --- config, tune() and the CLI ----------------------------------------------------------------
-
-
-def test_baselines_in_the_config_are_checked_when_it_is_built():
-    config = TuneConfig(baselines={"binary_search": "sparring.envs.guess_number:binary_search"})
-    assert config.baselines == {"binary_search": "sparring.envs.guess_number:binary_search"}
-    for bad, message in [
-        (
-            "sparring.envs.guess_number:nope",
-            "baselines.b: cannot import 'sparring.envs.guess_number:nope'.*no attribute 'nope'",
-        ),
-        (
-            "no_such_module:policy",
-            "baselines.b: cannot import 'no_such_module:policy': no module named 'no_such_module'",
-        ),
-        ("sparring.envs.guess_number.rules:RULES", "baselines.b: .*is a str, not a policy function"),
-    ]:
-        with pytest.raises(ConfigError, match=message):
-            check_names(TuneConfig(baselines={"b": bad}))
-    with pytest.raises(ConfigError, match="baselines.trained: .*not 'untrained' or 'trained'"):
-        TuneConfig(baselines={"trained": "sparring.envs.guess_number:binary_search"})
-
-
-@pytest.mark.parametrize("path", ["guess_number", "tictactoe", "twenty_questions", "werewolf"])
-def test_each_example_config_names_its_games_baselines(path):
-    config = TuneConfig.from_dict(yaml.safe_load(game_config_path(path).read_text()))
-    assert config.baselines and all(value.startswith(f"sparring.envs.{path}:") for value in config.baselines.values())
-
-
-def test_tune_evaluates_baselines_once_beside_the_first_and_last_evaluation(tiny_model_dir, tmp_path):
-    tasks = [{"secret": s} for s in (3, 9, 12, 5)]
-    config = TuneConfig(
-        workflow="sparring.envs.guess_number:guess_number",
-        train_dataset=DatasetConfig(tasks=tasks, total_steps=2, workflow_args={"max_turns": 4}),
-        eval_dataset=DatasetConfig(tasks=tasks, workflow_args={"max_turns": 4}),
-        model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=2),
-        algorithm=AlgorithmConfig(group_size=2, batch_size=2, eval_interval_steps=1),
-        run_dir=str(tmp_path / "run"),
-        logging=QUIET,
-        baselines={
-            "binary_search": "sparring.envs.guess_number:binary_search",
-            "random_valid": "sparring.envs.guess_number:random_valid",
-        },
-    )
-    result = Job.from_config(config).tune()
-    labels = [column.label for column in result.comparison.columns]
-    assert (
-        labels == ["untrained", "step 1", "trained", "binary_search", "random_valid"]
-        and result.comparison.subject == "trained"
-    )
-    binary = result.comparison.column("binary_search")
-    assert binary.episodes == 4 and binary.estimates["workflow/success"].mean == 1.0  # 3, 9, 12 and 5 in 4 guesses
-    saved = json.loads((tmp_path / "run" / "evaluation.json").read_text())
-    assert [c["label"] for c in saved["columns"]] == labels and saved["subject_vs"].keys() == {
-        "untrained",
-        "step 1",
-        "binary_search",
-        "random_valid",
-    }
-    logged = read_metrics(tmp_path / "run")
-    baseline_rows = [row for row in logged if "baseline/binary_search/workflow/success" in row]
-    assert len(baseline_rows) == 1 and baseline_rows[0]["step"] == 0
-    assert baseline_rows[0]["baseline/binary_search/workflow/success/ci_low"] == pytest.approx(wilson_interval(4, 4)[0])
-
-    trained = next(iter(result.sampler_paths.values()))
-    warm = config.model_copy(
-        update={"model": config.model.model_copy(update={"adapter_path": trained}), "run_dir": str(tmp_path / "warm")}
-    )
-    warm_labels = [column.label for column in Job.from_config(warm).tune().comparison.columns]
-    assert warm_labels == ["step 0", "step 1", "trained", "binary_search", "random_valid"], (
-        "a run that starts from an adapter has no untrained column"
-    )
-    evaluations = [row for row in logged if "eval/reward/mean" in row]
-    assert [row["step"] for row in evaluations] == [0, 1, 2]
-    assert all(
-        row["eval/reward/mean/ci_low"] <= row["eval/reward/mean"] <= row["eval/reward/mean/ci_high"]
-        for row in evaluations
-    )
-
-
-def test_sparring_eval_shows_the_model_beside_each_baseline_with_intervals_and_markers(tiny_model_dir, tmp_path):
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("".join(f'{{"secret": {n}}}\n' for n in range(1, 17)))
-    config = {
-        "workflow": "sparring.envs.guess_number:guess_number",
-        "run_dir": str(tmp_path / "run"),
-        "model": {"model_path": str(tiny_model_dir), "max_tokens": 3, "lora_rank": 2},
-        "train_dataset": {"path": str(tasks), "workflow_args": {"max_turns": 4}},
-        "eval_dataset": {"path": str(tasks), "workflow_args": {"max_turns": 4}},
-        "baselines": {
-            "random_valid": "sparring.envs.guess_number:random_valid",
-            "binary_search": "sparring.envs.guess_number:binary_search",
-        },
-        "logging": {"tensorboard": False, "console": False},
-    }
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(config))
-    result = CliRunner().invoke(app, ["eval", str(path)])
-    assert result.exit_code == 0, result.output
-    text = " ".join(result.output.split())  # the footnote wraps at the table's width
-    for expected in [
-        "untrained",
-        "random_valid",
-        "binary_search",
-        "success",
-        "0.938 [0.717, 0.989]",
-        "Wilson score",
-        "bootstrap",
-        "entirely above / below",
-    ]:
-        assert expected in text, expected
-    saved = json.loads((tmp_path / "run" / "eval.json").read_text())
-    columns = {c["label"]: c for c in saved["columns"]}
-    assert columns["binary_search"]["metrics"]["workflow/success"]["mean"] == 0.9375
-    model = columns["untrained"]["metrics"]["workflow/success"]
-    binary = columns["binary_search"]["metrics"]["workflow/success"]
-    separated = model["high"] < binary["low"]
-    assert (saved["subject_vs"]["binary_search"].get("workflow/success") == "below") == separated
-    success_line = next(line for line in result.output.splitlines() if "success" in line)
-    assert ("▼" in success_line) == separated
-
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({**config, "baselines": {"oops": "sparring.envs.guess_number:no_such_policy"}}))
-    failed = CliRunner().invoke(app, ["eval", str(bad)])
-    assert failed.exit_code == 2 and "baselines.oops: cannot import" in failed.output
 
 
 def test_the_example_held_out_games_give_the_baselines_their_known_values():

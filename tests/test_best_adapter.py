@@ -14,10 +14,13 @@ import pytest
 
 from sparring import (
     AlgorithmConfig,
+    CheckpointsConfig,
     ConfigError,
     DatasetConfig,
     DatasetError,
+    EvaluationConfig,
     LoggingConfig,
+    RunnerConfig,
     TuneConfig,
     TunerModelConfig,
     ValidationConfig,
@@ -39,20 +42,14 @@ async def name_a_colour(task, model, auxiliary_models):
     )
 
 
-def _config(tiny_model_dir, **algorithm) -> dict:
+def _config(tiny_model_dir, checkpoint_every: int = 0) -> dict:
     return dict(
         # At temperature 1 the tiny model names yellow ~9 times in 10 and red rarely; at 3, every colour often.
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=8, lora_rank=4, temperature=3.0),
-        algorithm=AlgorithmConfig(
-            algorithm_type="grpo",
-            group_size=8,
-            batch_size=2,
-            learning_rate=2e-3,
-            seed=0,
-            eval_interval_steps=0,
-            episode_timeout_s=60,
-            **algorithm,
-        ),
+        algorithm=AlgorithmConfig(algorithm_type="grpo", group_size=8, batch_size=2, learning_rate=2e-3, seed=0),
+        runner=RunnerConfig(episode_timeout_s=60),
+        evaluation=EvaluationConfig(interval_steps=0),
+        checkpoints=CheckpointsConfig(interval_steps=checkpoint_every),
         logging=LoggingConfig(console=False, tensorboard=False, save_rollouts=False),
     )
 
@@ -82,7 +79,7 @@ def test_the_run_keeps_the_weights_that_validate_best_and_eval_of_them_replays_t
             dataset=DatasetConfig(tasks=validation_tasks), every_steps=2, from_step=1, metric="workflow/mixed"
         ),
         run_dir=tmp_path / "run",
-        **_config(tiny_model_dir, save_interval_steps=1),
+        **_config(tiny_model_dir, checkpoint_every=1),
     )
     record = json.loads((tmp_path / "run" / "validation.json").read_text())
     steps = [entry["steps"] for entry in record["validations"]]
@@ -103,7 +100,7 @@ def test_the_run_keeps_the_weights_that_validate_best_and_eval_of_them_replays_t
 
 
 def test_a_resumed_run_keeps_its_earlier_validations_and_best(tiny_model_dir, tmp_path):
-    base = dict(workflow_func=name_a_colour, run_dir=tmp_path / "run", **_config(tiny_model_dir, save_interval_steps=1))
+    base = dict(workflow_func=name_a_colour, run_dir=tmp_path / "run", **_config(tiny_model_dir, checkpoint_every=1))
     validation = ValidationConfig(
         dataset=DatasetConfig(tasks=[{}] * 8), every_steps=1, from_step=3, metric="workflow/named_yellow", mode="min"
     )

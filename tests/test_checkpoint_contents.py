@@ -13,7 +13,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    CheckpointsConfig,
+    DatasetConfig,
+    LoggingConfig,
+    TunerModelConfig,
+    WorkflowOutput,
+    tune,
+)
 from sparring.logging import read_metrics
 from sparring.trainer import CheckpointError, load_config_file, run_training
 from sparring.trainer.checkpoints import latest_checkpoint, verify_checkpoint
@@ -32,12 +40,13 @@ def run_dir(tiny_model_dir, tmp_path_factory):
 
 def one_step_run(folder, tiny_model_dir, group_size: int):
     """A one-step run of `token_sum` on the tiny model, a checkpoint after its step; returns its folder."""
-    settings = {"group_size": group_size, "batch_size": 2, "save_interval_steps": 1, "allow_nothing_trained": True}
+    settings = {"group_size": group_size, "batch_size": 2, "allow_nothing_trained": True}
     tune(
         token_sum,
         train_dataset=DatasetConfig(tasks=[{"prompt": f"say {i}"} for i in range(4)], total_steps=1),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=2),
         algorithm=AlgorithmConfig(learning_rate=1e-2, drop_zero_variance_groups=False, **settings),
+        checkpoints=CheckpointsConfig(interval_steps=1),
         run_dir=folder,
         logging=LoggingConfig(console=False, tensorboard=False),
     )

@@ -2,7 +2,7 @@
 line
 naming the bad file (with its manifest, and the content checks alone without one), a NaN produced by an optimizer step
 never reaches a saved adapter, temporary folders of killed saves are cleaned when a run starts, retention never
-keeps a checkpoint whose weights are gone, and `keep_checkpoints` keeps only the newest (which still resume)."""
+keeps a checkpoint whose weights are gone, and `checkpoints.keep` keeps only the newest (which still resume)."""
 
 import itertools
 import json
@@ -15,7 +15,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    CheckpointsConfig,
+    DatasetConfig,
+    LoggingConfig,
+    TunerModelConfig,
+    WorkflowOutput,
+    tune,
+)
 from sparring.trainer import CheckpointError, NonFiniteWeightsError, load_config_file, run_training
 from sparring.trainer.checkpoints import latest_checkpoint, verify_checkpoint
 from sparring.trainer.safeguards import MANIFEST
@@ -28,12 +36,11 @@ async def token_sum(task, model, auxiliary_models):
     return WorkflowOutput(reward=float(sum(said.tokens) % 3))
 
 
-def train(tiny_model_dir, run_dir: Path, total_steps: int, workflow=token_sum, **algorithm):
+def train(tiny_model_dir, run_dir: Path, total_steps: int, workflow=token_sum, keep=None, **algorithm):
     settings = {
         "group_size": 2,
         "batch_size": 2,
         "learning_rate": 1e-2,
-        "save_interval_steps": 1,
         "drop_zero_variance_groups": False,
         **algorithm,
     }
@@ -42,6 +49,7 @@ def train(tiny_model_dir, run_dir: Path, total_steps: int, workflow=token_sum, *
         train_dataset=DatasetConfig(tasks=[{"prompt": f"say {i}"} for i in range(4)], total_steps=total_steps),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=2),
         algorithm=AlgorithmConfig(**settings),
+        checkpoints=CheckpointsConfig(interval_steps=1, keep=keep),
         run_dir=run_dir,
         logging=QUIET,
     )
@@ -187,7 +195,7 @@ def test_keep_checkpoints_deletes_older_checkpoints_and_their_training_states_an
     tiny_model_dir, tmp_path
 ):
     run = tmp_path / "run"
-    train(tiny_model_dir, run, total_steps=4, keep_checkpoints=2)
+    train(tiny_model_dir, run, total_steps=4, keep=2)
     assert [path.name for path in sorted((run / "checkpoints").glob("step_*"))] == ["step_000003", "step_000004"]
     states = model_state(latest_checkpoint(run)).parent
     assert sorted(path.name for path in states.iterdir()) == ["run-step-000003", "run-step-000004"]

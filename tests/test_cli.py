@@ -13,17 +13,18 @@ from sparring.logging import read_metrics
 runner = CliRunner()
 
 
-def write_config(tmp_path, tiny_model_dir, **algorithm):
+def write_config(tmp_path, tiny_model_dir, **sections):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(f'{{"secret": {n}}}\n' for n in (3, 9, 12, 5)))
     config = {
         "workflow": "sparring.envs.guess_number:guess_number",
         "run_dir": str(tmp_path / "run"),
         "model": {"model_path": str(tiny_model_dir), "max_tokens": 4, "lora_rank": 4},
-        "algorithm": {"group_size": 2, "batch_size": 2, "learning_rate": 1e-3, **algorithm},
+        "algorithm": {"group_size": 2, "batch_size": 2, "learning_rate": 1e-3},
         "train_dataset": {"path": str(tasks), "total_steps": 1, "workflow_args": {"max_turns": 2}},
         "eval_dataset": {"path": str(tasks), "workflow_args": {"max_turns": 2}},
         "logging": {"tensorboard": False, "console": False},
+        **sections,
     }
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -39,7 +40,9 @@ def test_run_prints_transcripts_without_training(tmp_path, tiny_model_dir):
 
 def test_run_exits_1_when_episodes_failed_and_warns_when_no_trainable_agent_spoke(tmp_path, tiny_model_dir):
     config = str(write_config(tmp_path, tiny_model_dir))
-    failing = runner.invoke(app, ["run", config, "--tasks", "3", "--set", "workflow=tests.test_faults:always_raises"])
+    failing = runner.invoke(
+        app, ["run", config, "--tasks", "3", "--set", "workflow=tests.test_failing_runs:always_raises"]
+    )
     assert failing.exit_code == 1, failing.output
     assert "error: 3 of 3 episodes failed (first: " in failing.output and "broken workflow" in failing.output
     silent = runner.invoke(app, ["run", config, "--set", "workflow=tests.test_training_signal:nobody_trainable_speaks"])
@@ -50,7 +53,7 @@ def test_run_exits_1_when_episodes_failed_and_warns_when_no_trainable_agent_spok
 def test_train_with_overrides_then_eval_the_adapter(tmp_path, tiny_model_dir):
     config = write_config(tmp_path, tiny_model_dir)
     result = runner.invoke(
-        app, ["train", str(config), "--set", "train_dataset.total_steps=2", "--set", "algorithm.eval_interval_steps=2"]
+        app, ["train", str(config), "--set", "train_dataset.total_steps=2", "--set", "evaluation.interval_steps=2"]
     )
     assert result.exit_code == 0, result.output
     assert [m["step"] for m in read_metrics(tmp_path / "run") if "reward/mean" in m] == [1, 2]
@@ -105,7 +108,7 @@ def test_bad_overrides_and_fields_name_the_path(tmp_path, tiny_model_dir):
 
 
 def test_resume_from_the_run_directory_alone(tmp_path, tiny_model_dir):
-    config = write_config(tmp_path, tiny_model_dir, save_interval_steps=1)
+    config = write_config(tmp_path, tiny_model_dir, checkpoints={"interval_steps": 1})
     assert runner.invoke(app, ["train", str(config)]).exit_code == 0
     saved = tmp_path / "run" / "config.yaml"
     saved.write_text(saved.read_text().replace("total_steps: 1", "total_steps: 2"))

@@ -274,10 +274,10 @@ CASES = [
     ),
     Case(
         "timeout_bound",
-        ("algorithm.episode_timeout_s", "less than or equal to 86400"),
-        put("algorithm.episode_timeout_s", 1e9),
+        ("runner.episode_timeout_s", "less than or equal to 86400"),
+        put("runner.episode_timeout_s", 1e9),
     ),
-    Case("error_reward_nan", ("algorithm.error_reward", "finite number"), put("algorithm.error_reward", float("nan"))),
+    Case("error_reward_nan", ("runner.error_reward", "finite number"), put("runner.error_reward", float("nan"))),
 ]
 
 

@@ -18,8 +18,11 @@ import pytest
 
 from sparring import (
     AlgorithmConfig,
+    CheckpointsConfig,
     DatasetConfig,
+    EvaluationConfig,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerHandle,
     TunerModelConfig,
@@ -73,16 +76,10 @@ def test_a_toy_game_with_choices_learns_with_the_learner_exact_on_constrained_to
         workflow_func=name_a_colour,
         train_dataset=DatasetConfig(tasks=[{"target": target}], total_steps=STEPS, seed=0),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=8, lora_rank=4),
-        algorithm=AlgorithmConfig(
-            algorithm_type="grpo",
-            group_size=8,
-            batch_size=2,
-            learning_rate=2e-3,
-            seed=0,
-            save_interval_steps=0,
-            eval_interval_steps=0,
-            episode_timeout_s=60,
-        ),
+        algorithm=AlgorithmConfig(algorithm_type="grpo", group_size=8, batch_size=2, learning_rate=2e-3, seed=0),
+        runner=RunnerConfig(episode_timeout_s=60),
+        evaluation=EvaluationConfig(interval_steps=0),
+        checkpoints=CheckpointsConfig(interval_steps=0),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False, save_rollouts=True),
     )

@@ -17,8 +17,10 @@ import yaml
 
 from sparring import (
     AlgorithmConfig,
+    CheckpointsConfig,
     DatasetConfig,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerModelConfig,
     WorkflowOutput,
@@ -68,9 +70,9 @@ def test_the_tiny_model_trains_with_a_loss_and_an_advantage_function_given_by_im
             batch_size=tasks_per_step,
             learning_rate=1e-2,
             drop_zero_variance_groups=False,
-            save_interval_steps=0,
-            episode_timeout_s=60,
         ),
+        runner=RunnerConfig(episode_timeout_s=60),
+        checkpoints=CheckpointsConfig(interval_steps=0),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )

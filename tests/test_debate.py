@@ -12,9 +12,11 @@ from sparring import (
     AlgorithmConfig,
     ChatModel,
     ChatResponse,
+    CheckpointsConfig,
     DatasetConfig,
     Job,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerHandle,
     TunerModelConfig,
@@ -165,9 +167,9 @@ def test_two_adapters_train_at_once_and_the_saved_adapters_differ(tiny_model_dir
         workflow_func=LengthJudgedDebate,
         train_dataset=DatasetConfig(tasks=TOPICS, total_steps=2, workflow_args={"rounds": 1}),
         models={"pro": debater(tiny_model_dir), "con": debater(tiny_model_dir)},
-        algorithm=AlgorithmConfig(
-            group_size=4, batch_size=2, learning_rate=1e-2, save_interval_steps=1, episode_timeout_s=60
-        ),
+        algorithm=AlgorithmConfig(group_size=4, batch_size=2, learning_rate=1e-2),
+        runner=RunnerConfig(episode_timeout_s=60),
+        checkpoints=CheckpointsConfig(interval_steps=1),
         run_dir=tmp_path / "run",
         logging=QUIET,
     )
@@ -199,7 +201,8 @@ def test_the_debate_runs_with_a_model_as_judge(tiny_model_dir, tmp_path):
         auxiliary_models={"judge": TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=4, temperature=0.0)},
         # A tiny random judge often names nobody: every debate a tie, nothing to train on, which is not this test's
         # subject.
-        algorithm=AlgorithmConfig(group_size=2, batch_size=2, episode_timeout_s=60, allow_nothing_trained=True),
+        algorithm=AlgorithmConfig(group_size=2, batch_size=2, allow_nothing_trained=True),
+        runner=RunnerConfig(episode_timeout_s=60),
         run_dir=tmp_path / "run",
         logging=QUIET,
     )

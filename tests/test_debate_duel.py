@@ -7,7 +7,7 @@ import random
 import pytest
 from test_debate import QUIET, TOPICS, Scripted, prefers_longer, says
 
-from sparring import AlgorithmConfig, DatasetConfig, TunerModelConfig, tune
+from sparring import AlgorithmConfig, DatasetConfig, RunnerConfig, TunerModelConfig, tune
 from sparring.envs import game_folder, load_game_config
 from sparring.envs.debate.rules import speech_fault
 from sparring.envs.debate_duel import debate_duel, restate
@@ -145,7 +145,8 @@ def test_a_duel_trains_on_the_tiny_model_with_the_seats_as_roles(tiny_model_dir,
         train_dataset=DatasetConfig(tasks=TOPICS[:2], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=8, lora_rank=4),
         auxiliary_models={"opponent": TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=8)},
-        algorithm=AlgorithmConfig(group_size=4, batch_size=2, learning_rate=1e-2, episode_timeout_s=60),
+        algorithm=AlgorithmConfig(group_size=4, batch_size=2, learning_rate=1e-2),
+        runner=RunnerConfig(episode_timeout_s=60),
         run_dir=tmp_path / "run",
         logging=QUIET,
     )

@@ -5,7 +5,16 @@ import math
 
 import pytest
 
-from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, TunerModelConfig, tune
+from sparring import (
+    AlgorithmConfig,
+    CheckpointsConfig,
+    DatasetConfig,
+    Job,
+    LoggingConfig,
+    RunnerConfig,
+    TunerModelConfig,
+    tune,
+)
 from sparring.algorithms import EntropySteering
 from sparring.engine.losses import LOSSES, register_loss
 from sparring.envs.tictactoe import make_tasks, tictactoe
@@ -60,14 +69,10 @@ def test_every_update_trains_with_its_steered_coefficient_and_a_resumed_run_cont
         ),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=4),
         algorithm=AlgorithmConfig(
-            group_size=4,
-            batch_size=2,
-            learning_rate=1e-3,
-            save_interval_steps=1,
-            episode_timeout_s=60,
-            loss_fn="ppo_recording_entropy_coef",
-            entropy_target=target,
+            group_size=4, batch_size=2, learning_rate=1e-3, loss_fn="ppo_recording_entropy_coef", entropy_target=target
         ),
+        runner=RunnerConfig(episode_timeout_s=60),
+        checkpoints=CheckpointsConfig(interval_steps=1),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )

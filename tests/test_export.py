@@ -14,7 +14,9 @@ from typer.testing import CliRunner
 
 from sparring import (
     AlgorithmConfig,
+    CheckpointsConfig,
     DatasetConfig,
+    EvaluationConfig,
     LoggingConfig,
     ServiceClient,
     TunerModelConfig,
@@ -42,14 +44,9 @@ def trained(tiny_model_dir, tmp_path_factory):
         workflow_func=say_something,
         train_dataset=DatasetConfig(tasks=[{"topic": f"topic {i}"} for i in range(4)], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
-        algorithm=AlgorithmConfig(
-            group_size=4,
-            batch_size=2,
-            learning_rate=5e-2,
-            drop_zero_variance_groups=False,
-            eval_interval_steps=0,
-            save_interval_steps=0,
-        ),
+        algorithm=AlgorithmConfig(group_size=4, batch_size=2, learning_rate=5e-2, drop_zero_variance_groups=False),
+        evaluation=EvaluationConfig(interval_steps=0),
+        checkpoints=CheckpointsConfig(interval_steps=0),
         run_dir=run_dir,
         logging=LoggingConfig(console=False, tensorboard=False),
     )

@@ -29,7 +29,8 @@ from sparring.rollout.loop_watchdog import watching
 
 TIMEOUT_S = 0.5
 GRACE_S = 0.25
-ROUNDS = 20
+ROUNDS = int(os.environ.get("SPARRING_FAULT_ROUNDS", "10"))
+"""Steps played in a row: 10 in the suite; `SPARRING_FAULT_ROUNDS=100` looks longer for a rarer resume order."""
 HEALTHY = 4
 GO_S = 0.2
 """When the blocking faults start and the healthy episodes return, all woken at once by one event (`go`)."""

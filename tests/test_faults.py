@@ -5,43 +5,36 @@ Faulty workflows (raise, nan/inf rewards, a string reward, string/None/list/nan 
 type, bad turn rewards, a hang, a `time.sleep` that blocks the event loop, one that swallows its
 cancellation, a `time.sleep(600)` or an endless Python loop on the event loop) run beside healthy ones;
 the healthy ones complete and train, the timeouts hold on each episode's own time (a blocking episode is
-interrupted at its timeout + grace, Ctrl-C still checkpoints and stops), steps in which every episode
-fails stop the run after a checkpoint, and a run that trained nothing fails without a final adapter.
+interrupted at its timeout + grace), and time queued for a crowded sampler is shared out. Runs in which every
+episode fails: tests/test_failing_runs.py; the episode clock and the interrupter alone:
+tests/test_loop_interrupts.py.
 """
 
 import asyncio
 import itertools
-import json
 import logging
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 from safetensors.torch import load_file
-from typer.testing import CliRunner
 
 from sparring import (
     AlgorithmConfig,
     DatasetConfig,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerHandle,
     TunerModelConfig,
     WorkflowOutput,
     tune,
 )
-from sparring.cli import app
 from sparring.logging import read_metrics, read_rollouts
-from sparring.rollout import ERROR_KINDS, Episode, PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
-from sparring.rollout.episode_clock import EpisodeClock, SharedTime
-from sparring.rollout.loop_interrupt import INTERRUPT_SIGNAL, MainThreadInterrupter
+from sparring.rollout import ERROR_KINDS, PolicyChatModel, RunnerSettings, as_episode_fn, run_episodes
+from sparring.rollout.loop_interrupt import INTERRUPT_SIGNAL
 from sparring.rollout.player import CANCEL_GRACE_S
-from sparring.trainer import EpisodesFailingError
-from sparring.trainer.safeguards import FailureStreak
 
 TIMEOUT_S = 1.5
 BLOCK_S = 2.0  # longer than the timeout: every episode waiting meanwhile would time out if it were charged for it
@@ -136,14 +129,14 @@ def test_every_fault_is_an_error_episode_of_its_kind_and_the_healthy_ones_train(
     tasks = [{"task_id": fault, "fault": fault} for fault in FAULTS] + [
         {"task_id": f"healthy-{i}", "fault": "healthy"} for i in range(2)
     ]
-    algorithm = AlgorithmConfig(
-        group_size=2, batch_size=len(tasks), learning_rate=1e-3, episode_timeout_s=TIMEOUT_S, error_reward=-0.5
-    )
+    algorithm = AlgorithmConfig(group_size=2, batch_size=len(tasks), learning_rate=1e-3)
+    runner = RunnerConfig(episode_timeout_s=TIMEOUT_S, error_reward=-0.5)
     result = tune(
         faulty,
         train_dataset=DatasetConfig(tasks=tasks, total_steps=1, shuffle=False),
         model=model_config(tiny_model_dir),
         algorithm=algorithm,
+        runner=runner,
         run_dir=tmp_path / "run",
         logging=QUIET,
     )
@@ -300,83 +293,6 @@ def test_time_queued_for_a_crowded_sampler_is_shared_out(tiny_model_dir, tmp_pat
     assert max(ended) > 2.0 * 1.4  # the queue really was longer than the timeout
 
 
-def test_an_episode_clock_charges_shares_of_sampler_waits_and_none_of_others_stalls():
-    shared = SharedTime()
-    waiting = [EpisodeClock(f"w{i}", shared) for i in range(4)]
-    running = EpisodeClock("r", shared)
-    waits = [clock.waiting_for_sampler() for clock in waiting]
-    for wait in waits:
-        wait.__enter__()
-    time.sleep(0.4)
-    for wait in waits:
-        wait.__exit__(None, None, None)
-    for clock in waiting:
-        assert clock.own_time() == pytest.approx(0.1, abs=0.05)  # a quarter of the 0.4 s wait
-    assert running.own_time() == pytest.approx(0.4, abs=0.05)
-    blocker = EpisodeClock("b", shared)
-    shared.begin_stall(time.monotonic(), blocker)
-    time.sleep(0.3)
-    # Before the stall is ended (the loop may resume others first), the clocks already stand still but the blocker's.
-    assert running.own_time() == pytest.approx(0.4, abs=0.05) and blocker.own_time() == pytest.approx(0.3, abs=0.05)
-    seconds, culprit = shared.end_stall(time.monotonic())
-    culprit.charge_stall(seconds, "here")
-    assert running.own_time() == pytest.approx(0.4, abs=0.05) and blocker.own_time() == pytest.approx(0.3, abs=0.05)
-
-
-async def always_raises(task, model, auxiliary_models):
-    raise RuntimeError(f"broken workflow on {task['task_id']}")
-
-
-def test_steps_in_which_every_episode_fails_warn_and_stop_the_run_after_a_checkpoint(tiny_model_dir, tmp_path, caplog):
-    tasks = [{"task_id": str(i)} for i in range(4)]
-    algorithm = AlgorithmConfig(
-        group_size=2, batch_size=2, episode_timeout_s=TIMEOUT_S, error_reward=-0.25, stop_after_failed_steps=2
-    )
-    with (
-        caplog.at_level(logging.WARNING, logger="sparring.trainer.pipeline"),
-        pytest.raises(EpisodesFailingError) as stopped,
-    ):
-        tune(
-            always_raises,
-            train_dataset=DatasetConfig(tasks=tasks, total_steps=5),
-            model=model_config(tiny_model_dir),
-            algorithm=algorithm,
-            run_dir=tmp_path / "run",
-            logging=QUIET,
-        )
-    assert (
-        "stopped after step 2" in str(stopped.value)
-        and "exception in 4 of 4 episodes" in str(stopped.value)
-        and "broken workflow" in str(stopped.value)
-    )
-    assert "first error: exception: RuntimeError: broken workflow on" in str(stopped.value) and not list(
-        (tmp_path / "run").rglob("final")
-    )
-    metrics = read_metrics(tmp_path / "run")
-    assert [m["step"] for m in metrics] == [1, 2] and [m["reward/mean"] for m in metrics] == [
-        -0.25,
-        -0.25,
-    ]  # the error reward, not 0.0
-    warnings = [record.message for record in caplog.records if "every episode of this step failed" in record.message]
-    assert len(warnings) == 2 and "commonest error: exception" in warnings[0]
-    latest = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
-    assert (
-        latest["path"].endswith("step_000002")
-        and (tmp_path / "run" / "checkpoints" / "step_000002" / "trainer_state.json").exists()
-    )
-
-
-def test_a_healthy_step_ends_the_failure_streak():
-    failed = [Episode(task={}, group=0, timelines=[], rewards={}, error="x", error_kind="exception")] * 2
-    healthy = [Episode(task={}, group=0, timelines=[], rewards={}), failed[0]]
-    streak = FailureStreak(limit=2)
-    assert streak.observe(failed) and not streak.exhausted
-    assert streak.observe(healthy) is None and streak.steps == 0
-    streak.observe(failed)
-    streak.observe(failed)
-    assert streak.exhausted and FailureStreak(limit=0, steps=99).exhausted is False
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fault", ["sleep_forever", "busy_forever"])
 def test_an_episode_blocking_the_loop_past_its_time_is_interrupted_there_and_the_others_train(
@@ -384,14 +300,14 @@ def test_an_episode_blocking_the_loop_past_its_time_is_interrupted_there_and_the
 ):
     handler_before = signal.getsignal(INTERRUPT_SIGNAL)
     tasks = [{"task_id": fault, "fault": fault}] + [{"task_id": f"healthy-{i}", "fault": "healthy"} for i in range(3)]
-    algorithm = AlgorithmConfig(
-        group_size=2, batch_size=len(tasks), learning_rate=1e-3, episode_timeout_s=TIMEOUT_S, error_reward=-0.5
-    )
+    algorithm = AlgorithmConfig(group_size=2, batch_size=len(tasks), learning_rate=1e-3)
+    runner = RunnerConfig(episode_timeout_s=TIMEOUT_S, error_reward=-0.5)
     result = tune(
         faulty,
         train_dataset=DatasetConfig(tasks=tasks, total_steps=1, shuffle=False),
         model=model_config(tiny_model_dir),
         algorithm=algorithm,
+        runner=runner,
         run_dir=tmp_path / "run",
         logging=QUIET,
     )
@@ -420,144 +336,3 @@ def _line_of(text: str) -> int:
     """The first line of this file that starts with `text` (in `faulty`)."""
     with open(__file__) as source:
         return next(number for number, line in enumerate(source, 1) if line.strip().startswith(text))
-
-
-def test_the_interrupter_raises_in_the_main_thread_only_when_the_decision_says_so():
-    def later(interrupter, decide):
-        threading.Timer(0.2, interrupter.interrupt, args=(decide,)).start()
-
-    called_before = []
-
-    def handler_before(signum, frame):
-        called_before.append(signum)
-
-    previous = signal.signal(INTERRUPT_SIGNAL, handler_before)
-    interrupter = MainThreadInterrupter()
-    try:
-        assert interrupter.install()
-        frames = []
-        later(interrupter, lambda frame: frames.append(frame))  # the moment passed: no-op, the sleep goes on
-        started = time.monotonic()
-        time.sleep(0.6)
-        assert (
-            time.monotonic() - started >= 0.6 and frames and frames[0].f_code.co_name.startswith("test_the_interrupter")
-        )
-        later(interrupter, lambda frame: ValueError("stop here"))
-        started = time.monotonic()
-        with pytest.raises(ValueError, match="stop here"):
-            time.sleep(30)
-        later(interrupter, lambda frame: ValueError("stop the loop"))
-        with pytest.raises(ValueError, match="stop the loop"):
-            while time.monotonic() - started < 30:
-                pass
-        assert time.monotonic() - started < 5
-        signal.pthread_kill(threading.main_thread().ident, INTERRUPT_SIGNAL)  # not ours: the previous handler gets it
-        time.sleep(0.1)
-        assert called_before == [INTERRUPT_SIGNAL]
-    finally:
-        interrupter.restore()
-        restored = signal.getsignal(INTERRUPT_SIGNAL)
-        signal.signal(INTERRUPT_SIGNAL, previous)
-    assert restored is handler_before and not interrupter.interrupt(
-        lambda frame: ValueError("late")
-    )  # restored: nothing is sent
-    off_main = []
-    worker = threading.Thread(target=lambda: off_main.append(MainThreadInterrupter().install()))
-    worker.start()
-    worker.join()
-    assert off_main == [False]  # a loop outside the main thread keeps today's behaviour: named, not interrupted
-
-
-CTRL_C_SCRIPT = """
-import asyncio, json, sys, time
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
-
-async def workflow(task, model, auxiliary_models):
-    await model([{"role": "user", "content": "hi"}])
-    if task["task_id"] == "blocks":
-        print("blocking", flush=True)
-        time.sleep(600)
-    return WorkflowOutput(reward=1.0)
-
-tasks = [{"task_id": "blocks"}, {"task_id": "healthy"}]
-result = tune(workflow, train_dataset=DatasetConfig(tasks=tasks, total_steps=3, shuffle=False),
-              model=TunerModelConfig(model_path=sys.argv[1], max_tokens=4, lora_rank=4),
-              algorithm=AlgorithmConfig(group_size=1, batch_size=2, episode_timeout_s=1.0), run_dir=sys.argv[2],
-              logging=LoggingConfig(console=False, tensorboard=False))
-print(json.dumps({"interrupted": result.interrupted, "steps": result.steps, "final": result.sampler_paths}), flush=True)
-"""
-
-
-@pytest.mark.timeout(120)
-def test_ctrl_c_during_a_blocked_step_still_checkpoints_and_stops(tiny_model_dir, tmp_path):
-    script = tmp_path / "blocked_run.py"
-    script.write_text(CTRL_C_SCRIPT)
-    run = subprocess.Popen(
-        [sys.executable, str(script), str(tiny_model_dir), str(tmp_path / "run")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert run.stdout.readline().strip() == "blocking"
-        time.sleep(0.3)
-        run.send_signal(signal.SIGINT)
-        interrupted = time.monotonic()
-        out, err = run.communicate(timeout=60)
-    finally:
-        run.kill()
-    # The blocked episode is interrupted at its timeout + grace; then the interrupt stops the run.
-    assert run.returncode == 0 and time.monotonic() - interrupted < 1.0 + CANCEL_GRACE_S + 20, err
-    assert json.loads(out.splitlines()[-1]) == {
-        "interrupted": True,
-        "steps": 0,
-        "final": {},
-    }  # nothing trained: no final adapter
-    latest = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
-    assert latest["path"].endswith("step_000000")
-
-
-def test_a_run_whose_every_step_failed_raises_the_first_error_and_writes_no_final_adapter(tiny_model_dir, tmp_path):
-    tasks = [{"task_id": str(i)} for i in range(4)]
-    algorithm = AlgorithmConfig(group_size=2, batch_size=2, episode_timeout_s=TIMEOUT_S, stop_after_failed_steps=3)
-    with pytest.raises(EpisodesFailingError) as failed:
-        tune(
-            always_raises,
-            train_dataset=DatasetConfig(tasks=tasks, total_steps=2, shuffle=False),
-            model=model_config(tiny_model_dir),
-            algorithm=algorithm,
-            run_dir=tmp_path / "run",
-            logging=QUIET,
-        )
-    message = str(failed.value)
-    assert "every episode failed in every step this run took (2, up to step 2): nothing was trained" in message
-    assert (
-        "first error: exception: RuntimeError: broken workflow on 0;" in message
-        and "no final adapter written" in message
-    )
-    assert not list((tmp_path / "run").rglob("final"))
-    assert [m["step"] for m in read_metrics(tmp_path / "run")] == [1, 2]
-
-
-def test_sparring_train_exits_1_with_the_first_error_when_every_episode_failed(tiny_model_dir, tmp_path):
-    (tmp_path / "broken.py").write_text(
-        "async def broken(task, model, auxiliary_models):\n    raise KeyError(f\"no field {task['n']}\")\n"
-    )
-    (tmp_path / "tasks.jsonl").write_text("".join(f'{{"n": {n}}}\n' for n in range(2)))
-    config = {
-        "workflow": f"{tmp_path / 'broken.py'}:broken",
-        "run_dir": str(tmp_path / "run"),
-        "model": {"model_path": str(tiny_model_dir), "max_tokens": 4, "lora_rank": 4},
-        "algorithm": {"group_size": 2, "batch_size": 2},
-        "train_dataset": {"path": str(tmp_path / "tasks.jsonl"), "total_steps": 1, "shuffle": False},
-        "logging": {"tensorboard": False, "console": False},
-    }
-    (tmp_path / "job.yaml").write_text(json.dumps(config))
-    result = CliRunner().invoke(app, ["train", str(tmp_path / "job.yaml")])
-    assert result.exit_code == 1, result.output
-    assert (
-        result.output.startswith("error: every episode failed")
-        and "first error: exception: KeyError: 'no field 0'" in result.output
-    )
-    assert not list((tmp_path / "run").rglob("final"))

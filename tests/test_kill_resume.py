@@ -1,7 +1,7 @@
 """`sparring train` killed with SIGKILL at random moments resumes with `--resume` and loses at most one step a kill.
 
 A run on the tiny model checkpoints every step. It is started as a real process, killed with
-SIGKILL at a few moments drawn from a seeded generator -- mid-episode, mid-update, mid-checkpoint,
+SIGKILL at moments drawn from a seeded generator (`KILLS` of them) -- mid-episode, mid-update, mid-checkpoint,
 wherever the moment falls -- and resumed from its run directory each time, until a last resume
 runs it to the end. At every kill the steps logged minus the steps checkpointed is 0 or 1 (the
 step that finished but whose checkpoint did not), the checkpoint `latest.json` points at is
@@ -28,8 +28,9 @@ from safetensors.torch import load_file
 
 from sparring.logging import read_metrics
 
-TOTAL_STEPS = 16
-KILLS = 3
+KILLS = int(os.environ.get("SPARRING_KILLS", "2"))
+"""Kills of each run: 2 in the suite (a trainer process started again each); `SPARRING_KILLS=10` samples more."""
+TOTAL_STEPS = max(16, 5 * KILLS + 2)
 SEED = 13
 TASKS = [{"secret": secret} for secret in (3, 9, 12, 5, 7, 1)]
 
@@ -43,11 +44,11 @@ def write_job(folder: Path, tiny_model_dir: Path, max_staleness: int) -> Path:
             "group_size": 2,
             "batch_size": 1,
             "learning_rate": 1e-3,
-            "save_interval_steps": 1,
             "drop_zero_variance_groups": False,
-            "episode_timeout_s": 60,
             "max_staleness": max_staleness,
         },
+        "runner": {"episode_timeout_s": 60},
+        "checkpoints": {"interval_steps": 1},
         "train_dataset": {"tasks": TASKS, "total_steps": TOTAL_STEPS, "workflow_args": {"max_turns": 1}},
         "logging": {"tensorboard": False, "console": False, "save_rollouts": True},
     }

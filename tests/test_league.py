@@ -13,9 +13,11 @@ import torch
 
 from sparring import (
     AlgorithmConfig,
+    CheckpointsConfig,
     DatasetConfig,
     Job,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerModelConfig,
     WorkflowOutput,
@@ -322,14 +324,10 @@ def test_three_league_steps_on_the_tiny_model(tiny_model_dir, tmp_path):
             sampling="latest",
         ),
         algorithm=AlgorithmConfig(
-            group_size=2,
-            batch_size=2,
-            learning_rate=1e-3,
-            rollout_temperature_floor=1.0,
-            save_interval_steps=3,
-            episode_timeout_s=60,
-            allow_nothing_trained=True,
+            group_size=2, batch_size=2, learning_rate=1e-3, rollout_temperature_floor=1.0, allow_nothing_trained=True
         ),
+        runner=RunnerConfig(episode_timeout_s=60),
+        checkpoints=CheckpointsConfig(interval_steps=3),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )

@@ -16,7 +16,17 @@ import peft
 import torch
 from transformers import AutoModelForCausalLM
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
+from sparring import (
+    AlgorithmConfig,
+    CheckpointsConfig,
+    DatasetConfig,
+    EvaluationConfig,
+    LoggingConfig,
+    RunnerConfig,
+    TunerModelConfig,
+    WorkflowOutput,
+    tune,
+)
 
 PROMPTS = ["Pick a token.", "Say something.", "topic 1", "What comes next?"]
 TARGET_MASS = 0.08
@@ -69,16 +79,10 @@ def test_grpo_learns_a_toy_task_from_chance_to_the_optimum(tiny_model_dir, tiny_
             tasks=[{"prompt": p, "targets": targets} for p in PROMPTS], total_steps=STEPS, seed=0
         ),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=1, lora_rank=4),
-        algorithm=AlgorithmConfig(
-            algorithm_type="grpo",
-            group_size=8,
-            batch_size=4,
-            learning_rate=1e-3,
-            seed=0,
-            save_interval_steps=0,
-            eval_interval_steps=0,
-            episode_timeout_s=60,
-        ),
+        algorithm=AlgorithmConfig(algorithm_type="grpo", group_size=8, batch_size=4, learning_rate=1e-3, seed=0),
+        runner=RunnerConfig(episode_timeout_s=60),
+        evaluation=EvaluationConfig(interval_steps=0),
+        checkpoints=CheckpointsConfig(interval_steps=0),
         run_dir=tmp_path / "run",
         logging=QUIET,
     )

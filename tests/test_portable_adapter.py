@@ -16,9 +16,10 @@ from sparring.models.catalogue import ModelSpec
 
 HUB_ID = "sparring-tests/Tiny-Chat"
 LOAD = (
-    "import sys; from peft import AutoPeftModelForCausalLM; "
-    "print(type(AutoPeftModelForCausalLM.from_pretrained(sys.argv[1])).__name__)"
+    "import sys; from peft import AutoPeftModelForCausalLM\n"
+    "for path in sys.argv[1:]: print(path, type(AutoPeftModelForCausalLM.from_pretrained(path)).__name__)"
 )
+"""Loads each adapter named (one process for all: its start, importing peft, costs more than a tiny model's load)."""
 
 
 def test_an_adapter_loads_by_hub_id_where_its_local_base_path_does_not_exist(tiny_model_dir, tmp_path, monkeypatch):
@@ -44,13 +45,14 @@ def test_an_adapter_loads_by_hub_id_where_its_local_base_path_does_not_exist(tin
     (repo / "refs" / "main").write_text(revision)
     shutil.rmtree(local)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf-home")}
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOAD, str(saved), str(exported)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
     for adapter in (saved, exported):
-        loaded = subprocess.run(
-            [sys.executable, "-c", LOAD, str(adapter)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert loaded.returncode == 0 and "PeftModelForCausalLM" in loaded.stdout, loaded.stderr[-2000:]
+        assert f"{adapter} PeftModelForCausalLM" in loaded.stdout.splitlines(), loaded.stdout

@@ -19,6 +19,7 @@ from sparring import (  # noqa: E402
     DatasetConfig,
     JudgeOutput,
     LoggingConfig,
+    RunnerConfig,
     TunerHandle,
     TunerModelConfig,
     WorkflowOutput,
@@ -140,7 +141,7 @@ def test_a_workflow_that_cannot_be_sent_fails_clearly(cluster, models, tmp_path)
             workflow_func=holds_a_lock,
             train_dataset=DatasetConfig(tasks=[{}]),
             model=TunerModelConfig(model_path="does-not-exist"),
-            algorithm=AlgorithmConfig(runner="ray"),
+            runner=RunnerConfig(backend="ray"),
             run_dir=tmp_path / "run",
             logging=QUIET,
         )
@@ -186,14 +187,9 @@ def test_raising_hanging_and_blocking_episodes_become_errors_and_the_rest_trains
         ),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
         algorithm=AlgorithmConfig(
-            algorithm_type="reinforce",
-            drop_zero_variance_groups=False,
-            group_size=2,
-            batch_size=4,
-            episode_timeout_s=3,
-            error_reward=-0.5,
-            runner="ray",
+            algorithm_type="reinforce", drop_zero_variance_groups=False, group_size=2, batch_size=4
         ),
+        runner=RunnerConfig(episode_timeout_s=3, error_reward=-0.5, backend="ray"),
         run_dir=tmp_path / "run",
         logging=QUIET,
     )
@@ -233,15 +229,11 @@ def test_os_exit_in_an_episode_on_ray_ends_only_its_worker_and_is_an_error_episo
         workflow_func=exits_the_process,
         train_dataset=DatasetConfig(tasks=[{"task_id": topic, "topic": topic} for topic in topics], total_steps=2),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=6, lora_rank=4),
+        # One episode a task: each step's os._exit costs a worker (and its start again) of its own.
         algorithm=AlgorithmConfig(
-            algorithm_type="reinforce",
-            drop_zero_variance_groups=False,
-            group_size=2,
-            batch_size=2,
-            episode_timeout_s=30,
-            error_reward=-0.5,
-            runner="ray",
+            algorithm_type="reinforce", drop_zero_variance_groups=False, group_size=1, batch_size=2
         ),
+        runner=RunnerConfig(episode_timeout_s=30, error_reward=-0.5, backend="ray"),
         run_dir=tmp_path / "run",
         logging=QUIET,
     )

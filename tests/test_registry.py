@@ -111,7 +111,7 @@ def test_cli_trains_a_game_by_name_and_its_run_resumes_from_anywhere(tiny_model_
         "--set",
         "algorithm.batch_size=1",
         "--set",
-        "algorithm.eval_interval_steps=0",
+        "evaluation.interval_steps=0",
     ]
     trained = runner.invoke(app, ["train", "guess_number", *tiny(tiny_model_dir, tmp_path), *steps])
     assert trained.exit_code == 0, trained.output

@@ -189,9 +189,9 @@ def test_a_killed_train_resumes_from_the_state_saved_on_the_service(service, tin
             "group_size": 2,
             "batch_size": 1,
             "learning_rate": 1e-3,
-            "save_interval_steps": 1,
             "drop_zero_variance_groups": False,
         },
+        "checkpoints": {"interval_steps": 1},
         "train_dataset": {"tasks": TASKS, "total_steps": 3, "workflow_args": WORKFLOW_ARGS},
         "logging": {"console": False, "tensorboard": False},
     }
@@ -309,10 +309,10 @@ def test_rollouts_run_ahead_on_a_service_and_a_stopped_run_resumes_there(service
                 "group_size": 2,
                 "batch_size": 1,
                 "learning_rate": 1e-3,
-                "save_interval_steps": 1,
                 "drop_zero_variance_groups": False,
                 "max_staleness": 1,
             },
+            "checkpoints": {"interval_steps": 1},
             "train_dataset": {"tasks": TASKS, "total_steps": total_steps, "workflow_args": WORKFLOW_ARGS},
             "logging": {"console": False, "tensorboard": False},
         }

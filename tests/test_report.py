@@ -64,10 +64,10 @@ def trained_run(tiny_model_dir, tmp_path_factory):
         "algorithm": {
             "group_size": 2,
             "batch_size": 2,
-            "eval_interval_steps": 1,
-            "save_interval_steps": 0,
             "drop_zero_variance_groups": False,
         },
+        "evaluation": {"interval_steps": 1},
+        "checkpoints": {"interval_steps": 0},
         "baselines": {"says_hello": "tests.test_report:says_hello"},
         "logging": {"tensorboard": False},
     }

@@ -24,7 +24,8 @@ def write_job(tmp_path: Path, tiny_model_dir: Path) -> Path:
         "workflow": "sparring.envs.guess_number:guess_number",
         "run_dir": str(tmp_path / "run"),
         "model": {"model_path": str(tiny_model_dir), "max_tokens": 3, "lora_rank": 2},
-        "algorithm": {"group_size": 2, "batch_size": 1, "save_interval_steps": 1, "allow_nothing_trained": True},
+        "algorithm": {"group_size": 2, "batch_size": 1, "allow_nothing_trained": True},
+        "checkpoints": {"interval_steps": 1},
         "train_dataset": {"tasks": [{"secret": 3}, {"secret": 5}], "total_steps": 3, "workflow_args": {"max_turns": 1}},
         "logging": {"tensorboard": False, "console": False},
     }

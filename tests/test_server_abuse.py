@@ -1,4 +1,4 @@
-"""`sparring serve` under abuse: every request bounded, every client isolated, SIGTERM obeyed.
+"""`sparring serve` under abuse: every request bounded, every client isolated.
 
 A real server process on a tiny model with a 4,096-token context (so a long
 decode takes seconds, not minutes) is sent what an attacker or a careless
@@ -6,31 +6,27 @@ client would send: a billion `max_tokens`, a datum longer than the context,
 a batch over the token limit, absurd LoRA ranks and names, `tinker://`
 paths that climb out of `--base-dir`, adapter directories named as OpenAI
 `model`s, guessed ids of another session's models, futures and checkpoints,
-a cancel of running sampling, a client that hangs up, malformed bodies on
-every route of `/openapi.json`, and SIGTERM with a request running. Every
-answer must be a 4xx JSON naming the problem (or the right result), none a
-5xx, none slower than `BOUND_S`; the counts are checked last. Schemathesis
-runs against `/openapi.json` when it is installed: no 5xx, and no status the
-schema does not list.
+a cancel of running sampling, a client that hangs up, and malformed bodies on
+every route of `/openapi.json`. Every answer must be a 4xx JSON naming the
+problem (or the right result), none a 5xx, none slower than `BOUND_S`; the
+counts are checked last. Schemathesis runs against `/openapi.json` when it is
+installed: no 5xx, and no status the schema does not list. A server's own
+limits and its shutdown (an abandoned client, a body over the limit, SIGTERM):
+tests/test_server_lifecycle.py.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
+from abuse_client import API_KEY, BOUND_S, CONTEXT, LONG, MAX_REQUEST_TOKENS, Abuser, build_long_model, datum, refused
 from sparring_server import serving
 
 import sparring
-from sparring.models import build_tiny_model
-from sparring.server import ServerLimits, create_app
 
 if importlib.util.find_spec("schemathesis") is not None:
     # Imported at collection, before any test starts a thread: CPython 3.11 keeps the AST constructor's recursion
@@ -39,101 +35,11 @@ if importlib.util.find_spec("schemathesis") is not None:
     import schemathesis.specs.openapi.checks  # noqa: F401
     import schemathesis.specs.openapi.schemas  # noqa: F401
 
-API_KEY = "tml-abuse"
-BOUND_S = 30.0
-"""No request may take longer than this (a hang)."""
-CONTEXT = 4096
-MAX_REQUEST_TOKENS = 100_000
-LONG = {"max_tokens": CONTEXT - 8, "stop": [], "seed": 0}
-"""Sampling that runs to the end of the context (no stop token ends it): seconds of decoding."""
-
-
-class Abuser:
-    """An HTTP client that counts what it sent and what went wrong: 5xx answers and hangs."""
-
-    sent = 0
-    server_errors: list[str] = []
-    hangs: list[str] = []
-
-    def __init__(self, url: str, api_key: str = API_KEY):
-        self.client = httpx.Client(base_url=url, headers={"X-API-Key": api_key}, timeout=BOUND_S)
-
-    def request(self, method: str, path: str, **kwargs) -> httpx.Response:
-        Abuser.sent += 1
-        try:
-            response = self.client.request(method, path, **kwargs)
-        except httpx.TimeoutException:
-            Abuser.hangs.append(f"{method} {path}")
-            raise
-        if response.status_code >= 500:
-            Abuser.server_errors.append(f"{method} {path} -> {response.status_code} {response.text[:200]}")
-        return response
-
-    def post(self, path: str, body=None, **kwargs) -> httpx.Response:
-        return self.request("POST", path, json=body, **kwargs)
-
-    def tinker(self, path: str, body) -> httpx.Response:
-        return self.post(f"/api/v1/{path}", body)
-
-    def result(self, answer: httpx.Response) -> dict:
-        assert answer.status_code == 200, answer.text
-        while True:
-            reply = self.tinker("retrieve_future", {"request_id": answer.json()["request_id"]}).json()
-            if reply.get("type") != "try_again":
-                return reply
-
-    def session(self) -> str:
-        return self.tinker("create_session", {"tags": []}).json()["session_id"]
-
-    def model(self, session: str, base_model: str, seq: int = 0) -> str:
-        created = self.tinker(
-            "create_model",
-            {
-                "session_id": session,
-                "model_seq_id": seq,
-                "base_model": base_model,
-                "lora_config": {"rank": 2, "seed": 0},
-            },
-        )
-        return self.result(created)["model_id"]
-
-    def sampler(self, session: str, seq: int = 0, **source) -> str:
-        answer = self.tinker(
-            "create_sampling_session", {"session_id": session, "sampling_session_seq_id": seq, **source}
-        )
-        assert answer.status_code == 200, answer.text
-        return answer.json()["sampling_session_id"]
-
-    def sample(self, sampler: str, tokens: list[int], num_samples: int = 1, **params) -> httpx.Response:
-        prompt = {"chunks": [{"type": "encoded_text", "tokens": tokens}]}
-        return self.tinker(
-            "asample",
-            {"sampling_session_id": sampler, "num_samples": num_samples, "prompt": prompt, "sampling_params": params},
-        )
-
-
-def refused(answer: httpx.Response, status: int, *words: str) -> None:
-    """A JSON 4xx of that status whose message names every word."""
-    assert answer.status_code == status, answer.text
-    body = answer.json()
-    message = body["detail"] if "detail" in body else body["error"]["message"]
-    for word in words:
-        assert word in message, f"{word!r} not in {message!r}"
-
-
-def datum(length: int) -> dict:
-    tokens = [5 + n % 300 for n in range(length)]
-    targets = {"data": tokens, "dtype": "int64", "shape": [length]}
-    return {
-        "model_input": {"chunks": [{"type": "encoded_text", "tokens": tokens}]},
-        "loss_fn_inputs": {"target_tokens": targets, "weights": {"data": [1.0] * length, "dtype": "float32"}},
-    }
-
 
 @pytest.fixture(scope="module")
 def long_model_dir(tmp_path_factory) -> Path:
     """The tiny model with a 4,096-token context."""
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-long") / "tiny", seed=0, max_position_embeddings=CONTEXT)
+    return build_long_model(tmp_path_factory.mktemp("tiny-long"))
 
 
 @pytest.fixture(scope="module")
@@ -234,30 +140,6 @@ def test_a_cancelled_sampling_request_stops_and_frees_the_engine(abuser, long_mo
     abuser.result(abuser.sample(sampler, [5, 6, 7], max_tokens=2, stop=[]))
     assert time.monotonic() - started < 5.0, "the engine went on decoding the cancelled request"
     refused(abuser.tinker("cancel_future", {"request_id": "req-guessed"}), 404, "req-guessed")
-
-
-def test_the_requests_of_a_client_whose_heartbeat_stopped_are_cancelled(long_model_dir, tmp_path):
-    app = create_app(str(long_model_dir), base_dir=tmp_path)
-    app.state.tinker.abandon_s = 0.5  # the SDK heartbeats every 10 s; the default is 120 s
-    with TestClient(
-        app, headers={"X-API-Key": API_KEY}
-    ) as client:  # its lifespan drains, never closes the shared engine
-        inside = Abuser("http://testserver")
-        inside.client = client
-        gone = inside.session()
-        inside.tinker("session_heartbeat", {"session_id": gone})
-        running = inside.sample(inside.sampler(gone, base_model=str(long_model_dir)), [5, 6, 7], num_samples=16, **LONG)
-        time.sleep(1.0)
-        alive = inside.session()
-        inside.tinker(
-            "session_heartbeat", {"session_id": alive}
-        )  # any request sweeps: the silent client's work is cancelled
-        assert "cancelled" in inside.result(running)["error"]
-        started = time.monotonic()
-        inside.result(
-            inside.sample(inside.sampler(alive, base_model=str(long_model_dir)), [5, 6, 7], max_tokens=2, stop=[])
-        )
-        assert time.monotonic() - started < 5.0, "the engine went on decoding the abandoned request"
 
 
 def test_a_chat_completion_whose_client_hung_up_is_not_computed(served, abuser):
@@ -439,22 +321,6 @@ def test_every_route_answers_malformed_bodies_with_a_4xx(abuser, served):
     assert sent > 100
 
 
-def test_a_body_over_the_limit_is_refused_before_it_is_read(long_model_dir, tmp_path):
-    app = create_app(str(long_model_dir), base_dir=tmp_path, limits=ServerLimits(max_body_bytes=1000))
-    client = TestClient(app)  # no `with`: no lifespan, so the engine shared with other tests is left alone
-    Abuser.sent += 2
-    declared = client.post(
-        "/api/v1/create_session", content=b"{" + b" " * 2000 + b"}", headers={"content-type": "application/json"}
-    )
-    assert declared.status_code == 413 and "1000 bytes" in declared.json()["detail"]
-    streamed = client.post(
-        "/v1/chat/completions",
-        content=iter([b"{", b" " * 800, b" " * 800, b"}"]),
-        headers={"content-type": "application/json"},
-    )
-    assert streamed.status_code == 413 and "1000 bytes" in streamed.json()["detail"]
-
-
 @pytest.mark.skipif(
     importlib.util.find_spec("schemathesis") is None,
     reason="schemathesis is not installed (it is in the dev extra: pip install -e '.[dev]')",
@@ -488,47 +354,6 @@ def test_schemathesis_finds_no_5xx_and_no_undeclared_status_in_60_seconds(served
 
         given(strategy)(check)()
     assert not failures, failures
-
-
-# SIGTERM ----------------------------------------------------------------------------------------
-
-
-def test_sigterm_drains_for_the_bound_and_exits_while_sampling_runs(long_model_dir, tmp_path):
-    with serving(long_model_dir, tmp_path, API_KEY, extra_args=("--drain-s", "2")) as server:
-        client = Abuser(server.url)
-        sampler = client.sampler(client.session(), base_model=str(long_model_dir))
-        running = client.sample(sampler, [5, 6, 7], num_samples=16, **LONG)
-        polling = threading.Thread(target=_poll_once, args=(server.url, running.json()["request_id"]), daemon=True)
-        polling.start()
-        time.sleep(1.0)
-        started = time.monotonic()
-        os.kill(server.process.pid, signal.SIGTERM)
-        server.process.wait(timeout=2 + 15)
-        took = time.monotonic() - started
-        print(f"\nSIGTERM: exited {took:.1f} s after the signal, status {server.process.returncode} (--drain-s 2)")
-    assert took < 2 + 8, f"exited {took:.1f} s after SIGTERM with --drain-s 2"
-
-
-def test_serve_refuses_a_malformed_adapter_option_in_one_line():
-    from typer.testing import CliRunner
-
-    from sparring.cli import app as cli_app
-
-    outcome = CliRunner().invoke(cli_app, ["serve", "--adapter", "no-equals-sign"])
-    assert outcome.exit_code == 2 and "NAME=PATH" in outcome.output and "Traceback" not in outcome.output
-
-
-def _poll_once(url: str, request_id: str) -> None:
-    """A client long-polling for the running request's result when SIGTERM comes (the server may drop it)."""
-    try:
-        httpx.post(
-            f"{url}/api/v1/retrieve_future",
-            json={"request_id": request_id},
-            headers={"X-API-Key": API_KEY},
-            timeout=BOUND_S,
-        )
-    except httpx.TransportError:
-        pass
 
 
 # Counts -----------------------------------------------------------------------------------------

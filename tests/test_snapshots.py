@@ -8,9 +8,11 @@ from safetensors.torch import load_file
 
 from sparring import (
     AlgorithmConfig,
+    CheckpointsConfig,
     DatasetConfig,
     Job,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerModelConfig,
     WorkflowOutput,
@@ -101,9 +103,9 @@ def snapshot_job(tiny_model_dir, run_dir, total_steps):
     job = Job(
         model=model,
         auxiliary_models={"rival": TunerModelConfig(snapshot_of="policy", snapshot_interval_steps=2)},
-        algorithm=AlgorithmConfig(
-            group_size=2, batch_size=2, learning_rate=2e-2, save_interval_steps=1, seed=5, episode_timeout_s=60
-        ),
+        algorithm=AlgorithmConfig(group_size=2, batch_size=2, learning_rate=2e-2, seed=5),
+        runner=RunnerConfig(episode_timeout_s=60),
+        checkpoints=CheckpointsConfig(interval_steps=1),
         run_dir=run_dir,
         logging=QUIET,
     )

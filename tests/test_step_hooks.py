@@ -8,9 +8,12 @@ import pytest
 
 from sparring import (
     AlgorithmConfig,
+    CheckpointsConfig,
     DatasetConfig,
+    EvaluationConfig,
     Job,
     LoggingConfig,
+    RunnerConfig,
     StepEnd,
     StepHook,
     StepStart,
@@ -64,16 +67,16 @@ def job(tiny_model_dir, run_dir, max_staleness: int, **fields) -> Job:
         group_size=2,
         batch_size=2,
         learning_rate=1e-2,
-        save_interval_steps=1,
-        episode_timeout_s=60,
         seed=3,
         drop_zero_variance_groups=False,
         max_staleness=max_staleness,
-        eval_interval_steps=0,
     )
     built = Job(
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=4, lora_rank=4),
         algorithm=algorithm,
+        runner=RunnerConfig(episode_timeout_s=60),
+        evaluation=EvaluationConfig(interval_steps=0),
+        checkpoints=CheckpointsConfig(interval_steps=1),
         run_dir=str(run_dir),
         logging=QUIET,
     )

@@ -8,9 +8,12 @@ from safetensors.torch import load_file
 
 from sparring import (
     AlgorithmConfig,
+    CheckpointsConfig,
     DatasetConfig,
+    EvaluationConfig,
     Job,
     LoggingConfig,
+    RunnerConfig,
     TunerModelConfig,
     Workflow,
     WorkflowOutput,
@@ -23,16 +26,15 @@ TASKS = [{"topic": f"topic {i}"} for i in range(4)]
 QUIET = LoggingConfig(console=False, tensorboard=False)
 
 
-def fast_algorithm(**overrides):
-    settings = dict(
-        group_size=2,
-        batch_size=2,
-        learning_rate=1e-3,
-        save_interval_steps=0,
-        eval_interval_steps=0,
-        episode_timeout_s=60,
+def fast_run(checkpoint_every: int = 0, runner: RunnerConfig | None = None, **overrides) -> dict:
+    """The algorithm and the run's sections of a short run: `tune(..., **fast_run())`."""
+    settings = dict(group_size=2, batch_size=2, learning_rate=1e-3)
+    return dict(
+        algorithm=AlgorithmConfig(**{**settings, **overrides}),
+        runner=runner or RunnerConfig(episode_timeout_s=60),
+        evaluation=EvaluationConfig(interval_steps=0),
+        checkpoints=CheckpointsConfig(interval_steps=checkpoint_every),
     )
-    return AlgorithmConfig(**{**settings, **overrides})
 
 
 def model_config(tiny_model_dir):
@@ -68,7 +70,7 @@ def test_both_styles_train_and_only_the_trainable_agent_gets_loss(tiny_model_dir
         train_dataset=DatasetConfig(tasks=TASKS, total_steps=2),
         model=model_config(tiny_model_dir),
         auxiliary_models={"helper": model_config(tiny_model_dir)},
-        algorithm=fast_algorithm(drop_zero_variance_groups=False),
+        **fast_run(drop_zero_variance_groups=False),
         run_dir=tmp_path / "run",
         logging=QUIET,
     )
@@ -104,9 +106,8 @@ def test_crashing_episodes_are_penalised_and_the_run_goes_on(tiny_model_dir, tmp
         workflow_func=sometimes_crashes,
         train_dataset=DatasetConfig(tasks=TASKS, total_steps=2, shuffle=False),
         model=model_config(tiny_model_dir),
-        algorithm=fast_algorithm(
-            error_reward=-0.5, allow_nothing_trained=True
-        ),  # every group's rewards are equal: nothing to train
+        # every group's rewards are equal: nothing to train
+        **fast_run(runner=RunnerConfig(episode_timeout_s=60, error_reward=-0.5), allow_nothing_trained=True),
         run_dir=tmp_path / "run",
         logging=QUIET,
     )
@@ -118,7 +119,7 @@ def test_crashing_episodes_are_penalised_and_the_run_goes_on(tiny_model_dir, tmp
 def resumable_config(tiny_model_dir, run_dir, total_steps):
     job = Job(
         model=model_config(tiny_model_dir),
-        algorithm=fast_algorithm(save_interval_steps=1, seed=3),
+        **fast_run(checkpoint_every=1, seed=3),
         run_dir=run_dir,
         logging=QUIET,
     )
@@ -172,7 +173,7 @@ def test_kl_penalty_to_the_base_model_is_applied(tiny_model_dir, tmp_path):
         workflow_func=chat_alone,
         train_dataset=DatasetConfig(tasks=TASKS, total_steps=2),
         model=model_config(tiny_model_dir),
-        algorithm=fast_algorithm(kl_coef=0.5, drop_zero_variance_groups=False),
+        **fast_run(kl_coef=0.5, drop_zero_variance_groups=False),
         run_dir=tmp_path / "run",
         logging=QUIET,
     )
@@ -190,7 +191,7 @@ def test_a_run_shows_no_warning_or_loading_bar_from_dependencies(tiny_model_dir,
             workflow_func=chat_alone,
             train_dataset=DatasetConfig(tasks=TASKS, total_steps=1),
             model=model_config(tiny_model_dir),
-            algorithm=fast_algorithm(),
+            **fast_run(),
             run_dir=tmp_path / "run",
             logging=QUIET,
         )

@@ -14,6 +14,7 @@ from sparring import (
     DatasetConfig,
     FrozenChatModel,
     LoggingConfig,
+    RunnerConfig,
     ServiceClient,
     TunerModelConfig,
     tune,
@@ -255,9 +256,8 @@ def test_two_training_steps_on_the_tiny_model(tiny_model_dir, tmp_path):
         ),
         model=tiny,
         auxiliary_models={"answerer": TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3)},
-        algorithm=AlgorithmConfig(
-            group_size=2, batch_size=2, learning_rate=1e-3, drop_zero_variance_groups=False, episode_timeout_s=120
-        ),
+        algorithm=AlgorithmConfig(group_size=2, batch_size=2, learning_rate=1e-3, drop_zero_variance_groups=False),
+        runner=RunnerConfig(episode_timeout_s=120),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )

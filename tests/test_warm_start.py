@@ -6,7 +6,16 @@ import json
 
 import pytest
 
-from sparring import AlgorithmConfig, DatasetConfig, Job, LoggingConfig, TuneConfig, TunerModelConfig, WarmStartConfig
+from sparring import (
+    AlgorithmConfig,
+    DatasetConfig,
+    EvaluationConfig,
+    Job,
+    LoggingConfig,
+    TuneConfig,
+    TunerModelConfig,
+    WarmStartConfig,
+)
 from sparring.envs import load_game_config
 from sparring.logging import read_metrics
 from sparring.trainer import ConfigError, DatasetError
@@ -54,7 +63,8 @@ def test_a_run_learns_its_examples_before_the_first_rl_step_and_says_its_first_e
     job = Job(
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=3, lora_rank=4),
         # The tiny model answers every prompt with the warm start's "7" afterwards, so its games may all tie.
-        algorithm=AlgorithmConfig(group_size=2, batch_size=1, eval_interval_steps=1, allow_nothing_trained=True),
+        algorithm=AlgorithmConfig(group_size=2, batch_size=1, allow_nothing_trained=True),
+        evaluation=EvaluationConfig(interval_steps=1),
         run_dir=tmp_path / "run",
         logging=QUIET,
         warm_start=warm_start,

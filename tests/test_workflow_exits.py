@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, TunerModelConfig, WorkflowOutput, tune
+from sparring import AlgorithmConfig, DatasetConfig, LoggingConfig, RunnerConfig, TunerModelConfig, WorkflowOutput, tune
 from sparring.logging import read_metrics, read_rollouts
 
 
@@ -28,9 +28,8 @@ def test_system_exit_and_keyboard_interrupt_from_a_workflow_are_error_episodes(t
         exits,
         train_dataset=DatasetConfig(tasks=tasks, total_steps=2, shuffle=False),
         model=TunerModelConfig(model_path=str(tiny_model_dir), max_tokens=4, lora_rank=2),
-        algorithm=AlgorithmConfig(
-            group_size=2, batch_size=3, learning_rate=1e-3, error_reward=-0.5, drop_zero_variance_groups=False
-        ),
+        algorithm=AlgorithmConfig(group_size=2, batch_size=3, learning_rate=1e-3, drop_zero_variance_groups=False),
+        runner=RunnerConfig(error_reward=-0.5),
         run_dir=tmp_path / "run",
         logging=LoggingConfig(console=False, tensorboard=False),
     )

@@ -2,8 +2,8 @@
 
 `wire` validates the JSON request bodies (and converts them to `sparring.types`),
 `proto` reads and writes the protobuf bodies, `routes` maps HTTP onto
-`service` (sessions, training models, samplers), whose long operations are
-`futures` polled by id; `lanes` keep each model's requests in `seq_id` order,
+`service` (`sessions`, `training_models`, `sampling_sessions`), whose long
+operations are `futures` polled by id; `lanes` keep each model's requests in `seq_id` order,
 `sampling` does the work of one sample request and `checkpoints` map
 `tinker://` paths onto directories.
 """
