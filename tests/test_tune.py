@@ -19,8 +19,9 @@ from sparring import (
     WorkflowOutput,
     tune,
 )
+from sparring.engine.engine import _ENGINES
 from sparring.logging import read_metrics, read_rollouts
-from sparring.trainer import ConfigError, run_training
+from sparring.trainer import ConfigError, EpisodesFailingError, run_training
 
 TASKS = [{"topic": f"topic {i}"} for i in range(4)]
 QUIET = LoggingConfig(console=False, tensorboard=False)
@@ -197,3 +198,38 @@ def test_a_run_shows_no_warning_or_loading_bar_from_dependencies(tiny_model_dir,
         )
     assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
     assert "Loading weights" not in capfd.readouterr().err
+
+
+def engine_adapters() -> int:
+    return sum(len(engine.bank.adapters) for engine in _ENGINES.values())
+
+
+def test_a_finished_or_failed_run_leaves_no_adapter_on_the_shared_engine(tiny_model_dir, tmp_path):
+    """Runs in one process share one engine per base model: each frees its adapters once its weights are saved."""
+    before = engine_adapters()
+    result = tune(
+        workflow_func=chat_with_helper,
+        train_dataset=DatasetConfig(tasks=TASKS, total_steps=2),
+        model=model_config(tiny_model_dir),
+        auxiliary_models={"helper": model_config(tiny_model_dir)},
+        **fast_run(drop_zero_variance_groups=False),
+        run_dir=tmp_path / "finished",
+        logging=QUIET,
+    )
+    assert result.steps == 2 and engine_adapters() == before
+    assert any(value.abs().sum() > 0 for key, value in adapter_weights(result).items() if "lora_B" in key)
+    with pytest.raises(EpisodesFailingError, match="scripted failure"):
+        tune(
+            workflow_func=always_fails,
+            train_dataset=DatasetConfig(tasks=TASKS, total_steps=1),
+            model=model_config(tiny_model_dir),
+            **fast_run(),
+            run_dir=tmp_path / "failed",
+            logging=QUIET,
+        )
+    assert engine_adapters() == before
+
+
+async def always_fails(task, model, auxiliary_models):
+    await model([{"role": "user", "content": task["topic"]}])
+    raise RuntimeError("scripted failure")

@@ -135,27 +135,20 @@ async def run_training_async(
         run = resolve_run(
             config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume, checked=claim
         )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        start_step, saved_versions = 0, {}
-        checkpoint = latest_checkpoint(run_dir) if resume else None
-        if checkpoint is not None:
-            start_step, saved_versions = restore_checkpoint(checkpoint, run.models, run.stream)
-            saved_metrics = json.loads((checkpoint / "trainer_state.json").read_text()).get("metrics")
-            repair_torn_end(run_dir / METRICS_FILE, start_step, saved_metrics, checkpoint)
-            log.info("resumed %s at step %d", run_dir, start_step)
-        every_hook = [*run.step_hooks, *hooks]
-        teach_first = config.warm_start is not None and checkpoint is None  # a checkpoint holds the warm start's result
-        return await _train(
-            config,
-            run,
-            run_dir,
-            resume,
-            start_step,
-            saved_versions,
-            stop,
-            every_hook,
-            teach_first,
-        )
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            start_step, saved_versions = 0, {}
+            checkpoint = latest_checkpoint(run_dir) if resume else None
+            if checkpoint is not None:
+                start_step, saved_versions = restore_checkpoint(checkpoint, run.models, run.stream)
+                saved_metrics = json.loads((checkpoint / "trainer_state.json").read_text()).get("metrics")
+                repair_torn_end(run_dir / METRICS_FILE, start_step, saved_metrics, checkpoint)
+                log.info("resumed %s at step %d", run_dir, start_step)
+            every_hook = [*run.step_hooks, *hooks]
+            teach_first = config.warm_start is not None and checkpoint is None  # a checkpoint holds the warm start
+            return await _train(config, run, run_dir, resume, start_step, saved_versions, stop, every_hook, teach_first)
+        finally:
+            run.models.release()  # the run's weights are saved; the process's engines must not keep them
     finally:
         stop.restore()
 

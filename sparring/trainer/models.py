@@ -137,6 +137,15 @@ class TrainingModels:
         settings = {"temperature_floor": self.rollout_temperature_floor, "exploration": self.rollout_exploration}
         return {key: dataclasses.replace(policy, **settings) for key, policy in policies.items()}
 
+    def release(self) -> None:
+        """Free the trainable adapters and their optimizer state on the process-wide engines once the run is over.
+
+        Their weights are saved by then; without this every run in one process (a sweep, a notebook, the learning
+        suite) would leave its adapters on the shared base model."""
+        for client in self.clients.values():
+            if isinstance(client, TrainingClient):
+                client.engine.release(client.adapter).result()
+
     def local_engines(self) -> list[Engine]:
         """Every distinct in-process engine the models sample on (models on a service have none)."""
         samplers = [
