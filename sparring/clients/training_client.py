@@ -12,6 +12,7 @@ paths are what the `path` of each response holds.
 from __future__ import annotations
 
 import re
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Literal
 
@@ -126,6 +127,13 @@ class TrainingClient(AsyncTrainingSpellings, ReadyClient):
 
     def create_sampling_client(self, model_path: str) -> SamplingClient:
         return load_sampling_client(self.engine, model_path, self.base_model)
+
+    def release(self) -> Future:
+        """Delete this adapter and its optimizer state from the shared engine, after the work submitted before it.
+
+        The engine is one per base model and process, so an adapter lives until it is released: whoever ends a
+        client's use (a finished run, an ended server session) releases it; the client is unusable afterwards."""
+        return self.engine.release(self.adapter)
 
     # Info -------------------------------------------------------------------
 

@@ -144,7 +144,7 @@ class TrainingModels:
         suite) would leave its adapters on the shared base model."""
         for client in self.clients.values():
             if isinstance(client, TrainingClient):
-                client.engine.release(client.adapter).result()
+                client.release().result()
 
     def local_engines(self) -> list[Engine]:
         """Every distinct in-process engine the models sample on (models on a service have none)."""

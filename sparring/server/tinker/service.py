@@ -31,8 +31,8 @@ from .checkpoints import CheckpointStore
 from .futures import FutureStore
 from .sampling import Sampler
 from .sampling_sessions import SamplingSessions
-from .sessions import Session, Sessions
-from .training_models import TrainingModel, TrainingModels
+from .sessions import Session, Sessions, TrainingModel
+from .training_models import TrainingModels
 from .wire import WireError
 
 __all__ = ["TinkerService"]

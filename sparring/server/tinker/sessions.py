@@ -1,7 +1,8 @@
 """Sessions of the Tinker wire protocol, and the ownership every request is checked against.
 
 A session (`create_session`) groups what one `tinker.ServiceClient` made; it lives while the SDK heartbeats, and
-finishing or abandoning it releases its adapters. `Session` is its record; `Sessions` is the part of
+finishing or abandoning it releases its adapters. `Session` is its record, `TrainingModel` the record of a model it
+owns (the lookups here return it); `Sessions` is the part of
 `TinkerService` that creates, finds, heartbeats, sweeps and ends them.
 
 Isolation lives here: the protocol names a session only when something is created in it; every later request names
@@ -17,17 +18,15 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from . import wire
 from .futures import FutureStore
+from .lanes import ModelLane
 from .sampling import Sampler
 from .wire import WireError
-
-if TYPE_CHECKING:
-    from .training_models import TrainingModel
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +45,26 @@ class Session:
     """Its sampling session ids."""
     sampler_ids: dict[int, str] = field(default_factory=dict)
     """sampling_session_seq_id -> sampler id (a retried create gets the same sampler)."""
+
+
+@dataclass
+class TrainingModel:
+    """A training model as the wire sees it."""
+
+    lane: ModelLane
+    """Its requests, in order; `lane.client` resolves to the TrainingClient."""
+    session_id: str
+    """The owning session."""
+    served_name: str
+    """The base model's name as the client asked for it (what `get_info` answers)."""
+    rank: int
+    """LoRA rank."""
+    weights_key: str
+    """Directory of its checkpoints under the base dir (the first part of their tinker:// paths); not its id."""
+    creation_request: str = ""
+    """Request id of its creation (answered again to a retried create)."""
+    snapshots: deque = field(default_factory=deque)
+    """Ids of its snapshot samplers, oldest first (the oldest are released past the cap)."""
 
 
 class Sessions:

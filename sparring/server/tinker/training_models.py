@@ -1,7 +1,8 @@
 """Training models of the Tinker wire protocol: LoRA adapters the SDK trains, one request at a time.
 
 A training model `<session>:train:<n>` (the SDK builds that id itself) is a sparring `TrainingClient` behind a
-`ModelLane` (requests in `seq_id` order): `TrainingModel` is its record, `TrainingModels` the part of `TinkerService`
+`ModelLane` (requests in `seq_id` order): `TrainingModel` is its record (in sessions.py, beside the session that owns
+it), `TrainingModels` the part of `TinkerService`
 that creates, trains, saves, loads and releases them. sparring's TrainingClient writes checkpoints under
 `<base_dir>/<model_id>/`; each client's `model_id` is set to the wire model's random weights key, so `tinker://`
 paths map onto those directories and a path handed around grants reading those weights and nothing else. What
@@ -15,9 +16,7 @@ import asyncio
 import inspect
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,28 +28,8 @@ from .checkpoints import CheckpointStore, check_name, lora_shape
 from .futures import FutureStore
 from .lanes import ModelLane
 from .sampling import Sampler
-from .sessions import Session
+from .sessions import Session, TrainingModel
 from .wire import WireError
-
-
-@dataclass
-class TrainingModel:
-    """A training model as the wire sees it."""
-
-    lane: ModelLane
-    """Its requests, in order; `lane.client` resolves to the TrainingClient."""
-    session_id: str
-    """The owning session."""
-    served_name: str
-    """The base model's name as the client asked for it (what `get_info` answers)."""
-    rank: int
-    """LoRA rank."""
-    weights_key: str
-    """Directory of its checkpoints under the base dir (the first part of their tinker:// paths); not its id."""
-    creation_request: str = ""
-    """Request id of its creation (answered again to a retried create)."""
-    snapshots: deque = field(default_factory=deque)
-    """Ids of its snapshot samplers, oldest first (the oldest are released past the cap)."""
 
 
 class TrainingModels:
@@ -312,7 +291,7 @@ class TrainingModels:
         def drop(creation: asyncio.Future) -> None:
             if creation.cancelled() or creation.exception() is not None:
                 return
-            creation.result().engine.release(creation.result().adapter)
+            creation.result().release()
 
         model.lane.client.add_done_callback(drop)  # also once a model still being created is ready
 
