@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from sparring.trainer.config import DatasetConfig
-from sparring.trainer.dataset import DatasetError, load_tasks, load_train_and_eval_tasks, prepare_tasks, split_eval
-from sparring.trainer.step import TaskStream
+from sparring.trainer.dataset import (
+    DatasetError,
+    TaskStream,
+    load_tasks,
+    load_train_and_eval_tasks,
+    prepare_tasks,
+    split_eval,
+)
 
 ROWS = [{"seed": 0, "question": "a"}, {"seed": 1, "question": "b"}, {"seed": 2, "question": "c"}]
 

@@ -52,6 +52,7 @@ import torch
 from safetensors import safe_open
 
 from ..clients import RemoteTrainingClient
+from .dataset import TaskStream
 from .models import TrainingModels
 from .safeguards import (
     MANIFEST,
@@ -63,7 +64,6 @@ from .safeguards import (
     write_atomically,
     write_manifest,
 )
-from .step import TaskStream
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,9 @@
-"""What a job file says and what its names mean: the YAML read and written, ``--set``, import paths, the names checked.
+"""What a job file says and what its names mean: the YAML read, ``--set``, import paths, the names checked.
 
 The YAML file. `load_config_file` reads and validates a job file, every error prefixed with the file name, or with
 the `--set` override it comes from; import paths that name a file or module beside the config file resolve against
 its folder. `apply_overrides` implements ``--set section.field=value`` against the `TuneConfig` schema, so a typo is
-reported with the keys that would have worked; `dump_config` writes a config back, every field included, so a run
-directory holds the exact file that reproduces it.
+reported with the keys that would have worked. Writing a config back is `config.dump_config`.
 
 Import paths are the strings by which YAML names a workflow, a judge, a baseline policy, a loss or an advantage
 function. `import_object` resolves 'package.module:attr', 'package.module.attr' or 'path/to/file.py:attr' to the
@@ -231,15 +230,6 @@ def _rebase_import_paths(data: dict[str, Any], folder: Path) -> None:
             data[field] = rebased(data[field])
     if isinstance(data.get("baselines"), dict):
         data["baselines"] = {name: rebased(import_path) for name, import_path in data["baselines"].items()}
-
-
-def dump_config(config: TuneConfig, path: str | os.PathLike[str]) -> Path:
-    """Write `config` as YAML (every field, defaults included, for manual editing); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def check_names(config: TuneConfig) -> None:

@@ -10,13 +10,14 @@ about -- so is a local model or adapter that is there but does not load -- and a
 created is removed again when a model then fails to load. Training, debug episodes (`sparring run`) and evaluation
 (`sparring eval`) all start here, so they cannot disagree about what a config means.
 
-The models' part, checked without loading anything and then built: `check_models` finds every local model the
-config names (a catalogue name or a path), its device and its adapter folder before anything is written or loaded,
-so a typo fails in a second with the field it is about. `build_models` then makes them: one service per backend (a
-local engine per device, dtype and prefix-cache budget, one Tinker-protocol session per URL and key), a LoRA training
-client per trainable model, a frozen chat model per auxiliary one, each snapshot opponent taken from its source
-adapter, and the league's pool (`League`, `models.py`) when the config has one. A model that is there but does not
-load is a `ConfigError` naming its field, on one line.
+The models' part, checked without loading anything and then built: `config.check_models` finds every local model
+the config names (a catalogue name or a path), its device and its adapter folder before anything is written or
+loaded, so a typo fails in a second with the field it is about. `build_models` then makes them: one service per
+backend (a local engine per device, dtype and prefix-cache budget, one Tinker-protocol session per URL and key), a
+LoRA training client per trainable model, a frozen chat model per auxiliary one, each snapshot opponent taken from
+its source adapter, and the league's pool (`League`, `models.py`) when the config has one. A model that is there but
+does not load is a `ConfigError` naming its field, on one line. Last, `build_step_hooks` builds the config's step
+hooks (`step_hooks:`, import paths checked by `check_names`): a class with no arguments, an object as it is.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from pathlib import Path
 
 from ..clients import SamplingClient, ServiceClient, TrainingClient
 from ..engine import EngineConfig, saved_rank
-from ..models import ModelNotInstalledError, UnknownModelError, parse_device, resolve_model
 from ..rollout import (
     ChatModel,
     FrozenChatModel,
@@ -40,12 +40,12 @@ from ..rollout import (
 )
 from ..rollout.workflow import EpisodeFn
 from ..runners import make_player
-from .config import TuneConfig, TunerModelConfig
-from .config_file import check_names, dump_config, import_object, import_workflow
-from .dataset import load_section, load_train_and_eval_tasks
+from .config import TuneConfig, TunerModelConfig, check_models, dump_config
+from .config_file import check_names, import_object, import_step_hook, import_workflow
+from .dataset import TaskStream, load_section, load_train_and_eval_tasks
 from .models import League, Snapshot, TrainingModels
 from .schema import ConfigError, check_task_args
-from .step import StepHook, TaskStream, build_step_hooks
+from .step import StepHook
 
 
 @dataclass
@@ -152,35 +152,6 @@ def resolve_run(
     )
 
 
-def check_models(config: TuneConfig) -> None:
-    """Every local model the run uses exists (catalogue name or path), its device is on this machine, its adapter is
-    a folder.
-
-    Nothing is loaded; a failure is a ConfigError naming the model's field (``models.pro.model_path: ...``).
-    """
-    used = {
-        ("model" if config.models is None else f"models.{name}"): model
-        for name, model in config.trainable_models().items()
-    }
-    used.update({f"auxiliary_models.{name}": model for name, model in config.auxiliary_models.items()})
-    for field, model in used.items():
-        if model.backend != "local" or model.is_remote or model.snapshot_of is not None:
-            continue  # a service's models, and a snapshot's source, are checked where they live
-        try:
-            resolve_model(model.model_path)
-        except (UnknownModelError, ModelNotInstalledError) as error:
-            raise ConfigError(f"{field}.model_path: {error}") from None
-        try:
-            parse_device(model.device)
-        except ValueError as error:  # its message starts with "device: "
-            raise ConfigError(f"{field}.{error}") from None
-        if model.adapter_path is not None and not Path(model.adapter_path).is_dir():
-            raise ConfigError(
-                f"{field}.adapter_path: no folder {model.adapter_path!r}; give a saved adapter (a run's "
-                "sampler_weights/... or checkpoints/... folder)"
-            )
-
-
 def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> TrainingModels:
     """The trainable models (with `adapter_path` loaded), the base-model sampler for the KL penalty, the auxiliary
     models.
@@ -270,6 +241,12 @@ def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> Tr
         algorithm.rollout_temperature_floor,
         algorithm.exploration,
     )
+
+
+def build_step_hooks(import_paths: list[str]) -> list[StepHook]:
+    """The config's hooks, built: a class is instantiated with no arguments, an object is used as it is."""
+    hooks = [import_step_hook(f"step_hooks[{index}]", path) for index, path in enumerate(import_paths)]
+    return [hook() if isinstance(hook, type) else hook for hook in hooks]
 
 
 def _check_context(field: str, model: TunerModelConfig, client: object) -> None:
