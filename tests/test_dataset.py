@@ -414,6 +414,16 @@ def test_resume_continues_with_the_same_batches(stop_after):
     assert [seeds(batch) for batch in resumed] == reference[stop_after:]
 
 
+def test_a_stream_built_at_a_saved_position_continues_there():
+    config = DatasetConfig(tasks=make_tasks(7), total_epochs=3, seed=5)
+    reference = [seeds(batch) for batch in TaskStream.from_config(config, 3)]
+    interrupted = TaskStream.from_config(config, 3)
+    for _ in range(4):
+        next(interrupted)
+    resumed = TaskStream.from_config(config, 3, state=json.loads(json.dumps(interrupted.state_dict())))
+    assert resumed.step == 4 and [seeds(batch) for batch in resumed] == reference[4:]
+
+
 def test_resume_checks_the_dataset():
     state = TaskStream(make_tasks(7), 3).state_dict()
     with pytest.raises(DatasetError, match="the dataset has 8 tasks but the saved state was taken with 7"):

@@ -9,8 +9,9 @@ configured. Every failure is a `DatasetError` naming the file and row; `load_sec
 
 `TaskStream` turns the training tasks into steps: batches of `batch_size` tasks, reshuffled every epoch from
 `seed + epoch`, so the order is a pure function of the config; a batch never spans two epochs. Its `state_dict`
-(epoch, position, step) goes into checkpoints, and a resumed run continues with exactly the batch it would have seen
-next. The warm start orders its examples with one too (`step.warm_start`).
+(epoch, position, step) goes into checkpoints, and a resumed run's stream is built at that position
+(`from_config(..., state=...)`), so it continues with exactly the batch it would have seen next. The warm start's
+examples are batched by one too (built with the run, `resolve.py`; taught by `step.warm_start`).
 """
 
 from __future__ import annotations
@@ -282,10 +283,15 @@ class TaskStream:
 
     @classmethod
     def from_config(
-        cls, config: DatasetConfig, batch_size: int, tasks: Sequence[dict[str, Any]] | None = None
+        cls,
+        config: DatasetConfig,
+        batch_size: int,
+        tasks: Sequence[dict[str, Any]] | None = None,
+        state: dict[str, int] | None = None,
     ) -> TaskStream:
-        """A stream over `tasks` (default: `load_tasks(config)`) with the config's epochs, steps and shuffling."""
-        return cls(
+        """A stream over `tasks` (default: `load_tasks(config)`) with the config's epochs, steps and shuffling; at the
+        saved position `state` (a checkpoint's, see `load_state_dict`) when given, else at its start."""
+        stream = cls(
             load_tasks(config) if tasks is None else tasks,
             batch_size,
             total_epochs=config.total_epochs,
@@ -293,6 +299,9 @@ class TaskStream:
             shuffle=config.shuffle,
             seed=config.seed,
         )
+        if state is not None:
+            stream.load_state_dict(state)
+        return stream
 
     @property
     def num_tasks(self) -> int:

@@ -25,7 +25,8 @@ solver's moves reached 0.71 on unseen positions where the same minutes of league
 docs/results.md). `warm_start:` gives a run such answers first: `steps` optimizer steps of cross-entropy on the
 assistant replies of chat examples, through the training client RL then continues with, on a fresh optimizer.
 `supervised_datum` makes an example a Tinker `Datum`: the chat rendered as the policy sees it, the reply's tokens and
-its end-of-turn token as targets. It runs on a new run only (a checkpoint holds its result; a stop signal during it
+its end-of-turn token as targets; the examples and their batches come read and ordered from `resolve_run`, so a bad
+file fails before any model loads. It runs on a new run only (a checkpoint holds its result; a stop signal during it
 ends the run with a checkpoint of the weights taught so far); its losses are logged at step 0.
 """
 
@@ -58,7 +59,7 @@ from ..models.renderer import ChatRenderer, get_renderer
 from ..rollout import Episode, RunnerSettings, run_episodes
 from ..types import AdamParams, Datum, ModelInput
 from .config import TuneConfig
-from .dataset import DatasetError, TaskStream, load_tasks
+from .dataset import DatasetError, TaskStream
 from .models import TrainingModels, step_seed
 from .safeguards import check_finite_weights
 from .sections import COEF_METRIC, EXPLORATION_METRIC, WarmStartConfig
@@ -290,27 +291,25 @@ def weighted_datum(prompt: list[int], reply: list[int], weight: float) -> Datum:
 
 
 async def warm_start(
-    config: WarmStartConfig, models: TrainingModels, progress: TrainingProgress, stop: StopSignals
+    config: WarmStartConfig,
+    examples: list[dict],
+    batches: TaskStream,
+    models: TrainingModels,
+    progress: TrainingProgress,
+    stop: StopSignals,
 ) -> dict[str, float]:
-    """Run the supervised steps; returns their metrics (loss per weighted target token: the first step's, and the
-    mean of the last REPORT_EVERY_STEPS steps')."""
+    """Run the supervised steps on `examples`, `batches` of row indices (both read and ordered with the run,
+    `resolve_run`); returns their metrics (loss per weighted target token: the first step's, and the mean of the last
+    REPORT_EVERY_STEPS steps')."""
     started = time.perf_counter()
     key = config.model_key(list(models.clients))
     client, adam_params = models.clients[key], AdamParams(learning_rate=config.learning_rate)
     renderer = get_renderer(client.get_tokenizer())
-    examples = load_tasks(config.dataset)
     data = [
         supervised_datum(renderer, example, f"warm_start.dataset: row {index}")
         for index, example in enumerate(examples)
     ]
     target_weights = [sum(datum.loss_fn_inputs["weights"].tolist()) for datum in data]
-    batches = TaskStream(
-        [{"row": index} for index in range(len(data))],
-        config.batch_size,
-        total_steps=config.steps,
-        shuffle=config.dataset.shuffle,
-        seed=config.dataset.seed,
-    )
     losses, step_activity = [], progress.activity
     for step, rows in enumerate(batches):
         stop.check()  # a stop signal ends the run here, its checkpoint holding the weights taught so far
