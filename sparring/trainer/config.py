@@ -11,17 +11,17 @@ beside the algorithm -- datasets, league, validation, warm start, logging, and t
 run, when to evaluate, when to checkpoint) -- are `sections.py`; the mechanics' old keys in `algorithm:` are still
 read, for one release. The runner's defaults are `runner_defaults.py`'s, which `RunnerSettings` takes too.
 
-Reading a config imports no user code, no torch and no registry: the names a config can only check against what
-they name -- the workflow's and baselines' import paths, `algorithm_type`, `loss_fn` and its `loss_fn_config` keys,
-a model's torch device -- are checked (and a loss or estimator given by import path registered) by
-`config_file.check_names` when the run is built, before any data or model loads. So the command line reports a
-malformed file in a fraction of a second. Reading the YAML file is `config_file.py`; turning a config into a
-runnable run is `resolve.py`.
+Reading a config imports no user code, no torch and no registry: the names a config can only check against what they
+name -- the workflow's and baselines' import paths, `algorithm_type`, `loss_fn` and its `loss_fn_config` keys, a model's
+torch device -- are checked (and a loss or estimator given by import path registered) by `config_file.check_names` when
+the run is built, before any data or model loads, so the command line reports a malformed file in a fraction of a
+second. Reading the YAML file is `config_file.py`; turning a config into a runnable run is `resolve.py`.
 
-Two things a config does with its own records: `dump_config` writes it back as YAML, every field included, so a run
-folder holds the exact file that reproduces it (and a `Job` saves one); `check_models` looks for every local model
-it names -- a catalogue name or a path, a device this machine has, an adapter folder -- without loading anything, so
-`resolve_run` reports a typo in a second, with the field it is about, before anything is written or loaded.
+What a config does with its own records: `dump_config` writes it back as YAML, every field included, so a run folder
+holds the exact file that reproduces it (and a `Job` saves one); `check_config_args` checks its `workflow_args` against
+the workflow's record; `check_models` finds every local model it names (a catalogue name or a path, a device this
+machine has, an adapter folder) without loading anything, so `resolve_run` reports a typo in a second, with the field it
+is about, before anything is written or loaded.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ from .schema import (
     MAX_VOCABULARY,
     ConfigError,
     ConfigRecord,
+    WorkflowArgs,
+    check_workflow_args,
     is_import_path,
 )
 from .sections import (
@@ -169,12 +171,7 @@ class TunerModelConfig(ConfigRecord):
 
     def sampling_params(self) -> dict[str, Any]:
         """The sampling settings, as keyword arguments for `sparring.types.SamplingParams`."""
-        return {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "max_tokens": self.max_tokens,
-        }
+        return self.model_dump(include={"temperature", "top_p", "top_k", "max_tokens"})
 
 
 class AlgorithmConfig(ConfigRecord, MovedAlgorithmKeys):
@@ -485,3 +482,15 @@ def check_models(config: TuneConfig) -> None:
                 f"{field}.adapter_path: no folder {model.adapter_path!r}; give a saved adapter (a run's "
                 "sampler_weights/... or checkpoints/... folder)"
             )
+
+
+def check_config_args(config: TuneConfig, record: type[WorkflowArgs]) -> None:
+    """The config's `workflow_args` (every dataset's) fit `record`, and a league's drawn opponent has its field."""
+    sections = {"train_dataset": config.train_dataset, "eval_dataset": config.eval_dataset}
+    if config.validation is not None:
+        sections["validation.dataset"] = config.validation.dataset
+    for where, dataset in sections.items():
+        if dataset is not None:
+            check_workflow_args(record, dataset.workflow_args, f"{where}.workflow_args")
+    if config.league is not None:
+        config.league.check_record(record)

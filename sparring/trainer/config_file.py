@@ -23,7 +23,7 @@ league's scripted opponents' and the step hooks' import paths (`import_step_hook
 the loss against its registry and the `loss_fn_config` keys (and an entropy target's coefficient) against it. Every
 problem is one line that starts with the field's dotted path; several found at once share the line, in the config's
 order (`ConfigError`, as a config's own validation raises it). A check is an import, and an error names the field.
-The config's `workflow_args` are then checked against the workflow's record (`schema.check_config_args`).
+The config's `workflow_args` are then checked against the workflow's record (`config.check_config_args`).
 """
 
 from __future__ import annotations
@@ -460,7 +460,7 @@ def import_workflow(
     config: TuneConfig, workflow: Any, judge: Any
 ) -> tuple[EpisodeFn, Callable | None, type[WorkflowArgs] | None]:
     """The workflow as a checked episode function, the judge (the objects given, else imported from the config) and
-    the workflow's `WorkflowArgs` record (None when it declares none; `schema.check_config_args` checks the config's
+    the workflow's `WorkflowArgs` record (None when it declares none; `config.check_config_args` checks the config's
     `workflow_args` against it)."""
     from ..rollout import WorkflowSignatureError, as_episode_fn  # here: reading a config must not import torch
 

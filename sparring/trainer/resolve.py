@@ -45,12 +45,12 @@ from ..rollout import (
 from ..rollout.workflow import EpisodeFn
 from ..runners import make_player
 from .checkpoints import latest_checkpoint, saved_trainer_state
-from .config import TuneConfig, TunerModelConfig, check_models, dump_config
+from .config import TuneConfig, TunerModelConfig, check_config_args, check_models, dump_config
 from .config_file import check_names, import_object, import_step_hook, import_workflow
 from .dataset import TaskStream, load_section, load_train_and_eval_tasks
 from .models import League, Snapshot, TrainingModels
 from .safeguards import CheckpointError, one_line
-from .schema import ConfigError, check_config_args, check_task_args
+from .schema import ConfigError, check_task_args
 from .step import StepHook
 
 

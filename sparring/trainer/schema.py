@@ -18,7 +18,7 @@ declares its arguments as a `WorkflowArgs` subclass, one field per argument with
 saying what it does, and points its workflow at it: `@takes_args(MyArgs)` on a function-style workflow, the class
 attribute `workflow_args = MyArgs` on a `Workflow` subclass. The workflow reads them typed with ``MyArgs.of(task)``.
 `resolve_run` checks the config's `workflow_args` (training, eval and validation datasets) against the record right
-after importing the workflow, before any data or model loads (`check_config_args`), and then every task's
+after importing the workflow, before any data or model loads (`config.check_config_args`), and then every task's
 merged arguments (`check_task_args`): a misspelt key is an error naming it and the closest valid name
 (``train_dataset.workflow_args.max_turn: unknown field; did you mean max_turns?``), a wrong type an error naming the
 key. A workflow that declares nothing gets its arguments as the plain dict it always did.
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, Union, get_args, get_
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 if TYPE_CHECKING:
-    from .config import TuneConfig
+    pass
 
 
 class ConfigError(ValueError):
@@ -257,21 +257,6 @@ def check_task_args(record: type[WorkflowArgs], tasks: Sequence[Mapping[str, Any
             check_workflow_args(record, task.get(ARGS_ATTRIBUTE) or {}, "workflow_args")
         except ConfigError as error:
             raise ConfigError(f"{origin}: task {task.get('task_id', index)}: {error}") from None
-
-
-def check_config_args(config: TuneConfig, record: type[WorkflowArgs]) -> None:
-    """The config's `workflow_args` (every dataset's) fit `record`, and a league's drawn opponent has its field."""
-    sections = {"train_dataset": config.train_dataset, "eval_dataset": config.eval_dataset}
-    if config.validation is not None:
-        sections["validation.dataset"] = config.validation.dataset
-    for where, dataset in sections.items():
-        if dataset is not None:
-            check_workflow_args(record, dataset.workflow_args, f"{where}.workflow_args")
-    if config.league is not None and OPPONENT_ARG not in record.model_fields:
-        raise ConfigError(
-            f"league: the league hands each episode its opponent as workflow_args.{OPPONENT_ARG}, "
-            f"but the workflow's {record.__name__} has no field {OPPONENT_ARG!r}; add `{OPPONENT_ARG}: str`"
-        )
 
 
 def lingering_threads() -> list[str]:

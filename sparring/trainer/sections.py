@@ -55,7 +55,10 @@ from .schema import (
     MAX_SEED,
     MAX_STEPS,
     MAX_TASKS,
+    OPPONENT_ARG,
+    ConfigError,
     ConfigRecord,
+    WorkflowArgs,
 )
 from .schema import MAX_CONCURRENCY as CONCURRENCY_LIMIT
 
@@ -182,6 +185,14 @@ class LeagueConfig(ConfigRecord):
             )
         if runner_backend != "local":
             raise ValueError("league: its opponents are served in this process; use runner.backend 'local'")
+
+    def check_record(self, record: type[WorkflowArgs]) -> None:
+        """The league against the workflow: its arguments record has the field each episode's opponent comes in."""
+        if OPPONENT_ARG not in record.model_fields:
+            raise ConfigError(
+                f"league: the league hands each episode its opponent as workflow_args.{OPPONENT_ARG}, "
+                f"but the workflow's {record.__name__} has no field {OPPONENT_ARG!r}; add `{OPPONENT_ARG}: str`"
+            )
 
 
 class ValidationConfig(ConfigRecord):
