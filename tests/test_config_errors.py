@@ -313,7 +313,7 @@ def test_a_malformed_config_is_one_line_and_exit_code_2(case, tmp_path, tiny_mod
     """In process (typer's runner: the real exit code and stderr, an uncaught exception would show as exit code 1)."""
     before = prepare(case, tmp_path, tiny_model_dir)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("sparring.trainer.dataset.MAX_SEARCH_ENTRIES", SEARCH_LIMIT)
+    monkeypatch.setattr("sparring.dataset_folders.MAX_SEARCH_ENTRIES", SEARCH_LIMIT)
     result = CliRunner().invoke(app, case.args)
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     problems = problems_with(case, tmp_path, before, result.exit_code, result.stderr)

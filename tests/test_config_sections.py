@@ -12,7 +12,7 @@ import yaml
 
 from sparring import AlgorithmConfig, CheckpointsConfig, EvaluationConfig, RunnerConfig
 from sparring.trainer import ConfigError, TuneConfig, load_config_file
-from sparring.trainer.config_file import dump_config
+from sparring.trainer.config import dump_config
 from sparring.trainer.sections import MOVED_KEYS
 
 NOTE = "deprecated config keys"

@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from sparring.trainer.config import DatasetConfig
-from sparring.trainer.dataset import DatasetError, load_tasks, load_train_and_eval_tasks, prepare_tasks, split_eval
-from sparring.trainer.step import TaskStream
+from sparring.trainer.dataset import (
+    DatasetError,
+    TaskStream,
+    load_tasks,
+    load_train_and_eval_tasks,
+    prepare_tasks,
+    split_eval,
+)
 
 ROWS = [{"seed": 0, "question": "a"}, {"seed": 1, "question": "b"}, {"seed": 2, "question": "c"}]
 
@@ -406,6 +412,16 @@ def test_resume_continues_with_the_same_batches(stop_after):
     resumed.load_state_dict(state)
     assert resumed.step == stop_after
     assert [seeds(batch) for batch in resumed] == reference[stop_after:]
+
+
+def test_a_stream_built_at_a_saved_position_continues_there():
+    config = DatasetConfig(tasks=make_tasks(7), total_epochs=3, seed=5)
+    reference = [seeds(batch) for batch in TaskStream.from_config(config, 3)]
+    interrupted = TaskStream.from_config(config, 3)
+    for _ in range(4):
+        next(interrupted)
+    resumed = TaskStream.from_config(config, 3, state=json.loads(json.dumps(interrupted.state_dict())))
+    assert resumed.step == 4 and [seeds(batch) for batch in resumed] == reference[4:]
 
 
 def test_resume_checks_the_dataset():

@@ -8,11 +8,10 @@ import types
 import pytest
 import yaml
 
-from sparring.trainer.config import AlgorithmConfig, DatasetConfig, TuneConfig, TunerModelConfig
+from sparring.trainer.config import AlgorithmConfig, DatasetConfig, TuneConfig, TunerModelConfig, dump_config
 from sparring.trainer.config_file import (
     apply_overrides,
     check_names,
-    dump_config,
     import_object,
     importable_path,
     load_config_file,

@@ -105,6 +105,21 @@ def test_warm_start_config_errors_name_the_field(tiny_model_dir):
         WarmStartConfig(dataset=examples, steps=0)
 
 
+def test_a_bad_warm_start_dataset_fails_when_the_run_is_resolved_before_any_model_is_looked_for(tmp_path):
+    job = Job(
+        model=TunerModelConfig(model_path=str(tmp_path / "no-such-model")),
+        run_dir=tmp_path / "run",
+        logging=QUIET,
+        warm_start=WarmStartConfig(dataset=DatasetConfig(path=str(tmp_path / "missing.jsonl")), steps=1),
+    )
+    job.set_workflow("sparring.envs.guess_number:guess_number").set_data(
+        train=DatasetConfig(tasks=[{"secret": 3}], total_steps=1, workflow_args={"max_turns": 2})
+    )
+    with pytest.raises(DatasetError, match=r"^warm_start\.dataset\.path: dataset path .*missing\.jsonl does not exist"):
+        job.tune()
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_packaged_games_warm_start_examples_are_read_from_its_folder():
     config = load_game_config("tictactoe", overrides=["warm_start.steps=1"])
     assert config.warm_start is not None and config.warm_start.dataset.path.endswith(

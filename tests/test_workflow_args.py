@@ -12,7 +12,8 @@ from sparring.envs.guess_number import GuessNumberArgs, guess_number
 from sparring.envs.registry import GAMES, load_config, load_game_config
 from sparring.envs.scaffold import new_game
 from sparring.trainer import load_train_and_eval_tasks
-from sparring.trainer.config_file import check_config_args, import_object
+from sparring.trainer.config import check_config_args
+from sparring.trainer.config_file import import_object
 from sparring.trainer.schema import check_task_args, declared_args
 
 

@@ -1,10 +1,11 @@
 """The RL trainer behind `tune()`, one module a concept.
 
-The job's configuration: `config` (the records a job file holds), `sections` (its datasets, league, validation, warm
-start and run mechanics), `schema` (the record base, its errors and bounds, `WorkflowArgs`), `config_file` (the YAML
-read and written, ``--set``, import paths, the names checked). Entering a run: `job` (`tune()`, `Job`), `resolve`
-(a config made runnable, its models built). What a run is made of: `models` (policies, snapshots, the league),
-`dataset` (tasks from files and dataset folders), `step` (a step's batch, rollout, update, hooks; the warm start),
+The job's configuration: `config` (the records a job file holds, written back as YAML, its models found on this
+machine), `sections` (its datasets, league, validation, warm start, logging and run mechanics), `schema` (the record
+base, its errors and bounds, `WorkflowArgs`), `config_file` (the YAML read, ``--set``, import paths, the names
+checked). Entering a run: `job` (`tune()`, `Job`), `resolve` (a config made runnable, its models and hooks built).
+What a run is made of: `models` (policies, snapshots, the league), `dataset` (tasks from files and dataset folders,
+and the task stream that batches them per step), `step` (a step's rollout, update, hooks; the warm start),
 `pipeline` (the step sequence and the run loop at any staleness), `evaluation` (held-out evaluation beside baselines,
 the `best` adapter), `checkpoints` (and the resume points they hold), `safeguards` (what stops a run on damage), and
 `loop` (`run_training`: the run folder, stop signals, the result).
@@ -16,9 +17,9 @@ config is reported before the heavy imports.
 from typing import TYPE_CHECKING
 
 _HOMES = {
-    **dict.fromkeys(("AlgorithmConfig", "LoggingConfig", "TuneConfig", "TunerModelConfig"), "config"),
-    **dict.fromkeys(("apply_overrides", "dump_config", "import_object", "load_config_file"), "config_file"),
-    **dict.fromkeys(("DatasetError", "load_tasks", "load_train_and_eval_tasks", "split_eval"), "dataset"),
+    **dict.fromkeys(("AlgorithmConfig", "TuneConfig", "TunerModelConfig", "dump_config"), "config"),
+    **dict.fromkeys(("apply_overrides", "import_object", "load_config_file"), "config_file"),
+    **dict.fromkeys(("DatasetError", "TaskStream", "load_tasks", "load_train_and_eval_tasks", "split_eval"), "dataset"),
     **dict.fromkeys(("Job", "tune"), "job"),
     **dict.fromkeys(("RunResult", "run_training", "run_training_async"), "loop"),
     **dict.fromkeys(("LEAGUE_TASK_KEY", "League", "OPPONENT_ARG"), "models"),
@@ -32,13 +33,14 @@ _HOMES = {
             "DatasetConfig",
             "EvaluationConfig",
             "LeagueConfig",
+            "LoggingConfig",
             "RunnerConfig",
             "ValidationConfig",
             "WarmStartConfig",
         ),
         "sections",
     ),
-    **dict.fromkeys(("StepEnd", "StepHook", "StepStart", "TaskStream"), "step"),
+    **dict.fromkeys(("StepEnd", "StepHook", "StepStart"), "step"),
 }
 """Each public name -> the module of this package it comes from."""
 
@@ -85,9 +87,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .config import AlgorithmConfig, LoggingConfig, TuneConfig, TunerModelConfig
-    from .config_file import apply_overrides, dump_config, import_object, load_config_file
-    from .dataset import DatasetError, load_tasks, load_train_and_eval_tasks, split_eval
+    from .config import AlgorithmConfig, TuneConfig, TunerModelConfig, dump_config
+    from .config_file import apply_overrides, import_object, load_config_file
+    from .dataset import DatasetError, TaskStream, load_tasks, load_train_and_eval_tasks, split_eval
     from .job import Job, tune
     from .loop import RunResult, run_training, run_training_async
     from .models import LEAGUE_TASK_KEY, OPPONENT_ARG, League
@@ -98,11 +100,12 @@ if TYPE_CHECKING:
         DatasetConfig,
         EvaluationConfig,
         LeagueConfig,
+        LoggingConfig,
         RunnerConfig,
         ValidationConfig,
         WarmStartConfig,
     )
-    from .step import StepEnd, StepHook, StepStart, TaskStream
+    from .step import StepEnd, StepHook, StepStart
 
 
 def __getattr__(name: str):

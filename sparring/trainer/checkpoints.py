@@ -1,24 +1,25 @@
 """Run checkpoints and the resume points they are written from: everything needed to continue a run as if it never
 stopped.
 
-A checkpoint is `run_dir/checkpoints/step_<N>/`: one training-state directory per trainable model (adapter +
-optimizer, via `save_state`) and `trainer_state.json` (step, data position, Python/NumPy/torch RNG, and the saved
-adapter and step of every snapshot opponent, the league's pool and records), written last. `manifest.json` (every
-file the checkpoint needs, with its size and sha256, `safeguards.py`) is written after everything else, and
-`latest.json` points at the newest complete checkpoint and is replaced atomically, so a run killed mid-save resumes
-from the previous one. Every file is written atomically (a temporary name, then a rename); the temporary files and
-folders a killed save leaves (names starting with '.') are removed when a run starts (`clean_interrupted_saves`).
-Resuming verifies the manifest (`safeguards.py`) and what the models' states hold before loading anything
-(`verify_checkpoint`), and refuses a damaged checkpoint in one line naming the bad file. A manifest proves files are
-the ones saved, not that what was saved fits: `check_adapter_shapes` (every LoRA tensor a 2-D `lora_A` or `lora_B` of
-the configured rank, paired), `check_optimizer_state` (one entry per adapter tensor, of its shape),
-`check_data_position` (the data position's four fields, integers in range) and `check_adapter_fits_model` (the
-adapter's tensors are the model's) refuse each misfit before anything is loaded, instead of a long traceback deep
-inside PEFT, torch or the task stream. A checkpoint whose
-step was saved already is not written again, so a kill then cannot damage it. When rollouts run ahead, the older
-weights a checkpoint names are deleted once no rollout needs them, and the checkpoints that named them go with them
-(`prune_unresumable`), so every checkpoint kept resumes on its own. With `checkpoints.keep` only the newest N
-complete checkpoints stay (`prune_oldest`): a run that saves every step does not fill the disk with optimizer states.
+A checkpoint is `run_dir/checkpoints/step_<N>/`: one training-state directory per trainable model (adapter + optimizer,
+via `save_state`) and `trainer_state.json` (step, data position, Python/NumPy/torch RNG, and the saved adapter and step
+of every snapshot opponent, the league's pool and records), written last. `manifest.json` (every file the checkpoint
+needs, with its size and sha256, `safeguards.py`) is written after everything else, and `latest.json` points at the
+newest complete checkpoint and is replaced atomically, so a run killed mid-save resumes from the previous one. Every
+file is written atomically (a temporary name, then a rename); the temporary files and folders a killed save leaves
+(names starting with '.') are removed when a run starts (`clean_interrupted_saves`). Resuming verifies the manifest
+(`safeguards.py`) and what the models' states hold before loading anything (`verify_checkpoint`; its manifest and data
+position already when the run is resolved, `saved_trainer_state`, and the task stream starts there; all of it, against
+the built models, in `restore_checkpoint`), and refuses a damaged checkpoint in one line naming the bad file. A manifest
+proves files are the ones saved, not that what was saved fits: `check_adapter_shapes` (every LoRA tensor a 2-D `lora_A`
+or `lora_B` of the configured rank, paired), `check_optimizer_state` (one entry per adapter tensor, of its shape),
+`check_data_position` (the data position's four fields, integers in range) and `check_adapter_fits_model` (the adapter's
+tensors are the model's) refuse each misfit before anything is loaded, instead of a long traceback deep inside PEFT,
+torch or the task stream. A checkpoint whose step was saved already is not written again, so a kill then cannot damage
+it. When rollouts run ahead, the older weights a checkpoint names are deleted once no rollout needs them, and the
+checkpoints that named them go with them (`prune_unresumable`), so every checkpoint kept resumes on its own. With
+`checkpoints.keep` only the newest N complete checkpoints stay (`prune_oldest`): a run that saves every step does not
+fill the disk with optimizer states.
 
 For a model on a Tinker-protocol service (backend 'tinker') the training state is saved on the service:
 `trainer_state.json` records the path the service returned (`tinker://...`) and the model's backend, and resuming
@@ -52,6 +53,7 @@ import torch
 from safetensors import safe_open
 
 from ..clients import RemoteTrainingClient
+from .dataset import TaskStream
 from .models import TrainingModels
 from .safeguards import (
     MANIFEST,
@@ -63,7 +65,6 @@ from .safeguards import (
     write_atomically,
     write_manifest,
 )
-from .step import TaskStream
 
 log = logging.getLogger(__name__)
 
@@ -188,9 +189,9 @@ def final_adapters(run_dir: Path) -> dict[str, Path]:
     return found
 
 
-def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int, dict[int, dict[str, str]]]:
-    """Verify the checkpoint (CheckpointError naming the bad file), then load it into the models, stream and RNGs;
-    returns its step and the older weights versions it names."""
+def restore_checkpoint(directory: Path, models) -> tuple[int, dict[int, dict[str, str]]]:
+    """Verify the checkpoint (CheckpointError naming the bad file), then load it into the models and RNGs; returns its
+    step and the older weights versions it names. The task stream was built at its data position (`resolve_run`)."""
     state = verify_checkpoint(directory, lambda key: _model_shapes(models.clients.get(key)))
     unknown = set(state["models"]) ^ set(models.clients)
     if unknown:
@@ -209,10 +210,6 @@ def restore_checkpoint(directory: Path, models, stream: TaskStream) -> tuple[int
         models.load_snapshot(name, snapshot["path"], snapshot["step"])
     if models.league is not None and "league" in state:
         models.league.load_state_dict(state["league"])
-    try:
-        stream.load_state_dict(state["data"])
-    except ValueError as error:  # DatasetError too: another dataset than the run's
-        raise CheckpointError(f"{directory / 'trainer_state.json'}: {one_line(error)}") from None
     rng = _read_rng(directory)
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])
@@ -226,6 +223,23 @@ def verify_checkpoint(directory: Path, model_shapes: Callable[[str], dict | None
 
     `model_shapes` gives, for a model key, its adapter's tensor shapes (None when unknown): the saved adapter must
     match them."""
+    state = saved_trainer_state(directory)
+    for key, path in state["models"].items():
+        if state.get("backends", {}).get(key, "local") == "local":
+            check_training_state(Path(path), state["step"])
+            shapes = check_adapter_shapes(Path(path))
+            expected = model_shapes(key) if model_shapes is not None else None
+            if expected is not None:
+                check_adapter_fits_model(Path(path), expected)
+            check_optimizer_state(Path(path), shapes)
+    _read_rng(directory)
+    return state
+
+
+def saved_trainer_state(directory: Path) -> dict:
+    """The checkpoint's trainer state, once its manifest checks out and its data position is whole; CheckpointError
+    otherwise. The first checks of `verify_checkpoint`: a resumed run's task stream is built from it before any model
+    loads."""
     run_dir = directory.parent.parent
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint {directory} is missing")
@@ -239,19 +253,10 @@ def verify_checkpoint(directory: Path, model_shapes: Callable[[str], dict | None
     state_file = directory / "trainer_state.json"
     try:
         state = json.loads(state_file.read_text())
-        step, models = int(state["step"]), dict(state["models"])
+        state["step"], state["models"] = int(state["step"]), dict(state["models"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"{state_file}: unreadable ({type(error).__name__}: {error})") from None
     check_data_position(state_file, state.get("data"))
-    for key, path in models.items():
-        if state.get("backends", {}).get(key, "local") == "local":
-            check_training_state(Path(path), step)
-            shapes = check_adapter_shapes(Path(path))
-            expected = model_shapes(key) if model_shapes is not None else None
-            if expected is not None:
-                check_adapter_fits_model(Path(path), expected)
-            check_optimizer_state(Path(path), shapes)
-    _read_rng(directory)
     return state
 
 

@@ -7,16 +7,21 @@ the `Job` object and `sparring train config.yaml` all meet here. Its parts (`Dat
 
 Every config validates on construction (`schema.ConfigRecord`: a bad value raises `ConfigError`, one line naming
 the dotted field path), and every number has an upper bound (the `MAX_*` constants of `schema.py`). The sections
-beside the algorithm -- datasets, league, validation, warm start, and the run's mechanics (where episodes run, when
-to evaluate, when to checkpoint) -- are `sections.py`; the mechanics' old keys in `algorithm:` are still read, for
-one release. The runner's defaults are `runner_defaults.py`'s, which `RunnerSettings` takes too.
+beside the algorithm -- datasets, league, validation, warm start, logging, and the run's mechanics (where episodes
+run, when to evaluate, when to checkpoint) -- are `sections.py`; the mechanics' old keys in `algorithm:` are still
+read, for one release. The runner's defaults are `runner_defaults.py`'s, which `RunnerSettings` takes too.
 
-Reading a config imports no user code, no torch and no registry: the names a config can only check against what
-they name -- the workflow's and baselines' import paths, `algorithm_type`, `loss_fn` and its `loss_fn_config` keys,
-a model's torch device -- are checked (and a loss or estimator given by import path registered) by
-`config_file.check_names` when the run is built, before any data or model loads. So the command line reports a
-malformed file in a fraction of a second. Reading and writing the YAML file is `config_file.py`; turning a config
-into a runnable run is `resolve.py`.
+Reading a config imports no user code, no torch and no registry: the names a config can only check against what they
+name -- the workflow's and baselines' import paths, `algorithm_type`, `loss_fn` and its `loss_fn_config` keys, a model's
+torch device -- are checked (and a loss or estimator given by import path registered) by `config_file.check_names` when
+the run is built, before any data or model loads, so the command line reports a malformed file in a fraction of a
+second. Reading the YAML file is `config_file.py`; turning a config into a runnable run is `resolve.py`.
+
+What a config does with its own records: `dump_config` writes it back as YAML, every field included, so a run folder
+holds the exact file that reproduces it (and a `Job` saves one); `check_config_args` checks its `workflow_args` against
+the workflow's record; `check_models` finds every local model it names (a catalogue name or a path, a device this
+machine has, an adapter folder) without loading anything, so `resolve_run` reports a typo in a second, with the field it
+is about, before anything is written or loaded.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from __future__ import annotations
 import math
 import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..runner_defaults import GROUP_SIZE
@@ -45,7 +52,10 @@ from .schema import (
     MAX_STEPS,
     MAX_TEMPERATURE,
     MAX_VOCABULARY,
+    ConfigError,
     ConfigRecord,
+    WorkflowArgs,
+    check_workflow_args,
     is_import_path,
 )
 from .sections import (
@@ -55,6 +65,7 @@ from .sections import (
     EntropyTargetConfig,
     EvaluationConfig,
     LeagueConfig,
+    LoggingConfig,
     MovedAlgorithmKeys,
     RunnerConfig,
     ValidationConfig,
@@ -160,12 +171,7 @@ class TunerModelConfig(ConfigRecord):
 
     def sampling_params(self) -> dict[str, Any]:
         """The sampling settings, as keyword arguments for `sparring.types.SamplingParams`."""
-        return {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "max_tokens": self.max_tokens,
-        }
+        return self.model_dump(include={"temperature", "top_p", "top_k", "max_tokens"})
 
 
 class AlgorithmConfig(ConfigRecord, MovedAlgorithmKeys):
@@ -290,19 +296,6 @@ def lr_multiplier(schedule: str, step: int, total_steps: int) -> float:
     return 1.0
 
 
-class LoggingConfig(ConfigRecord):
-    """Where metrics and rollouts go."""
-
-    tensorboard: bool = True
-    """Write TensorBoard event files under the run directory."""
-    wandb_project: str | None = None
-    """Log to this Weights & Biases project; None disables wandb."""
-    console: bool = True
-    """Print a progress line per step."""
-    save_rollouts: bool = True
-    """Dump every episode's tokens, masks, logprobs and advantages for inspection."""
-
-
 class TuneConfig(ConfigRecord):
     """A whole training job; what a job YAML file holds."""
 
@@ -391,7 +384,7 @@ class TuneConfig(ConfigRecord):
             if config.is_remote:
                 raise ValueError(f"{path}.base_url: a remote endpoint cannot be trained; list it in auxiliary_models")
         if self.league is not None:
-            self._check_league(self.league)
+            self.league.check_fits(self.trainable_models(), self.auxiliary_models, self.runner.backend)
         if self.warm_start is not None:
             self.warm_start.model_key(list(self.trainable_models()))
         remote = [name for name, config in self.trainable_models().items() if config.backend == "tinker"]
@@ -402,30 +395,6 @@ class TuneConfig(ConfigRecord):
                 f"built-in loss or backend 'local'"
             )
         return self
-
-    def _check_league(self, league: LeagueConfig) -> None:
-        trainable = self.trainable_models()
-        if league.learner is None and len(trainable) > 1:
-            raise ValueError(
-                f"league.learner: several models train ({sorted(trainable)}); name the one whose snapshots "
-                "join the pool"
-            )
-        if league.learner is not None and league.learner not in trainable:
-            raise ValueError(
-                f"league.learner: no trainable model {league.learner!r}; trainable models are {sorted(trainable)}"
-            )
-        for name in league.models:
-            if name not in self.auxiliary_models:
-                raise ValueError(
-                    f"league.models: {name!r} is not in auxiliary_models ({sorted(self.auxiliary_models)})"
-                )
-        shared = sorted(set(league.scripted) & set(self.auxiliary_models))
-        if shared:
-            raise ValueError(
-                f"league.scripted: {shared} are also auxiliary models; a scripted opponent needs a name of its own"
-            )
-        if self.runner.backend != "local":
-            raise ValueError("league: its opponents are served in this process; use runner.backend 'local'")
 
     def league_learner(self) -> str:
         """The trainable model the league snapshots (`league.learner`, else the only trainable one)."""
@@ -476,3 +445,52 @@ def _resolve_snapshot(path: str, config: TunerModelConfig, trainable: dict[str, 
         if name not in config.model_fields_set
     }
     return config.model_copy(update={**taken, "trainable": False})
+
+
+def dump_config(config: TuneConfig, path: str | os.PathLike[str]) -> Path:
+    """Write `config` as YAML (every field, defaults included, for manual editing); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def check_models(config: TuneConfig) -> None:
+    """Every local model the run uses is found (catalogue name or path), its device is on this machine, its adapter
+    is a folder; nothing is loaded. A failure is a ConfigError naming the field (``models.pro.model_path: ...``)."""
+    from ..models import ModelNotInstalledError, UnknownModelError, parse_device, resolve_model  # imports torch
+
+    used = {
+        ("model" if config.models is None else f"models.{name}"): model
+        for name, model in config.trainable_models().items()
+    }
+    used.update({f"auxiliary_models.{name}": model for name, model in config.auxiliary_models.items()})
+    for field, model in used.items():
+        if model.backend != "local" or model.is_remote or model.snapshot_of is not None:
+            continue  # a service's models, and a snapshot's source, are checked where they live
+        try:
+            resolve_model(model.model_path)
+        except (UnknownModelError, ModelNotInstalledError) as error:
+            raise ConfigError(f"{field}.model_path: {error}") from None
+        try:
+            parse_device(model.device)
+        except ValueError as error:  # its message starts with "device: "
+            raise ConfigError(f"{field}.{error}") from None
+        if model.adapter_path is not None and not Path(model.adapter_path).is_dir():
+            raise ConfigError(
+                f"{field}.adapter_path: no folder {model.adapter_path!r}; give a saved adapter (a run's "
+                "sampler_weights/... or checkpoints/... folder)"
+            )
+
+
+def check_config_args(config: TuneConfig, record: type[WorkflowArgs]) -> None:
+    """The config's `workflow_args` (every dataset's) fit `record`, and a league's drawn opponent has its field."""
+    sections = {"train_dataset": config.train_dataset, "eval_dataset": config.eval_dataset}
+    if config.validation is not None:
+        sections["validation.dataset"] = config.validation.dataset
+    for where, dataset in sections.items():
+        if dataset is not None:
+            check_workflow_args(record, dataset.workflow_args, f"{where}.workflow_args")
+    if config.league is not None:
+        config.league.check_record(record)

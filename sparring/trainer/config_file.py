@@ -1,10 +1,9 @@
-"""What a job file says and what its names mean: the YAML read and written, ``--set``, import paths, the names checked.
+"""What a job file says and what its names mean: the YAML read, ``--set``, import paths, the names checked.
 
 The YAML file. `load_config_file` reads and validates a job file, every error prefixed with the file name, or with
 the `--set` override it comes from; import paths that name a file or module beside the config file resolve against
 its folder. `apply_overrides` implements ``--set section.field=value`` against the `TuneConfig` schema, so a typo is
-reported with the keys that would have worked; `dump_config` writes a config back, every field included, so a run
-directory holds the exact file that reproduces it.
+reported with the keys that would have worked. Writing a config back is `config.dump_config`.
 
 Import paths are the strings by which YAML names a workflow, a judge, a baseline policy, a loss or an advantage
 function. `import_object` resolves 'package.module:attr', 'package.module.attr' or 'path/to/file.py:attr' to the
@@ -14,16 +13,17 @@ importing could not give it back: a lambda, a nested function, an interactive se
 and `import_policy` name the config field in the error.
 
 The names in a config that only what they name can check, run when the run is built, never when a config is read.
-A `TuneConfig` validates its structure on construction and imports nothing to do it; `check_names`, which
-`resolve_run` calls first, before any data or model loads, checks what a name means: each model's torch device;
+A `TuneConfig` validates its structure on construction and imports nothing to do it. `import_workflow`, which
+`resolve_run` calls first, imports the workflow and judge and checks their signatures (`WorkflowError`);
+`check_names`, next, before any data or model loads, checks what each other name means: each model's torch device;
 `algorithm.algorithm_type` and `algorithm.loss_fn` against their registries (`ADVANTAGE_ESTIMATORS`,
 `engine.losses.LOSSES`), one given as an import path ('package.module:function') imported, its signature checked
-and registered under that path, so the rest of the run looks it up like a built-in name; the `loss_fn_config` keys
-(and an entropy target's coefficient) against that loss; the baselines', the league's scripted opponents' and the
-step hooks' import paths (`import_step_hook`); the config's `workflow_args` against the workflow's `WorkflowArgs`
-record (`check_config_args`). Every problem is one line that starts with the field's dotted path;
-several found at once share the line (`ConfigError`, as a config's own validation raises it). `import_workflow` does
-the same for the workflow and judge (`WorkflowError`): a check is an import, and an error names the field.
+and registered under that path, so the rest of the run looks it up like a built-in name; the baselines', the
+league's scripted opponents' and the step hooks' import paths (`import_step_hook`); and, once every import is done,
+the loss against its registry and the `loss_fn_config` keys (and an entropy target's coefficient) against it. Every
+problem is one line that starts with the field's dotted path; several found at once share the line, in the config's
+order (`ConfigError`, as a config's own validation raises it). A check is an import, and an error names the field.
+The config's `workflow_args` are then checked against the workflow's record (`config.check_config_args`).
 """
 
 from __future__ import annotations
@@ -45,10 +45,8 @@ from pydantic import BaseModel
 
 from .config import TuneConfig
 from .schema import (
-    OPPONENT_ARG,
     ConfigError,
     WorkflowArgs,
-    check_workflow_args,
     child_annotation,
     declared_args,
     is_import_path,
@@ -233,25 +231,19 @@ def _rebase_import_paths(data: dict[str, Any], folder: Path) -> None:
         data["baselines"] = {name: rebased(import_path) for name, import_path in data["baselines"].items()}
 
 
-def dump_config(config: TuneConfig, path: str | os.PathLike[str]) -> Path:
-    """Write `config` as YAML (every field, defaults included, for manual editing); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def check_names(config: TuneConfig) -> None:
     """Check (and register) every name `config` gives that needs an import to check; ConfigError listing each
-    problem with its field path."""
+    problem with its field path, in the config's order.
+
+    What needs importing is imported first; the loss is registered and checked against its registry after that,
+    with its settings (its problems are still listed before the baselines')."""
     problems: list[str] = []
 
-    def check(field: str | None, run: Callable[[], object]) -> None:
+    def check(field: str | None, run: Callable[[], object], into: list[str] = problems) -> None:
         try:
             run()
         except ValueError as error:  # ConfigError included
-            problems.append(f"{field}: {error}" if field else str(error))
+            into.append(f"{field}: {error}" if field else str(error))
 
     models = {"model": config.model} if config.models is None else {f"models.{k}": v for k, v in config.models.items()}
     models.update({f"auxiliary_models.{name}": model for name, model in config.auxiliary_models.items()})
@@ -259,15 +251,8 @@ def check_names(config: TuneConfig) -> None:
         check(f"{path}.device", lambda device=model.device: _torch_device(device))
     algorithm = config.algorithm
     check("algorithm.algorithm_type", lambda: _estimator(algorithm.algorithm_type))
-    before = len(problems)
-    check("algorithm.loss_fn", lambda: _loss(algorithm.loss_fn))
-    if len(problems) == before:  # the loss is known: its settings can be checked against it
-        from ..engine.losses import check_loss_config
-
-        check("algorithm.loss_fn_config", lambda: check_loss_config(algorithm.loss_fn, algorithm.loss_fn_config))
-        if algorithm.entropy_target is not None:
-            coefficient = {"entropy_coef": algorithm.entropy_target.initial_coef}
-            check("algorithm.entropy_target", lambda: check_loss_config(algorithm.loss_fn, coefficient))
+    loss_at, imported = len(problems), []  # the loss's problems go here: after the estimator's, before the baselines'
+    check("algorithm.loss_fn", lambda: imported.append(_import_loss(algorithm.loss_fn)))
     for name, path in config.baselines.items():
         check(None, lambda name=name, path=path: import_policy(f"baselines.{name}", path))
     if config.league is not None:
@@ -275,6 +260,18 @@ def check_names(config: TuneConfig) -> None:
             check(None, lambda name=name, path=path: import_policy(f"league.scripted.{name}", path))
     for index, path in enumerate(config.step_hooks):
         check(None, lambda index=index, path=path: import_step_hook(f"step_hooks[{index}]", path))
+    loss_problems: list[str] = []
+    if imported:  # a registry's name, or an import path that imported
+        check("algorithm.loss_fn", lambda: _loss(algorithm.loss_fn, imported[0]), loss_problems)
+    if imported and not loss_problems:  # the loss is known: its settings can be checked against it
+        from ..engine.losses import check_loss_config
+
+        fn_config = algorithm.loss_fn_config
+        check("algorithm.loss_fn_config", lambda: check_loss_config(algorithm.loss_fn, fn_config), loss_problems)
+        if algorithm.entropy_target is not None:
+            coefficient = {"entropy_coef": algorithm.entropy_target.initial_coef}
+            check("algorithm.entropy_target", lambda: check_loss_config(algorithm.loss_fn, coefficient), loss_problems)
+    problems[loss_at:loss_at] = loss_problems
     if problems:
         raise ConfigError("; ".join(problems), problems)
 
@@ -301,11 +298,18 @@ def _estimator(value: str) -> None:
     register_estimator(value, import_object(value))
 
 
-def _loss(value: str) -> None:
-    from ..engine.losses import LOSSES, advantage_weighted_losses, register_loss
+def _import_loss(value: str) -> Callable | None:
+    """The loss at `value` when it is the import path of one not registered yet; None for a registry's name."""
+    from ..engine.losses import LOSSES
 
-    if value not in LOSSES and is_import_path(value):
-        loss = import_object(value)
+    return import_object(value) if value not in LOSSES and is_import_path(value) else None
+
+
+def _loss(value: str, loss: Callable | None) -> None:
+    """`value` names a loss the RL loop trains with; `loss`, the one imported from it, is registered under it first."""
+    from ..engine.losses import advantage_weighted_losses, register_loss
+
+    if loss is not None:
         register_loss(value, loss)
     choices = advantage_weighted_losses()
     if value not in choices:
@@ -448,21 +452,6 @@ def import_policy(field: str, import_path: str) -> Any:
     return policy
 
 
-def check_config_args(config: TuneConfig, record: type[WorkflowArgs]) -> None:
-    """The config's `workflow_args` (every dataset's) fit `record`, and a league's drawn opponent has its field."""
-    sections = {"train_dataset": config.train_dataset, "eval_dataset": config.eval_dataset}
-    if config.validation is not None:
-        sections["validation.dataset"] = config.validation.dataset
-    for where, dataset in sections.items():
-        if dataset is not None:
-            check_workflow_args(record, dataset.workflow_args, f"{where}.workflow_args")
-    if config.league is not None and OPPONENT_ARG not in record.model_fields:
-        raise ConfigError(
-            f"league: the league hands each episode its opponent as workflow_args.{OPPONENT_ARG}, "
-            f"but the workflow's {record.__name__} has no field {OPPONENT_ARG!r}; add `{OPPONENT_ARG}: str`"
-        )
-
-
 class WorkflowError(ConfigError, TypeError):
     """The workflow or judge cannot be used: not importable, not callable, or its signature does not fit."""
 
@@ -471,8 +460,8 @@ def import_workflow(
     config: TuneConfig, workflow: Any, judge: Any
 ) -> tuple[EpisodeFn, Callable | None, type[WorkflowArgs] | None]:
     """The workflow as a checked episode function, the judge (the objects given, else imported from the config) and
-    the workflow's `WorkflowArgs` record (None when it declares none), the config's `workflow_args` checked against
-    it."""
+    the workflow's `WorkflowArgs` record (None when it declares none; `config.check_config_args` checks the config's
+    `workflow_args` against it)."""
     from ..rollout import WorkflowSignatureError, as_episode_fn  # here: reading a config must not import torch
 
     if workflow is None:
@@ -492,7 +481,4 @@ def import_workflow(
         episode_fn = as_episode_fn(workflow)  # a bad signature fails here, before any data or model loads
     except WorkflowSignatureError as error:
         raise WorkflowError(f"workflow: {error}") from None
-    record = declared_args(workflow)
-    if record is not None:
-        check_config_args(config, record)
-    return episode_fn, judge, record
+    return episode_fn, judge, declared_args(workflow)

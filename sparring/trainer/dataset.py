@@ -1,61 +1,33 @@
-"""Datasets: where tasks come from -- files, and dataset folders laid out as Hugging Face `datasets` lays them out.
+"""Tasks: where they come from -- files, dataset folders, a list in the config -- and the order steps take them in.
 
 A *task* is a plain dict handed to the workflow (a game seed, a question, whatever the workflow reads). `load_tasks`
-turns a `DatasetConfig` into a list of ready tasks: it reads JSON Lines, JSON, CSV, Parquet, or a dataset directory,
-then gives every task a stable ``task_id`` and merges the config's ``workflow_args`` into the task's own (the
-AgentScope convention for switching what a workflow trains without changing code). `split_eval` holds tasks out for
-evaluation when no eval dataset is configured. Feeding them to steps, one batch each, is `TaskStream` (`step.py`).
+turns a `DatasetConfig` into a list of ready tasks: it reads JSON Lines, JSON, CSV, Parquet, or a dataset directory
+(which of its files hold the split is `split_files`, `sparring/dataset_folders.py`), then gives every task a stable
+``task_id`` and merges the config's ``workflow_args`` into the task's own (the AgentScope convention for switching
+what a workflow trains without changing code). `split_eval` holds tasks out for evaluation when no eval dataset is
+configured. Every failure is a `DatasetError` naming the file and row; `load_section` puts the config field first.
 
-`split_files(directory, split, name)` finds which files of a local dataset directory hold a split without the
-`datasets` package, for the layouts `datasets.load_dataset(DIR)` reads, first match wins: (1) a folder saved by
-`save_to_disk` (``dataset_dict.json`` lists the splits, each ``SPLIT/state.json`` its ``.arrow`` shards in order; a
-single saved ``Dataset`` has ``state.json`` at the top and is every split); (2) a dataset card (``README.md``) whose
-YAML header lists ``configs`` with their ``data_files`` per split (a hub download): `name` picks the config, else
-the ``default: true`` one or the only one; (3) a file's own split, from its path: ``{split}-00000-of-00003.parquet``
-(a shard of any split name), else a folder named after a split (``train/``, ``data/dev-set/``), else a file name
-with a split keyword between separators (``train.jsonl``, ``tasks_test.csv``) -- the keywords are `SPLIT_KEYWORDS`,
-so ``dev.jsonl`` is the ``validation`` split and ``eval.jsonl`` the ``test`` split, as in `datasets`; (4) no file
-names a split: every file is the ``train`` split. Without a dataset card, `name` picks a subdirectory. A missing
-split is one line naming the directory and the splits it has (`DatasetError`). The search goes `MAX_SEARCH_DEPTH`
-folders deep and stops at `MAX_SEARCH_ENTRIES` entries, so a path like ``~`` is refused rather than crawled.
+`TaskStream` turns the training tasks into steps: batches of `batch_size` tasks, reshuffled every epoch from
+`seed + epoch`, so the order is a pure function of the config; a batch never spans two epochs. Its `state_dict`
+(epoch, position, step) goes into checkpoints, and a resumed run's stream is built at that position
+(`from_config(..., state=...)`), so it continues with exactly the batch it would have seen next. The warm start's
+examples are batched by one too (built with the run, `resolve.py`; taught by `step.warm_start`).
 """
 
 from __future__ import annotations
 
 import copy
 import csv
-import glob
 import json
-import os
+import math
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ..dataset_folders import SUPPORTED_SUFFIXES, DatasetError, split_files
 from .config import DatasetConfig
-
-SUPPORTED_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
-SPLIT_KEYWORDS = {
-    "train": ("train", "training"),
-    "validation": ("validation", "valid", "dev", "val"),
-    "test": ("test", "testing", "eval", "evaluation"),
-}
-"""Split name -> the words that mark a file or folder as that split (the keywords `datasets` uses)."""
-NOT_DATA_FILES = frozenset(
-    {"config.json", "dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json"}
-)
-"""Metadata files of dataset folders: never read as tasks."""
-MAX_SEARCH_DEPTH = 2
-MAX_SEARCH_ENTRIES = 10_000
-SEPARATORS = "-._ 0-9"
-_SHARD = re.compile(r"^(?P<split>\w+)-\d{5}-of-\d{5}")
-
-
-class DatasetError(ValueError):
-    """A dataset cannot be read or has no usable tasks; the message names the file and row."""
 
 
 def load_tasks(config: DatasetConfig) -> list[dict[str, Any]]:
@@ -272,200 +244,124 @@ def _read_arrow(path: Path) -> list[dict[str, Any]]:
         raise DatasetError(f"{path}: not a readable Arrow file: {err}") from None
 
 
-def canonical_split(name: str) -> str:
-    """The split a name stands for: 'dev' -> 'validation', 'eval' -> 'test'; other names are their own split."""
-    lowered = name.lower()
-    return next((split for split, keywords in SPLIT_KEYWORDS.items() if lowered in keywords), name)
+class TaskStream:
+    """Batches of tasks, one per training step, deterministic and resumable at step boundaries.
 
+    A batch never spans two epochs, so the last batch of an epoch may be
+    smaller. Without `total_steps` the stream runs `total_epochs` epochs;
+    with it, exactly `total_steps` batches, starting new epochs as needed.
+    Each yielded task is a deep copy, so a workflow may change it freely.
+    """
 
-def split_files(directory: Path, split: str, name: str | None) -> list[Path]:
-    """The data files of `split` (of config `name`) in a dataset directory, in reading order."""
-    saved = _saved_dataset_files(directory, split)
-    if saved is not None:
-        if name is not None:
-            raise DatasetError(
-                f"{directory}: a folder saved by `datasets.save_to_disk` has no configs; drop `name` ({name!r})"
+    def __init__(
+        self,
+        tasks: Sequence[dict[str, Any]],
+        batch_size: int,
+        *,
+        total_epochs: int = 1,
+        total_steps: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if not tasks:
+            raise DatasetError("a task stream needs at least one task")
+        if batch_size < 1 or total_epochs < 1 or (total_steps is not None and total_steps < 1):
+            raise ValueError(
+                f"batch_size, total_epochs and total_steps must be >= 1, got {batch_size}, {total_epochs}, "
+                f"{total_steps}"
             )
-        return saved
-    config = _card_config(directory, name)
-    if config is not None:
-        return _config_files(directory, config, split)
-    if name is not None:
-        if not (directory / name).is_dir():
-            raise DatasetError(f"{directory}: no subdirectory {name!r} for dataset name {name!r}")
-        return split_files(directory / name, split, None)
-    return _inferred_files(directory, split)
+        self._tasks = list(tasks)
+        self.batch_size = batch_size
+        self.total_epochs = total_epochs
+        self.total_steps = total_steps
+        self.shuffle = shuffle
+        self.seed = seed
+        self._epoch = 0
+        self._position = 0
+        self._step = 0
+        self._order = self._epoch_order(0)
 
+    @classmethod
+    def from_config(
+        cls,
+        config: DatasetConfig,
+        batch_size: int,
+        tasks: Sequence[dict[str, Any]] | None = None,
+        state: dict[str, int] | None = None,
+    ) -> TaskStream:
+        """A stream over `tasks` (default: `load_tasks(config)`) with the config's epochs, steps and shuffling; at the
+        saved position `state` (a checkpoint's, see `load_state_dict`) when given, else at its start."""
+        stream = cls(
+            load_tasks(config) if tasks is None else tasks,
+            batch_size,
+            total_epochs=config.total_epochs,
+            total_steps=config.total_steps,
+            shuffle=config.shuffle,
+            seed=config.seed,
+        )
+        if state is not None:
+            stream.load_state_dict(state)
+        return stream
 
-def _saved_dataset_files(directory: Path, split: str) -> list[Path] | None:
-    """The .arrow shards of a folder saved by `save_to_disk`; None for any other folder."""
-    if (directory / "dataset_dict.json").is_file():
-        splits = _json_file(directory / "dataset_dict.json").get("splits") or []
-        if split not in splits:
-            raise DatasetError(f"{directory}: no split {split!r}; available splits: {list(splits)}")
-        directory = directory / split
-    elif not (directory / "state.json").is_file():
-        return None
-    shards = _json_file(directory / "state.json").get("_data_files") or []
-    return [directory / shard["filename"] for shard in shards]
+    @property
+    def num_tasks(self) -> int:
+        return len(self._tasks)
 
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(len(self._tasks) / self.batch_size)
 
-def _json_file(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise DatasetError(f"{path}: not a readable `datasets` metadata file: {err}") from None
-    if not isinstance(data, dict):
-        raise DatasetError(f"{path}: not a `datasets` metadata file (expected a JSON object)")
-    return data
+    @property
+    def num_steps(self) -> int:
+        """Batches this stream yields in total, from its start."""
+        return self.total_steps if self.total_steps is not None else self.total_epochs * self.steps_per_epoch
 
+    @property
+    def step(self) -> int:
+        """Batches yielded so far (including those before a resume)."""
+        return self._step
 
-def _card_config(directory: Path, name: str | None) -> dict[str, Any] | None:
-    """The config chosen from the dataset card's YAML `configs`; None without a card that lists any."""
-    card = directory / "README.md"
-    if not card.is_file():
-        return None
-    header = re.match(r"---[ \t]*\n(.*?)\n---[ \t]*(\n|$)", card.read_text(encoding="utf-8", errors="replace"), re.S)
-    try:
-        metadata = yaml.safe_load(header.group(1)) if header else None
-    except yaml.YAMLError as err:
-        raise DatasetError(f"{card}: the YAML header does not parse: {str(err).splitlines()[0]}") from None
-    configs = metadata.get("configs") if isinstance(metadata, dict) else None
-    if not isinstance(configs, list) or not configs:
-        return None
-    names = [str(config.get("config_name", "default")) for config in configs]
-    if name is None:
-        defaults = [config for config in configs if config.get("default")] or (configs if len(configs) == 1 else [])
-        defaults = defaults or [
-            config for config, config_name in zip(configs, names, strict=True) if config_name == "default"
-        ]
-        if not defaults:
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self._tasks)))
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        return order
+
+    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
+        return self
+
+    def __next__(self) -> list[dict[str, Any]]:
+        if self._step >= self.num_steps:
+            raise StopIteration
+        if self._position >= len(self._tasks):
+            self._epoch += 1
+            self._position = 0
+            self._order = self._epoch_order(self._epoch)
+        indices = self._order[self._position : self._position + self.batch_size]
+        self._position += len(indices)
+        self._step += 1
+        return [copy.deepcopy(self._tasks[index]) for index in indices]
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the stream stands; `load_state_dict` on a stream over the same tasks continues from here."""
+        return {"epoch": self._epoch, "position": self._position, "step": self._step, "num_tasks": len(self._tasks)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        missing = {"epoch", "position", "step", "num_tasks"} - set(state)
+        if missing:
+            raise ValueError(f"task stream state lacks {sorted(missing)}")
+        if state["num_tasks"] != len(self._tasks):
             raise DatasetError(
-                f"{directory}: the dataset card lists configs {names} and none is the default; pick one with `name`"
+                f"the dataset has {len(self._tasks)} tasks but the saved state was taken with {state['num_tasks']}; "
+                "resuming would not continue the same task order"
             )
-        return defaults[0]
-    if name not in names:
-        raise DatasetError(f"{directory}: no config {name!r} in the dataset card; its configs: {names}")
-    return configs[names.index(name)]
-
-
-def _config_files(directory: Path, config: dict[str, Any], split: str) -> list[Path]:
-    """The files of `split` in one dataset-card config (`data_files` globs per split, or a `data_dir` to search)."""
-    data_files = config.get("data_files")
-    if data_files is None:
-        return _inferred_files(directory / str(config.get("data_dir", ".")), split)
-    if isinstance(data_files, str) or (
-        isinstance(data_files, list) and all(isinstance(entry, str) for entry in data_files)
-    ):
-        patterns_by_split = {"train": data_files}
-    elif isinstance(data_files, dict):
-        patterns_by_split = data_files
-    else:
-        patterns_by_split = {
-            str(entry.get("split", "train")): entry.get("path", []) for entry in data_files if isinstance(entry, dict)
-        }
-    patterns_by_split = {
-        key: [value] if isinstance(value, str) else list(value) for key, value in patterns_by_split.items()
-    }
-    matching = [key for key in patterns_by_split if canonical_split(key) == canonical_split(split)]
-    if not matching:
-        raise DatasetError(
-            f"{directory}: no split {split!r} in config {config.get('config_name', 'default')!r} of the "
-            f"dataset card; splits found: {list(patterns_by_split)}"
-        )
-    base = directory / str(config.get("data_dir", "."))
-    files = sorted(
-        {
-            Path(found)
-            for pattern in patterns_by_split[matching[0]]
-            for found in glob.glob(str(base / pattern), recursive=True)
-            if os.path.isfile(found)
-        }
-    )
-    if not files:
-        raise DatasetError(
-            f"{directory}: the dataset card's files for split {split!r} ({patterns_by_split[matching[0]]}) "
-            "match nothing"
-        )
-    return files
-
-
-def _inferred_files(directory: Path, split: str) -> list[Path]:
-    """The files whose paths name `split` (see the module docstring); every file when none names a split."""
-    files = _data_files(directory)
-    if not files:
-        raise DatasetError(
-            f"{directory}: no {'/'.join(SUPPORTED_SUFFIXES)} files in this directory (searched "
-            f"{MAX_SEARCH_DEPTH} folders deep)"
-        )
-    splits = {file: _split_of(file.relative_to(directory)) for file in files}
-    if all(found is None for found in splits.values()):
-        if canonical_split(split) == "train":
-            return files
-        raise DatasetError(
-            f"{directory}: no split {split!r}: no file or folder name marks a split, so every file is the 'train' split"
-        )
-    wanted = canonical_split(split)
-    matching = [file for file, found in splits.items() if found == wanted]
-    if not matching:
-        others = [file.relative_to(directory).as_posix() for file, found in splits.items() if found is not None]
-        shown = others if len(others) <= 5 else [*others[:5], f"... {len(others) - 5} more"]
-        found_splits = sorted({found for found in splits.values() if found is not None}, key=_split_order)
-        raise DatasetError(
-            f"{directory}: no file for split {split!r}; files of other splits: {shown}; splits found: {found_splits}"
-        )
-    return matching
-
-
-def _split_order(split: str) -> tuple[int, str]:
-    order = list(SPLIT_KEYWORDS)
-    return (order.index(split) if split in order else len(order), split)
-
-
-def _split_of(relative: Path) -> str | None:
-    """The split a file's path names: a shard's prefix, else a folder's name, else the file's name; None if none."""
-    shard = _SHARD.match(relative.name)
-    if shard:
-        return canonical_split(shard.group("split"))
-    for split, keywords in SPLIT_KEYWORDS.items():
-        if any(_names(folder, keywords, folder=True) for folder in relative.parent.parts):
-            return split
-    for split, keywords in SPLIT_KEYWORDS.items():
-        if _names(relative.name, keywords, folder=False):
-            return split
-    return None
-
-
-def _names(part: str, keywords: tuple[str, ...], folder: bool) -> bool:
-    """Whether a folder or file name holds a keyword between separators (a file's keyword is followed by one)."""
-    end = "([{0}]|$)" if folder else "[{0}]"
-    return any(re.search(("(^|[{0}])" + keyword + end).format(SEPARATORS), part.lower()) for keyword in keywords)
-
-
-def _data_files(directory: Path) -> list[Path]:
-    """The data files in `directory` and up to MAX_SEARCH_DEPTH folders below it, hidden and metadata ones left out,
-    sorted."""
-    files: list[Path] = []
-    entries = 0
-    folders = [(directory, 0)]
-    while folders:
-        folder, depth = folders.pop()
-        try:
-            with os.scandir(folder) as listing:
-                for entry in listing:
-                    entries += 1
-                    if entries > MAX_SEARCH_ENTRIES:
-                        raise DatasetError(
-                            f"{directory}: more than {MAX_SEARCH_ENTRIES} files and folders, so not a "
-                            "dataset directory; give the dataset's own folder or file"
-                        )
-                    if entry.name.startswith(".") or entry.name in NOT_DATA_FILES:
-                        continue
-                    if entry.is_dir():
-                        if depth < MAX_SEARCH_DEPTH:
-                            folders.append((Path(entry.path), depth + 1))
-                    elif Path(entry.name).suffix in SUPPORTED_SUFFIXES:
-                        files.append(Path(entry.path))
-        except OSError as err:
-            raise DatasetError(f"{folder}: cannot list the folder: {err.strerror}") from None
-    return sorted(files)
+        if not 0 <= state["position"] <= len(self._tasks):
+            raise ValueError(f"task stream position {state['position']} is outside 0..{len(self._tasks)}")
+        self._epoch = int(state["epoch"])
+        self._position = int(state["position"])
+        self._step = int(state["step"])
+        self._order = self._epoch_order(self._epoch)

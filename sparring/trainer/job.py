@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig
-from .config_file import dump_config, import_object, importable_path, load_config_file
+from .config import AlgorithmConfig, DatasetConfig, LoggingConfig, TuneConfig, TunerModelConfig, dump_config
+from .config_file import import_object, importable_path, load_config_file
 from .schema import ConfigError
 from .sections import CheckpointsConfig, EvaluationConfig, LeagueConfig, RunnerConfig, ValidationConfig, WarmStartConfig
 

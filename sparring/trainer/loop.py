@@ -133,19 +133,26 @@ async def run_training_async(
             clean_interrupted_saves(run_dir)
 
         run = resolve_run(
-            config, workflow, judge, run_dir=run_dir, training=True, write_config=not resume, checked=claim
+            config,
+            workflow,
+            judge,
+            run_dir=run_dir,
+            training=True,
+            write_config=not resume,
+            resume=bool(resume),
+            checked=claim,
         )
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             start_step, saved_versions = 0, {}
-            checkpoint = latest_checkpoint(run_dir) if resume else None
+            checkpoint = latest_checkpoint(run_dir) if resume else None  # its data position is the stream's start
             if checkpoint is not None:
-                start_step, saved_versions = restore_checkpoint(checkpoint, run.models, run.stream)
+                start_step, saved_versions = restore_checkpoint(checkpoint, run.models)
                 saved_metrics = json.loads((checkpoint / "trainer_state.json").read_text()).get("metrics")
                 repair_torn_end(run_dir / METRICS_FILE, start_step, saved_metrics, checkpoint)
                 log.info("resumed %s at step %d", run_dir, start_step)
             every_hook = [*run.step_hooks, *hooks]
-            teach_first = config.warm_start is not None and checkpoint is None  # a checkpoint holds the warm start
+            teach_first = run.warm_start_batches is not None  # a new run's: a checkpoint holds the warm start
             return await _train(config, run, run_dir, resume, start_step, saved_versions, stop, every_hook, teach_first)
         finally:
             run.models.release()  # the run's weights are saved; the process's engines must not keep them
@@ -185,7 +192,8 @@ async def _train(
         record, streak, signal, held_out = sequence.record, sequence.streak, sequence.signal, sequence.held_out
         try:
             if teach_first:
-                logger.log(0, await warm_start(config.warm_start, models, progress, stop))
+                examples, batches = run.warm_start_examples, run.warm_start_batches
+                logger.log(0, await warm_start(config.warm_start, examples, batches, models, progress, stop))
             await loop.run()
             failure = streak.failure(record.steps)
             untrained = not signal.trained_anything and not algorithm.allow_nothing_trained and failure is None

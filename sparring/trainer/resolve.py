@@ -1,22 +1,27 @@
 """Run resolution: the one step from a validated `TuneConfig` to everything a run needs, its models built included.
 
-A config names things by string -- the workflow, judge and baselines by import path, the tasks by file, the models
-by path and backend, where episodes run by `runner:` -- and `tune()` may hand the workflow and judge over as objects
+A config names things by string -- the workflow, judge and baselines by import path, the tasks by file, the models by
+path and backend, where episodes run by `runner:` -- and `tune()` may hand the workflow and judge over as objects
 instead. `resolve_run` turns all of that into a `ResolvedRun` once, in the order that fails cheapest first: the
-workflow's signature (and, with the Ray runner, that it pickles and that the cluster answers) before any data loads,
-the tasks before any model is located, every model's path or name, device and adapter before anything is written or
-loaded. Every such failure is a `ConfigError` (or `DatasetError`), one line that starts with the config field it is
-about -- so is a local model or adapter that is there but does not load -- and a run directory this resolution
-created is removed again when a model then fails to load. Training, debug episodes (`sparring run`) and evaluation
-(`sparring eval`) all start here, so they cannot disagree about what a config means.
+workflow's signature and the names the config gives (`config_file.check_names`; and, with the Ray runner, that the
+workflow pickles and that the cluster answers) before any data loads, the tasks -- and the warm start's examples, read
+and batched here -- before any model is located, every model's path or name, device and adapter before anything is
+written or loaded. A resumed run's latest checkpoint is read (`checkpoints.saved_trainer_state`: its manifest and data
+position checked) and its task stream built at the saved data position here too, before any model loads; the models'
+weights, optimizer and RNGs are restored from it by `restore_checkpoint` once they are built. Every such failure is a
+`ConfigError` (or `DatasetError`), one line that starts with the config field it is about -- so is a local model or
+adapter that is there but does not load; a damaged checkpoint is a `CheckpointError` naming the bad file -- and a run
+directory this resolution created is removed again when a model then fails to load. Training, debug episodes
+(`sparring run`) and evaluation (`sparring eval`) all start here, so they cannot disagree about what a config means.
 
-The models' part, checked without loading anything and then built: `check_models` finds every local model the
-config names (a catalogue name or a path), its device and its adapter folder before anything is written or loaded,
-so a typo fails in a second with the field it is about. `build_models` then makes them: one service per backend (a
-local engine per device, dtype and prefix-cache budget, one Tinker-protocol session per URL and key), a LoRA training
-client per trainable model, a frozen chat model per auxiliary one, each snapshot opponent taken from its source
-adapter, and the league's pool (`League`, `models.py`) when the config has one. A model that is there but does not
-load is a `ConfigError` naming its field, on one line.
+The models' part, checked without loading anything and then built: `config.check_models` finds every local model
+the config names (a catalogue name or a path), its device and its adapter folder before anything is written or
+loaded, so a typo fails in a second with the field it is about. `build_models` then makes them: one service per
+backend (a local engine per device, dtype and prefix-cache budget, one Tinker-protocol session per URL and key), a
+LoRA training client per trainable model, a frozen chat model per auxiliary one, each snapshot opponent taken from
+its source adapter, and the league's pool (`League`, `models.py`) when the config has one. A model that is there but
+does not load is a `ConfigError` naming its field, on one line. Last, `build_step_hooks` builds the config's step
+hooks (`step_hooks:`, import paths checked by `check_names`): a class with no arguments, an object as it is.
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ from pathlib import Path
 
 from ..clients import SamplingClient, ServiceClient, TrainingClient
 from ..engine import EngineConfig, saved_rank
-from ..models import ModelNotInstalledError, UnknownModelError, parse_device, resolve_model
 from ..rollout import (
     ChatModel,
     FrozenChatModel,
@@ -40,12 +44,14 @@ from ..rollout import (
 )
 from ..rollout.workflow import EpisodeFn
 from ..runners import make_player
-from .config import TuneConfig, TunerModelConfig
-from .config_file import check_names, dump_config, import_object, import_workflow
-from .dataset import load_section, load_train_and_eval_tasks
+from .checkpoints import latest_checkpoint, saved_trainer_state
+from .config import TuneConfig, TunerModelConfig, check_config_args, check_models, dump_config
+from .config_file import check_names, import_object, import_step_hook, import_workflow
+from .dataset import TaskStream, load_section, load_train_and_eval_tasks
 from .models import League, Snapshot, TrainingModels
+from .safeguards import CheckpointError, one_line
 from .schema import ConfigError, check_task_args
-from .step import StepHook, TaskStream, build_step_hooks
+from .step import StepHook
 
 
 @dataclass
@@ -69,7 +75,11 @@ class ResolvedRun:
     validation_tasks: list[dict]
     """The tasks that choose the adapter kept as `best` (`validation:`); empty unless resolved for training with one."""
     stream: TaskStream | None
-    """The training tasks as one batch per step (resumable); None unless resolved for training."""
+    """The training tasks, one batch per step, from a resumed run's saved data position; None unless training."""
+    warm_start_examples: list[dict]
+    """The warm start's examples, read with the tasks so a bad file fails before any model loads; empty if none."""
+    warm_start_batches: TaskStream | None
+    """The warm start's steps as batches of row indices into its examples; None unless a new run warm-starts."""
     models: TrainingModels
     """The trainable and auxiliary models, loaded."""
     step_hooks: list[StepHook]
@@ -85,6 +95,7 @@ def resolve_run(
     training: bool = False,
     evaluation: bool = False,
     write_config: bool = False,
+    resume: bool = False,
     checked: Callable[[], None] | None = None,
 ) -> ResolvedRun:
     """Import, load and build everything `config` names; `workflow`/`judge` objects take the place of its import paths.
@@ -96,10 +107,14 @@ def resolve_run(
     everything but loading the models has been checked; the folders that
     writing it created are removed if loading fails. `checked` runs once
     everything but loading the models has been checked, before anything is
-    written (the run-folder check: a config error is reported first).
+    written (the run-folder check: a config error is reported first). To
+    `resume` training, the run's latest checkpoint has its manifest and data
+    position checked, and the task stream is built at that position.
     """
+    episode_fn, judge, args_record = import_workflow(config, workflow, judge)  # its signature checked
     check_names(config)  # the loss, estimator, devices, baselines and hooks the config names: imported, checked
-    episode_fn, judge, args_record = import_workflow(config, workflow, judge)
+    if args_record is not None:  # the config's workflow_args fit the workflow's record
+        check_config_args(config, args_record)
     algorithm, runner = config.algorithm, config.runner
     player = make_player(runner, episode_fn)  # an unpicklable workflow or an unreachable cluster fails here, first
     group_size = algorithm.group_size if training else 1
@@ -113,9 +128,31 @@ def resolve_run(
     train_tasks, eval_tasks = load_train_and_eval_tasks(config.train_dataset, config.eval_dataset)
     if evaluation and not eval_tasks:
         raise ConfigError("eval_dataset: no eval tasks; set eval_dataset, or train_dataset.eval_fraction above 0")
-    stream = TaskStream.from_config(config.train_dataset, algorithm.batch_size, tasks=train_tasks) if training else None
+    checkpoint = _resumed_from(run_dir) if training and resume else None
+    position = saved_trainer_state(checkpoint)["data"] if checkpoint is not None else None  # its manifest checked
+    stream = None
+    try:
+        if training:
+            stream = TaskStream.from_config(config.train_dataset, algorithm.batch_size, train_tasks, position)
+    except ValueError as error:  # DatasetError too: another dataset than the run's
+        if checkpoint is None:
+            raise
+        raise CheckpointError(f"{checkpoint / 'trainer_state.json'}: {one_line(error)}") from None
     validation_tasks = (
         load_section("validation.dataset", config.validation.dataset) if training and config.validation else []
+    )
+    warm_start = config.warm_start if training and checkpoint is None else None  # a checkpoint holds its result
+    examples = load_section("warm_start.dataset", warm_start.dataset) if warm_start is not None else []
+    warm_start_batches = (
+        TaskStream(
+            [{"row": index} for index in range(len(examples))],
+            warm_start.batch_size,
+            total_steps=warm_start.steps,
+            shuffle=warm_start.dataset.shuffle,
+            seed=warm_start.dataset.seed,
+        )
+        if warm_start is not None
+        else None
     )
     if args_record is not None:  # each task's own workflow_args, merged over the config's, fit the record too
         check_task_args(args_record, train_tasks, "train_dataset")
@@ -147,38 +184,20 @@ def resolve_run(
         eval_tasks,
         validation_tasks,
         stream,
+        examples,
+        warm_start_batches,
         models,
         build_step_hooks(config.step_hooks),
     )
 
 
-def check_models(config: TuneConfig) -> None:
-    """Every local model the run uses exists (catalogue name or path), its device is on this machine, its adapter is
-    a folder.
-
-    Nothing is loaded; a failure is a ConfigError naming the model's field (``models.pro.model_path: ...``).
-    """
-    used = {
-        ("model" if config.models is None else f"models.{name}"): model
-        for name, model in config.trainable_models().items()
-    }
-    used.update({f"auxiliary_models.{name}": model for name, model in config.auxiliary_models.items()})
-    for field, model in used.items():
-        if model.backend != "local" or model.is_remote or model.snapshot_of is not None:
-            continue  # a service's models, and a snapshot's source, are checked where they live
-        try:
-            resolve_model(model.model_path)
-        except (UnknownModelError, ModelNotInstalledError) as error:
-            raise ConfigError(f"{field}.model_path: {error}") from None
-        try:
-            parse_device(model.device)
-        except ValueError as error:  # its message starts with "device: "
-            raise ConfigError(f"{field}.{error}") from None
-        if model.adapter_path is not None and not Path(model.adapter_path).is_dir():
-            raise ConfigError(
-                f"{field}.adapter_path: no folder {model.adapter_path!r}; give a saved adapter (a run's "
-                "sampler_weights/... or checkpoints/... folder)"
-            )
+def _resumed_from(run_dir: Path) -> Path | None:
+    """The latest checkpoint of the run in `run_dir`; None without one, or when the folder holds no run (the
+    run-folder check, `checked`, then says so as a config error)."""
+    try:
+        return latest_checkpoint(run_dir)
+    except FileNotFoundError:
+        return None
 
 
 def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> TrainingModels:
@@ -270,6 +289,12 @@ def build_models(config: TuneConfig, run_dir: Path, training: bool = True) -> Tr
         algorithm.rollout_temperature_floor,
         algorithm.exploration,
     )
+
+
+def build_step_hooks(import_paths: list[str]) -> list[StepHook]:
+    """The config's hooks, built: a class is instantiated with no arguments, an object is used as it is."""
+    hooks = [import_step_hook(f"step_hooks[{index}]", path) for index, path in enumerate(import_paths)]
+    return [hook() if isinstance(hook, type) else hook for hook in hooks]
 
 
 def _check_context(field: str, model: TunerModelConfig, client: object) -> None:

@@ -18,7 +18,7 @@ declares its arguments as a `WorkflowArgs` subclass, one field per argument with
 saying what it does, and points its workflow at it: `@takes_args(MyArgs)` on a function-style workflow, the class
 attribute `workflow_args = MyArgs` on a `Workflow` subclass. The workflow reads them typed with ``MyArgs.of(task)``.
 `resolve_run` checks the config's `workflow_args` (training, eval and validation datasets) against the record right
-after importing the workflow, before any data or model loads (`config_file.check_config_args`), and then every task's
+after importing the workflow, before any data or model loads (`config.check_config_args`), and then every task's
 merged arguments (`check_task_args`): a misspelt key is an error naming it and the closest valid name
 (``train_dataset.workflow_args.max_turn: unknown field; did you mean max_turns?``), a wrong type an error naming the
 key. A workflow that declares nothing gets its arguments as the plain dict it always did.

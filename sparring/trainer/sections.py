@@ -11,7 +11,7 @@ imports nothing heavy; what a section makes happen lives with the code that does
   `max_snapshots`, evicted by `eviction`), scripted opponents (`scripted`: a `policy(messages, rng) -> reply` by
   import path, the same contract as `baselines:`) and frozen auxiliary models (`models`: names in
   `auxiliary_models`). Every training episode draws one opponent by `sampling` (`algorithms.opponent_sampling`); the
-  pool at run time is `League` (`models.py`).
+  pool at run time is `League` (`models.py`). `check_fits` holds the section against the job around it.
 - `ValidationConfig` (`validation:`): which of a run's adapters it keeps as `best`. A run's last adapter is not
   always its best: in self-play the policy can swing from one snapshot to the next (docs/results.md, tic-tac-toe).
   The run plays the validation tasks with its current weights after every `every_steps` steps from `from_step` on,
@@ -19,6 +19,7 @@ imports nothing heavy; what a section makes happen lives with the code that does
   `final`. The validation tasks are not the held-out ones: a choice made on those would bias the number they report.
   The choice runs in `BestAdapter` (`evaluation.py`).
 - `WarmStartConfig` (`warm_start:`): supervised steps on worked examples before the first RL step (`step.py`).
+- `LoggingConfig` (`logging:`): where metrics and rollouts go (TensorBoard, Weights & Biases, the console).
 - `CollapseResponseConfig` (`algorithm.collapse_response`): what the trainer does when a step's groups keep tying;
   the rule is `algorithms.collapse.CollapseResponse`. The exploration of every rollout is logged as
   `collapse/exploration`, and a resumed run continues from the last one logged.
@@ -38,6 +39,7 @@ imports nothing heavy; what a section makes happen lives with the code that does
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
@@ -53,7 +55,10 @@ from .schema import (
     MAX_SEED,
     MAX_STEPS,
     MAX_TASKS,
+    OPPONENT_ARG,
+    ConfigError,
     ConfigRecord,
+    WorkflowArgs,
 )
 from .schema import MAX_CONCURRENCY as CONCURRENCY_LIMIT
 
@@ -157,6 +162,37 @@ class LeagueConfig(ConfigRecord):
                     f"league: opponent name {name!r} starts with {SNAPSHOT_PREFIX!r}, which names the snapshots"
                 )
         return self  # the scripted opponents' import paths are checked when the run is built (`check_names`)
+
+    def check_fits(self, trainable: Collection[str], auxiliary: Collection[str], runner_backend: str) -> None:
+        """The league against the job around it (`TuneConfig`): its learner trains, its frozen models are auxiliary
+        ones, its scripted opponents are not, and its episodes run in this process; a ValueError otherwise."""
+        if self.learner is None and len(trainable) > 1:
+            raise ValueError(
+                f"league.learner: several models train ({sorted(trainable)}); name the one whose snapshots "
+                "join the pool"
+            )
+        if self.learner is not None and self.learner not in trainable:
+            raise ValueError(
+                f"league.learner: no trainable model {self.learner!r}; trainable models are {sorted(trainable)}"
+            )
+        for name in self.models:
+            if name not in auxiliary:
+                raise ValueError(f"league.models: {name!r} is not in auxiliary_models ({sorted(auxiliary)})")
+        shared = sorted(set(self.scripted) & set(auxiliary))
+        if shared:
+            raise ValueError(
+                f"league.scripted: {shared} are also auxiliary models; a scripted opponent needs a name of its own"
+            )
+        if runner_backend != "local":
+            raise ValueError("league: its opponents are served in this process; use runner.backend 'local'")
+
+    def check_record(self, record: type[WorkflowArgs]) -> None:
+        """The league against the workflow: its arguments record has the field each episode's opponent comes in."""
+        if OPPONENT_ARG not in record.model_fields:
+            raise ConfigError(
+                f"league: the league hands each episode its opponent as workflow_args.{OPPONENT_ARG}, "
+                f"but the workflow's {record.__name__} has no field {OPPONENT_ARG!r}; add `{OPPONENT_ARG}: str`"
+            )
 
 
 class ValidationConfig(ConfigRecord):
@@ -336,6 +372,19 @@ class CheckpointsConfig(ConfigRecord):
     keep: Count | None = None
     """Keep only the newest N checkpoints: an older one and its models' training states are deleted once a newer one
     is complete (transformers' `save_total_limit`), so saving every step does not fill the disk; None keeps all."""
+
+
+class LoggingConfig(ConfigRecord):
+    """Where metrics and rollouts go."""
+
+    tensorboard: bool = True
+    """Write TensorBoard event files under the run directory."""
+    wandb_project: str | None = None
+    """Log to this Weights & Biases project; None disables wandb."""
+    console: bool = True
+    """Print a progress line per step."""
+    save_rollouts: bool = True
+    """Dump every episode's tokens, masks, logprobs and advantages for inspection."""
 
 
 SECTIONS = {"runner": RunnerConfig, "evaluation": EvaluationConfig, "checkpoints": CheckpointsConfig}

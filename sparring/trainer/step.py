@@ -1,10 +1,6 @@
-"""One training step: its batch of tasks, its two halves (the rollout and the update), the hooks user code joins it
-with, and the supervised warm-start steps before the first one.
-
-`TaskStream` turns the training tasks into steps: batches of `batch_size` tasks, reshuffled every epoch from
-`seed + epoch`, so the order is a pure function of the config; a batch never spans two epochs. Its `state_dict`
-(epoch, position, step) goes into checkpoints, and a resumed run continues with exactly the batch it would have seen
-next.
+"""One training step: its two halves (the rollout and the update), the hooks user code joins it with, and the
+supervised warm-start steps before the first one. Its batch of tasks comes from the task stream (`TaskStream`,
+`dataset.py`).
 
 `run_rollout` plays `group_size` episodes per task with the models a tuner factory hands out; `learn` turns finished
 episodes into advantages per group and role, assembles datums per trainable model (with the KL penalty towards the
@@ -20,30 +16,30 @@ its update is done and may add metrics of its own, logged with the step's. Both 
 same hook runs at any staleness: the rollout of step k may begin before step k - 1 has trained
 (`StepStart.weights_version` says which weights sample it), and `after_training` still comes once per step, in step
 order. Hooks are given to `run_training(..., hooks=[...])` or `tune(..., step_hooks=[...])` as objects, or in a
-config as import paths of classes built with no arguments (`step_hooks:`, checked by `config_file.import_step_hook`).
-An error in a hook stops the run after the checkpoint of the last completed step, as any error of the trainer's own.
+config as import paths of classes built with no arguments (`step_hooks:`, checked by `config_file.import_step_hook`,
+built with the run by `resolve.build_step_hooks`). An error in a hook stops the run after the checkpoint of the last
+completed step, as any error of the trainer's own.
 
 The warm start: some skills come slowly from rewards and fast from answers (on tic-tac-toe, cross-entropy on the
 solver's moves reached 0.71 on unseen positions where the same minutes of league games reached about half,
 docs/results.md). `warm_start:` gives a run such answers first: `steps` optimizer steps of cross-entropy on the
 assistant replies of chat examples, through the training client RL then continues with, on a fresh optimizer.
 `supervised_datum` makes an example a Tinker `Datum`: the chat rendered as the policy sees it, the reply's tokens and
-its end-of-turn token as targets. It runs on a new run only (a checkpoint holds its result; a stop signal during it
+its end-of-turn token as targets; the examples and their batches come read and ordered from `resolve_run`, so a bad
+file fails before any model loads. It runs on a new run only (a checkpoint holds its result; a stop signal during it
 ends the run with a checkpoint of the weights taught so far); its losses are logged at step 0.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import inspect
 import math
-import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..algorithms import (
     CollapseResponse,
@@ -63,130 +59,14 @@ from ..models.renderer import ChatRenderer, get_renderer
 from ..rollout import Episode, RunnerSettings, run_episodes
 from ..types import AdamParams, Datum, ModelInput
 from .config import TuneConfig
-from .config_file import import_step_hook
-from .dataset import DatasetError, load_tasks
+from .dataset import DatasetError, TaskStream
 from .models import TrainingModels, step_seed
 from .safeguards import check_finite_weights
-from .sections import COEF_METRIC, EXPLORATION_METRIC, DatasetConfig, WarmStartConfig
+from .sections import COEF_METRIC, EXPLORATION_METRIC, WarmStartConfig
 
 if TYPE_CHECKING:
     from ..rollout import Episode
     from .safeguards import StopSignals
-
-
-class TaskStream:
-    """Batches of tasks, one per training step, deterministic and resumable at step boundaries.
-
-    A batch never spans two epochs, so the last batch of an epoch may be
-    smaller. Without `total_steps` the stream runs `total_epochs` epochs;
-    with it, exactly `total_steps` batches, starting new epochs as needed.
-    Each yielded task is a deep copy, so a workflow may change it freely.
-    """
-
-    def __init__(
-        self,
-        tasks: Sequence[dict[str, Any]],
-        batch_size: int,
-        *,
-        total_epochs: int = 1,
-        total_steps: int | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
-    ) -> None:
-        if not tasks:
-            raise DatasetError("a task stream needs at least one task")
-        if batch_size < 1 or total_epochs < 1 or (total_steps is not None and total_steps < 1):
-            raise ValueError(
-                f"batch_size, total_epochs and total_steps must be >= 1, got {batch_size}, {total_epochs}, "
-                f"{total_steps}"
-            )
-        self._tasks = list(tasks)
-        self.batch_size = batch_size
-        self.total_epochs = total_epochs
-        self.total_steps = total_steps
-        self.shuffle = shuffle
-        self.seed = seed
-        self._epoch = 0
-        self._position = 0
-        self._step = 0
-        self._order = self._epoch_order(0)
-
-    @classmethod
-    def from_config(
-        cls, config: DatasetConfig, batch_size: int, tasks: Sequence[dict[str, Any]] | None = None
-    ) -> TaskStream:
-        """A stream over `tasks` (default: `load_tasks(config)`) with the config's epochs, steps and shuffling."""
-        return cls(
-            load_tasks(config) if tasks is None else tasks,
-            batch_size,
-            total_epochs=config.total_epochs,
-            total_steps=config.total_steps,
-            shuffle=config.shuffle,
-            seed=config.seed,
-        )
-
-    @property
-    def num_tasks(self) -> int:
-        return len(self._tasks)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return math.ceil(len(self._tasks) / self.batch_size)
-
-    @property
-    def num_steps(self) -> int:
-        """Batches this stream yields in total, from its start."""
-        return self.total_steps if self.total_steps is not None else self.total_epochs * self.steps_per_epoch
-
-    @property
-    def step(self) -> int:
-        """Batches yielded so far (including those before a resume)."""
-        return self._step
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    def _epoch_order(self, epoch: int) -> list[int]:
-        order = list(range(len(self._tasks)))
-        if self.shuffle:
-            random.Random(self.seed + epoch).shuffle(order)
-        return order
-
-    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
-        return self
-
-    def __next__(self) -> list[dict[str, Any]]:
-        if self._step >= self.num_steps:
-            raise StopIteration
-        if self._position >= len(self._tasks):
-            self._epoch += 1
-            self._position = 0
-            self._order = self._epoch_order(self._epoch)
-        indices = self._order[self._position : self._position + self.batch_size]
-        self._position += len(indices)
-        self._step += 1
-        return [copy.deepcopy(self._tasks[index]) for index in indices]
-
-    def state_dict(self) -> dict[str, int]:
-        """Where the stream stands; `load_state_dict` on a stream over the same tasks continues from here."""
-        return {"epoch": self._epoch, "position": self._position, "step": self._step, "num_tasks": len(self._tasks)}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        missing = {"epoch", "position", "step", "num_tasks"} - set(state)
-        if missing:
-            raise ValueError(f"task stream state lacks {sorted(missing)}")
-        if state["num_tasks"] != len(self._tasks):
-            raise DatasetError(
-                f"the dataset has {len(self._tasks)} tasks but the saved state was taken with {state['num_tasks']}; "
-                "resuming would not continue the same task order"
-            )
-        if not 0 <= state["position"] <= len(self._tasks):
-            raise ValueError(f"task stream position {state['position']} is outside 0..{len(self._tasks)}")
-        self._epoch = int(state["epoch"])
-        self._position = int(state["position"])
-        self._step = int(state["step"])
-        self._order = self._epoch_order(self._epoch)
 
 
 async def run_rollout(
@@ -371,12 +251,6 @@ async def call_hook(method, argument) -> dict[str, float] | None:
     return await result if inspect.isawaitable(result) else result
 
 
-def build_step_hooks(import_paths: list[str]) -> list[StepHook]:
-    """The config's hooks, built: a class is instantiated with no arguments, an object is used as it is."""
-    hooks = [import_step_hook(f"step_hooks[{index}]", path) for index, path in enumerate(import_paths)]
-    return [hook() if isinstance(hook, type) else hook for hook in hooks]
-
-
 WARM_STARTED = "warm-started"
 """The name its weights are saved under (`save_state`) before RL reloads them with a fresh optimizer."""
 REPORT_EVERY_STEPS = 25
@@ -417,27 +291,25 @@ def weighted_datum(prompt: list[int], reply: list[int], weight: float) -> Datum:
 
 
 async def warm_start(
-    config: WarmStartConfig, models: TrainingModels, progress: TrainingProgress, stop: StopSignals
+    config: WarmStartConfig,
+    examples: list[dict],
+    batches: TaskStream,
+    models: TrainingModels,
+    progress: TrainingProgress,
+    stop: StopSignals,
 ) -> dict[str, float]:
-    """Run the supervised steps; returns their metrics (loss per weighted target token: the first step's, and the
-    mean of the last REPORT_EVERY_STEPS steps')."""
+    """Run the supervised steps on `examples`, `batches` of row indices (both read and ordered with the run,
+    `resolve_run`); returns their metrics (loss per weighted target token: the first step's, and the mean of the last
+    REPORT_EVERY_STEPS steps')."""
     started = time.perf_counter()
     key = config.model_key(list(models.clients))
     client, adam_params = models.clients[key], AdamParams(learning_rate=config.learning_rate)
     renderer = get_renderer(client.get_tokenizer())
-    examples = load_tasks(config.dataset)
     data = [
         supervised_datum(renderer, example, f"warm_start.dataset: row {index}")
         for index, example in enumerate(examples)
     ]
     target_weights = [sum(datum.loss_fn_inputs["weights"].tolist()) for datum in data]
-    batches = TaskStream(
-        [{"row": index} for index in range(len(data))],
-        config.batch_size,
-        total_steps=config.steps,
-        shuffle=config.dataset.shuffle,
-        seed=config.dataset.seed,
-    )
     losses, step_activity = [], progress.activity
     for step, rows in enumerate(batches):
         stop.check()  # a stop signal ends the run here, its checkpoint holding the weights taught so far
