@@ -189,10 +189,11 @@ def final_adapters(run_dir: Path) -> dict[str, Path]:
     return found
 
 
-def restore_checkpoint(directory: Path, models) -> tuple[int, dict[int, dict[str, str]]]:
+def restore_checkpoint(directory: Path, models, state: dict | None = None) -> tuple[int, dict[int, dict[str, str]]]:
     """Verify the checkpoint (CheckpointError naming the bad file), then load it into the models and RNGs; returns its
-    step and the older weights versions it names. The task stream was built at its data position (`resolve_run`)."""
-    state = verify_checkpoint(directory, lambda key: _model_shapes(models.clients.get(key)))
+    step and the older weights versions it names. `state`: its trainer state as `saved_trainer_state` read it already
+    (`resolve_run`, which built the task stream at its data position), so the manifest is not hashed again."""
+    state = verify_checkpoint(directory, lambda key: _model_shapes(models.clients.get(key)), state)
     unknown = set(state["models"]) ^ set(models.clients)
     if unknown:
         raise CheckpointError(
@@ -217,13 +218,15 @@ def restore_checkpoint(directory: Path, models) -> tuple[int, dict[int, dict[str
     return int(state["step"]), {int(version): paths for version, paths in state.get("versions", {}).items()}
 
 
-def verify_checkpoint(directory: Path, model_shapes: Callable[[str], dict | None] | None = None) -> dict:
+def verify_checkpoint(
+    directory: Path, model_shapes: Callable[[str], dict | None] | None = None, state: dict | None = None
+) -> dict:
     """The checkpoint's trainer state, once its manifest and its local models' states check out; CheckpointError
     otherwise.
 
     `model_shapes` gives, for a model key, its adapter's tensor shapes (None when unknown): the saved adapter must
-    match them."""
-    state = saved_trainer_state(directory)
+    match them. `state`: what `saved_trainer_state` returned for it already (its first checks passed)."""
+    state = saved_trainer_state(directory) if state is None else state
     for key, path in state["models"].items():
         if state.get("backends", {}).get(key, "local") == "local":
             check_training_state(Path(path), state["step"])

@@ -44,7 +44,7 @@ from ..logging import (
 )
 from ..logging.metrics import METRICS_FILE, repair_torn_end
 from ..rollout import Episode, run_episodes
-from .checkpoints import clean_interrupted_saves, latest_checkpoint, restore_checkpoint
+from .checkpoints import clean_interrupted_saves, restore_checkpoint
 from .config import TuneConfig
 from .evaluation import Comparison, Validation, evaluate_baselines, evaluate_policy
 from .pipeline import RunLoop, StepSequence
@@ -145,9 +145,9 @@ async def run_training_async(
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             start_step, saved_versions = 0, {}
-            checkpoint = latest_checkpoint(run_dir) if resume else None  # its data position is the stream's start
+            checkpoint = run.resumed_from[0] if run.resumed_from is not None else None  # the stream starts there
             if checkpoint is not None:
-                start_step, saved_versions = restore_checkpoint(checkpoint, run.models)
+                start_step, saved_versions = restore_checkpoint(checkpoint, run.models, run.resumed_from[1])
                 saved_metrics = json.loads((checkpoint / "trainer_state.json").read_text()).get("metrics")
                 repair_torn_end(run_dir / METRICS_FILE, start_step, saved_metrics, checkpoint)
                 log.info("resumed %s at step %d", run_dir, start_step)

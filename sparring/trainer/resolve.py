@@ -76,6 +76,9 @@ class ResolvedRun:
     """The tasks that choose the adapter kept as `best` (`validation:`); empty unless resolved for training with one."""
     stream: TaskStream | None
     """The training tasks, one batch per step, from a resumed run's saved data position; None unless training."""
+    resumed_from: tuple[Path, dict] | None
+    """A resumed run's latest checkpoint and its trainer state, manifest and data position checked here (read once:
+    `restore_checkpoint` loads the rest from it); None for a new run."""
     warm_start_examples: list[dict]
     """The warm start's examples, read with the tasks so a bad file fails before any model loads; empty if none."""
     warm_start_batches: TaskStream | None
@@ -129,7 +132,8 @@ def resolve_run(
     if evaluation and not eval_tasks:
         raise ConfigError("eval_dataset: no eval tasks; set eval_dataset, or train_dataset.eval_fraction above 0")
     checkpoint = _resumed_from(run_dir) if training and resume else None
-    position = saved_trainer_state(checkpoint)["data"] if checkpoint is not None else None  # its manifest checked
+    saved = saved_trainer_state(checkpoint) if checkpoint is not None else None  # its manifest checked
+    position = saved["data"] if saved is not None else None
     stream = None
     try:
         if training:
@@ -184,6 +188,7 @@ def resolve_run(
         eval_tasks,
         validation_tasks,
         stream,
+        (checkpoint, saved) if checkpoint is not None else None,
         examples,
         warm_start_batches,
         models,
