@@ -189,11 +189,22 @@ def final_adapters(run_dir: Path) -> dict[str, Path]:
     return found
 
 
-def restore_checkpoint(directory: Path, models, state: dict | None = None) -> tuple[int, dict[int, dict[str, str]]]:
-    """Verify the checkpoint (CheckpointError naming the bad file), then load it into the models and RNGs; returns its
-    step and the older weights versions it names. `state`: its trainer state as `saved_trainer_state` read it already
-    (`resolve_run`, which built the task stream at its data position), so the manifest is not hashed again."""
-    state = verify_checkpoint(directory, lambda key: _model_shapes(models.clients.get(key)), state)
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """A resumed run's latest checkpoint, read once: `resolve_run` checks its manifest and data position and builds the
+    task stream there, `restore_checkpoint` loads the rest from the same state."""
+
+    directory: Path
+    """The checkpoint's folder (`checkpoints/step_<N>`)."""
+    state: dict
+    """Its trainer state as `saved_trainer_state` returned it (its `metrics` repair a torn metrics.jsonl)."""
+
+
+def restore_checkpoint(saved: SavedCheckpoint, models) -> tuple[int, dict[int, dict[str, str]]]:
+    """Verify the rest of the checkpoint against the built models (CheckpointError naming the bad file), then load it
+    into the models and RNGs; returns its step and the older weights versions it names."""
+    directory = saved.directory
+    state = verify_checkpoint(directory, lambda key: _model_shapes(models.clients.get(key)), saved.state)
     unknown = set(state["models"]) ^ set(models.clients)
     if unknown:
         raise CheckpointError(

@@ -25,7 +25,6 @@ a folder, and a folder of other files is used as it is, never deleted.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import shutil
 import time
@@ -145,11 +144,10 @@ async def run_training_async(
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             start_step, saved_versions = 0, {}
-            checkpoint = run.resumed_from[0] if run.resumed_from is not None else None  # the stream starts there
-            if checkpoint is not None:
-                start_step, saved_versions = restore_checkpoint(checkpoint, run.models, run.resumed_from[1])
-                saved_metrics = json.loads((checkpoint / "trainer_state.json").read_text()).get("metrics")
-                repair_torn_end(run_dir / METRICS_FILE, start_step, saved_metrics, checkpoint)
+            saved = run.resumed_from  # the task stream starts at its data position
+            if saved is not None:
+                start_step, saved_versions = restore_checkpoint(saved, run.models)
+                repair_torn_end(run_dir / METRICS_FILE, start_step, saved.state.get("metrics"), saved.directory)
                 log.info("resumed %s at step %d", run_dir, start_step)
             every_hook = [*run.step_hooks, *hooks]
             teach_first = run.warm_start_batches is not None  # a new run's: a checkpoint holds the warm start

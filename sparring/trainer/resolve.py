@@ -44,7 +44,7 @@ from ..rollout import (
 )
 from ..rollout.workflow import EpisodeFn
 from ..runners import make_player
-from .checkpoints import latest_checkpoint, saved_trainer_state
+from .checkpoints import SavedCheckpoint, latest_checkpoint, saved_trainer_state
 from .config import TuneConfig, TunerModelConfig, check_config_args, check_models, dump_config
 from .config_file import check_names, import_object, import_step_hook, import_workflow
 from .dataset import TaskStream, load_section, load_train_and_eval_tasks
@@ -76,9 +76,8 @@ class ResolvedRun:
     """The tasks that choose the adapter kept as `best` (`validation:`); empty unless resolved for training with one."""
     stream: TaskStream | None
     """The training tasks, one batch per step, from a resumed run's saved data position; None unless training."""
-    resumed_from: tuple[Path, dict] | None
-    """A resumed run's latest checkpoint and its trainer state, manifest and data position checked here (read once:
-    `restore_checkpoint` loads the rest from it); None for a new run."""
+    resumed_from: SavedCheckpoint | None
+    """A resumed run's latest checkpoint, its manifest and data position checked here; None for a new run."""
     warm_start_examples: list[dict]
     """The warm start's examples, read with the tasks so a bad file fails before any model loads; empty if none."""
     warm_start_batches: TaskStream | None
@@ -132,8 +131,8 @@ def resolve_run(
     if evaluation and not eval_tasks:
         raise ConfigError("eval_dataset: no eval tasks; set eval_dataset, or train_dataset.eval_fraction above 0")
     checkpoint = _resumed_from(run_dir) if training and resume else None
-    saved = saved_trainer_state(checkpoint) if checkpoint is not None else None  # its manifest checked
-    position = saved["data"] if saved is not None else None
+    saved = SavedCheckpoint(checkpoint, saved_trainer_state(checkpoint)) if checkpoint is not None else None
+    position = saved.state["data"] if saved is not None else None
     stream = None
     try:
         if training:
@@ -188,7 +187,7 @@ def resolve_run(
         eval_tasks,
         validation_tasks,
         stream,
-        (checkpoint, saved) if checkpoint is not None else None,
+        saved,
         examples,
         warm_start_batches,
         models,
